@@ -1,0 +1,727 @@
+/* cfg.c: the run's configuration: a libconfig file, --set overrides, key checks with
+ * file:line, typed getters with defaults and bounds, and the resolved file written out.
+ * Plugins never see libconfig: they get a ghc_cfg_t for their own section. */
+#include <config.h>
+
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core_impl.h"
+
+/* ---- handles and locations ---------------------------------------------------------------- */
+
+static char *setting_path(config_setting_t *s)
+{
+    const char *names[64];
+    int n = 0;
+    size_t len = 1;
+    for (config_setting_t *p = s; p && config_setting_parent(p) && n < 64; p = config_setting_parent(p)) {
+        const char *nm = config_setting_name(p);
+        names[n++] = nm ? nm : "[]";
+        len += strlen(names[n - 1]) + 1;
+    }
+    char *path = malloc(len);
+    if (!path)
+        return NULL;
+    path[0] = '\0';
+    for (int i = n - 1; i >= 0; i--) {
+        strcat(path, names[i]);
+        if (i)
+            strcat(path, ".");
+    }
+    return path;
+}
+
+ghc_cfg_t *ghc_cfg_wrap(ghc_core_t *core, config_setting_t *s)
+{
+    struct ghc_config *c = core->config;
+    for (ghc_cfg_t *h = c->handles; h; h = h->next)
+        if (h->s == s)
+            return h;
+    ghc_cfg_t *h = calloc(1, sizeof(*h));
+    if (!h || !(h->path = setting_path(s))) {
+        free(h);
+        ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
+        return NULL;
+    }
+    h->core = core;
+    h->s = s;
+    h->next = c->handles;
+    c->handles = h;
+    return h;
+}
+
+/* The --set path that produced `s` (or one of its parents), or NULL. */
+static const char *override_of(const struct ghc_config *c, const config_setting_t *s)
+{
+    for (; s; s = config_setting_parent((config_setting_t *)s))
+        for (int i = 0; i < c->n_overrides; i++)
+            if (c->overridden[i] == s)
+                return c->override_path[i];
+    return NULL;
+}
+
+static const char *where_setting(const struct ghc_config *c, config_setting_t *s, char *buf, size_t n)
+{
+    const char *ov = override_of(c, s);
+    if (ov) {
+        snprintf(buf, n, "--set %s", ov);
+        return buf;
+    }
+    /* Values recorded as defaults have no line: report the nearest parent that has one. */
+    while (s && config_setting_source_line(s) == 0 && config_setting_parent(s))
+        s = config_setting_parent(s);
+    const char *file = s ? config_setting_source_file(s) : NULL;
+    unsigned line = s ? config_setting_source_line(s) : 0;
+    if (!file)
+        file = c->file;
+    if (line)
+        snprintf(buf, n, "%s:%u", file, line);
+    else
+        snprintf(buf, n, "%s", file);
+    return buf;
+}
+
+const char *ghc_cfg_where(ghc_cfg_t *cfg, const char *key)
+{
+    config_setting_t *s = key ? config_setting_get_member(cfg->s, key) : NULL;
+    return where_setting(cfg->core->config, s ? s : cfg->s, cfg->where, sizeof(cfg->where));
+}
+
+const char *ghc_cfg_path(const ghc_cfg_t *cfg) { return cfg->path; }
+
+ghc_core_t *ghc_cfg_core(const ghc_cfg_t *cfg) { return cfg->core; }
+
+bool ghc_cfg_has(const ghc_cfg_t *cfg, const char *key)
+{
+    return config_setting_get_member(cfg->s, key) != NULL;
+}
+
+/* ---- types -------------------------------------------------------------------------------- */
+
+static const char *lc_type_name(int t)
+{
+    switch (t) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:  return "an integer";
+    case CONFIG_TYPE_FLOAT:  return "a float";
+    case CONFIG_TYPE_BOOL:   return "a boolean";
+    case CONFIG_TYPE_STRING: return "a string";
+    case CONFIG_TYPE_ARRAY:
+    case CONFIG_TYPE_LIST:   return "a list";
+    case CONFIG_TYPE_GROUP:  return "a group";
+    default:                 return "nothing";
+    }
+}
+
+static const char *key_type_name(enum ghc_cfg_type t)
+{
+    switch (t) {
+    case GHC_CFG_INT:    return "an integer";
+    case GHC_CFG_FLOAT:  return "a number";
+    case GHC_CFG_BOOL:   return "a boolean (true or false)";
+    case GHC_CFG_STRING: return "a string";
+    case GHC_CFG_LIST:   return "a list [ ... ]";
+    case GHC_CFG_GROUP:  return "a group { ... }";
+    }
+    return "?";
+}
+
+static bool type_ok(enum ghc_cfg_type want, int t)
+{
+    switch (want) {
+    case GHC_CFG_INT:    return t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64;
+    case GHC_CFG_FLOAT:  return t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64 || t == CONFIG_TYPE_FLOAT;
+    case GHC_CFG_BOOL:   return t == CONFIG_TYPE_BOOL;
+    case GHC_CFG_STRING: return t == CONFIG_TYPE_STRING;
+    case GHC_CFG_LIST:   return t == CONFIG_TYPE_LIST || t == CONFIG_TYPE_ARRAY;
+    case GHC_CFG_GROUP:  return t == CONFIG_TYPE_GROUP;
+    }
+    return false;
+}
+
+static const struct ghc_cfg_key *key_find(const struct ghc_cfg_key *keys, const char *name)
+{
+    for (; keys && keys->name; keys++)
+        if (strcmp(keys->name, name) == 0)
+            return keys;
+    return NULL;
+}
+
+static void key_suggest(const struct ghc_cfg_key *keys, const char *name, const char **best, int *dist)
+{
+    for (; keys && keys->name; keys++) {
+        int d = ghc_edit_distance(name, keys->name);
+        if (d < *dist) {
+            *dist = d;
+            *best = keys->name;
+        }
+    }
+}
+
+/* "optimizer \"adamw\"" for messages about cfg's own keys; the dotted path for nested ones. */
+static int type_error(ghc_cfg_t *cfg, config_setting_t *s, const char *key, const char *want)
+{
+    char where[512];
+    return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s%s%s: expected %s, got %s",
+                         where_setting(cfg->core->config, s, where, sizeof(where)), cfg->path,
+                         *cfg->path ? "." : "", key, want, lc_type_name(config_setting_type(s)));
+}
+
+int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,
+                       const struct ghc_cfg_key *extra, const char *what)
+{
+    struct ghc_config *c = cfg->core->config;
+    char where[512];
+    int n = config_setting_length(cfg->s);
+    for (int i = 0; i < n; i++) {
+        config_setting_t *s = config_setting_get_elem(cfg->s, i);
+        const char *name = config_setting_name(s);
+        const struct ghc_cfg_key *k = key_find(keys, name);
+        if (!k)
+            k = key_find(extra, name);
+        if (!k) {
+            const char *best = NULL;
+            int dist = 3;
+            key_suggest(keys, name, &best, &dist);
+            key_suggest(extra, name, &best, &dist);
+            if (best && dist > (int)strlen(name) / 2)
+                best = NULL;
+            return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s: unknown key '%s'%s%s%s",
+                                 where_setting(c, s, where, sizeof(where)), what, name,
+                                 best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
+        }
+        if (!type_ok(k->type, config_setting_type(s)))
+            return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s: key '%s' must be %s, got %s",
+                                 where_setting(c, s, where, sizeof(where)), what, name,
+                                 key_type_name(k->type), lc_type_name(config_setting_type(s)));
+    }
+    return 0;
+}
+
+/* ---- getters -------------------------------------------------------------------------------- */
+
+/* Record a default in the tree so that the resolved configuration shows every value in use. */
+static config_setting_t *record(ghc_cfg_t *cfg, const char *key, int type)
+{
+    if (config_setting_type(cfg->s) != CONFIG_TYPE_GROUP)
+        return NULL;
+    return config_setting_add(cfg->s, key, type);
+}
+
+int ghc_cfg_get_int(ghc_cfg_t *cfg, const char *key, int64_t def, int64_t min, int64_t max, int64_t *out)
+{
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    if (!s) {
+        config_setting_t *r = record(cfg, key, (def >= INT32_MIN && def <= INT32_MAX)
+                                                   ? CONFIG_TYPE_INT : CONFIG_TYPE_INT64);
+        if (r)
+            config_setting_set_int64(r, def);
+        *out = def;
+        return 0;
+    }
+    if (!type_ok(GHC_CFG_INT, config_setting_type(s)))
+        return type_error(cfg, s, key, "an integer");
+    int64_t v = config_setting_get_int64(s);
+    if (v < min || v > max)
+        return ghc_error_set(cfg->core, GHC_ECONFIG,
+                             "%s: %s.%s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]",
+                             ghc_cfg_where(cfg, key), cfg->path, key, v, min, max);
+    *out = v;
+    return 0;
+}
+
+int ghc_cfg_get_float(ghc_cfg_t *cfg, const char *key, double def, double min, double max, double *out)
+{
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    if (!s) {
+        config_setting_t *r = record(cfg, key, CONFIG_TYPE_FLOAT);
+        if (r)
+            config_setting_set_float(r, def);
+        *out = def;
+        return 0;
+    }
+    int t = config_setting_type(s);
+    if (!type_ok(GHC_CFG_FLOAT, t))
+        return type_error(cfg, s, key, "a number");
+    double v = t == CONFIG_TYPE_FLOAT ? config_setting_get_float(s) : (double)config_setting_get_int64(s);
+    if (!(v >= min && v <= max))  /* NaN fails too */
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s = %g is out of range [%g, %g]",
+                             ghc_cfg_where(cfg, key), cfg->path, key, v, min, max);
+    *out = v;
+    return 0;
+}
+
+int ghc_cfg_get_bool(ghc_cfg_t *cfg, const char *key, bool def, bool *out)
+{
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    if (!s) {
+        config_setting_t *r = record(cfg, key, CONFIG_TYPE_BOOL);
+        if (r)
+            config_setting_set_bool(r, def);
+        *out = def;
+        return 0;
+    }
+    if (config_setting_type(s) != CONFIG_TYPE_BOOL)
+        return type_error(cfg, s, key, "a boolean (true or false)");
+    *out = config_setting_get_bool(s) != 0;
+    return 0;
+}
+
+int ghc_cfg_get_string(ghc_cfg_t *cfg, const char *key, const char *def, const char **out)
+{
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    if (!s) {
+        config_setting_t *r = def ? record(cfg, key, CONFIG_TYPE_STRING) : NULL;
+        if (r) {
+            config_setting_set_string(r, def);
+            def = config_setting_get_string(r);  /* owned by the tree from now on */
+        }
+        *out = def;
+        return 0;
+    }
+    if (config_setting_type(s) != CONFIG_TYPE_STRING)
+        return type_error(cfg, s, key, "a string");
+    *out = config_setting_get_string(s);
+    return 0;
+}
+
+int ghc_cfg_get_choice(ghc_cfg_t *cfg, const char *key, int def, const char *const *choices, int *out)
+{
+    const char *v;
+    int rc = ghc_cfg_get_string(cfg, key, choices[def], &v);
+    if (rc < 0)
+        return rc;
+    char list[512] = "";
+    const char *best = NULL;
+    int dist = 3;
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(choices[i], v) == 0) {
+            *out = i;
+            return 0;
+        }
+        int d = ghc_edit_distance(v, choices[i]);
+        if (d < dist) {
+            dist = d;
+            best = choices[i];
+        }
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof(list) - l, "%s%s", i ? ", " : "", choices[i]);
+    }
+    return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s = \"%s\" is not one of: %s%s%s%s",
+                         ghc_cfg_where(cfg, key), cfg->path, key, v, list,
+                         best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
+}
+
+static int list_get(ghc_cfg_t *cfg, const char *key, config_setting_t **out)
+{
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    *out = s;
+    if (s && !type_ok(GHC_CFG_LIST, config_setting_type(s)))
+        return type_error(cfg, s, key, "a list [ ... ]");
+    return 0;
+}
+
+int ghc_cfg_list_len(ghc_cfg_t *cfg, const char *key, int *out)
+{
+    config_setting_t *s;
+    int rc = list_get(cfg, key, &s);
+    *out = (rc == 0 && s) ? config_setting_length(s) : 0;
+    return rc;
+}
+
+static int list_elem(ghc_cfg_t *cfg, const char *key, int i, config_setting_t **out)
+{
+    config_setting_t *s;
+    int rc = list_get(cfg, key, &s);
+    if (rc < 0)
+        return rc;
+    config_setting_t *e = s ? config_setting_get_elem(s, (unsigned)i) : NULL;
+    if (!e)
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s has no element %d",
+                             ghc_cfg_where(cfg, key), cfg->path, key, i);
+    *out = e;
+    return 0;
+}
+
+int ghc_cfg_list_string(ghc_cfg_t *cfg, const char *key, int i, const char **out)
+{
+    config_setting_t *e;
+    int rc = list_elem(cfg, key, i, &e);
+    if (rc < 0)
+        return rc;
+    if (config_setting_type(e) != CONFIG_TYPE_STRING)
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s[%d]: expected a string, got %s",
+                             ghc_cfg_where(cfg, key), cfg->path, key, i,
+                             lc_type_name(config_setting_type(e)));
+    *out = config_setting_get_string(e);
+    return 0;
+}
+
+int ghc_cfg_list_float(ghc_cfg_t *cfg, const char *key, int i, double *out)
+{
+    config_setting_t *e;
+    int rc = list_elem(cfg, key, i, &e);
+    if (rc < 0)
+        return rc;
+    int t = config_setting_type(e);
+    if (!type_ok(GHC_CFG_FLOAT, t))
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s[%d]: expected a number, got %s",
+                             ghc_cfg_where(cfg, key), cfg->path, key, i, lc_type_name(t));
+    *out = t == CONFIG_TYPE_FLOAT ? config_setting_get_float(e) : (double)config_setting_get_int64(e);
+    return 0;
+}
+
+int ghc_cfg_get_group(ghc_cfg_t *cfg, const char *key, const struct ghc_cfg_key *keys, ghc_cfg_t **out)
+{
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    *out = NULL;
+    if (!s)
+        return 0;
+    if (config_setting_type(s) != CONFIG_TYPE_GROUP)
+        return type_error(cfg, s, key, "a group { ... }");
+    ghc_cfg_t *g = ghc_cfg_wrap(cfg->core, s);
+    if (!g)
+        return GHC_ENOMEM;
+    int rc = ghc_cfg_check_keys(g, keys, NULL, g->path);
+    if (rc == 0)
+        *out = g;
+    return rc;
+}
+
+/* ---- overrides (--set a.b=value) ------------------------------------------------------------ */
+
+static int copy_value(config_setting_t *dst, const config_setting_t *src);
+
+static config_setting_t *copy_into(config_setting_t *parent, const char *name, const config_setting_t *src)
+{
+    config_setting_t *d = config_setting_add(parent, name, config_setting_type(src));
+    if (d && copy_value(d, src) < 0)
+        return NULL;
+    return d;
+}
+
+static int copy_value(config_setting_t *dst, const config_setting_t *src)
+{
+    switch (config_setting_type(src)) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:  return config_setting_set_int64(dst, config_setting_get_int64(src)) ? 0 : -1;
+    case CONFIG_TYPE_FLOAT:  return config_setting_set_float(dst, config_setting_get_float(src)) ? 0 : -1;
+    case CONFIG_TYPE_BOOL:   return config_setting_set_bool(dst, config_setting_get_bool(src)) ? 0 : -1;
+    case CONFIG_TYPE_STRING: return config_setting_set_string(dst, config_setting_get_string(src)) ? 0 : -1;
+    default: {
+        int n = config_setting_length(src);
+        bool group = config_setting_type(src) == CONFIG_TYPE_GROUP;
+        for (int i = 0; i < n; i++) {
+            const config_setting_t *e = config_setting_get_elem(src, (unsigned)i);
+            if (!copy_into(dst, group ? config_setting_name(e) : NULL, e))
+                return -1;
+        }
+        return 0;
+    }
+    }
+}
+
+static bool valid_path(const char *p, size_t n)
+{
+    if (n == 0 || p[0] == '.' || p[n - 1] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '_' || ch == '-' || ch == '*' || (ch == '.' && p[i + 1] != '.');
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static int apply_override(ghc_core_t *core, const char *arg)
+{
+    struct ghc_config *c = core->config;
+    const char *eq = strchr(arg, '=');
+    if (!eq || !valid_path(arg, (size_t)(eq - arg)))
+        return ghc_error_set(core, GHC_ECONFIG,
+                             "--set %s: expected KEY=VALUE with KEY a dotted path such as optimizer.lr", arg);
+    char path[256];
+    if ((size_t)(eq - arg) >= sizeof(path))
+        return ghc_error_set(core, GHC_ECONFIG, "--set %s: key too long", arg);
+    memcpy(path, arg, (size_t)(eq - arg));
+    path[eq - arg] = '\0';
+    const char *value = eq + 1;
+
+    /* Walk to the parent group, creating groups the file lacks. */
+    config_setting_t *cur = config_root_setting(&c->lc);
+    char *save = NULL, *seg = strtok_r(path, ".", &save);
+    char *next;
+    for (; (next = strtok_r(NULL, ".", &save)); seg = next) {
+        config_setting_t *ch = config_setting_get_member(cur, seg);
+        if (!ch)
+            ch = config_setting_add(cur, seg, CONFIG_TYPE_GROUP);
+        else if (config_setting_type(ch) != CONFIG_TYPE_GROUP)
+            return ghc_error_set(core, GHC_ECONFIG, "--set %.*s: '%s' is %s, not a group",
+                                 (int)(eq - arg), arg, seg, lc_type_name(config_setting_type(ch)));
+        if (!ch)
+            return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
+        cur = ch;
+    }
+
+    /* Parse the value as libconfig would; anything that does not parse is a string, and so is
+     * an unquoted value for a key the file holds as a string. */
+    config_setting_t *old = config_setting_get_member(cur, seg);
+    config_t tmp;
+    config_init(&tmp);
+    size_t n = strlen(value) + 8;
+    char *text = malloc(n);
+    if (!text) {
+        config_destroy(&tmp);
+        return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
+    }
+    snprintf(text, n, "v = %s;", value);
+    bool parsed = *value && config_read_string(&tmp, text) == CONFIG_TRUE &&
+                  config_setting_length(config_root_setting(&tmp)) == 1;
+    free(text);
+    config_setting_t *src = parsed ? config_lookup(&tmp, "v") : NULL;
+    if (src && old && config_setting_type(old) == CONFIG_TYPE_STRING && value[0] != '"')
+        src = NULL;
+    bool to_float = src && old && config_setting_type(old) == CONFIG_TYPE_FLOAT &&
+                    (config_setting_type(src) == CONFIG_TYPE_INT || config_setting_type(src) == CONFIG_TYPE_INT64);
+
+    if (old && config_setting_remove(cur, seg) != CONFIG_TRUE) {
+        config_destroy(&tmp);
+        return ghc_error_set(core, GHC_ECONFIG, "--set %s: cannot replace the value", arg);
+    }
+    config_setting_t *dst;
+    if (!src) {
+        dst = config_setting_add(cur, seg, CONFIG_TYPE_STRING);
+        if (dst)
+            config_setting_set_string(dst, value);
+    } else if (to_float) {
+        dst = config_setting_add(cur, seg, CONFIG_TYPE_FLOAT);
+        if (dst)
+            config_setting_set_float(dst, (double)config_setting_get_int64(src));
+    } else {
+        dst = copy_into(cur, seg, src);
+    }
+    config_destroy(&tmp);
+    if (!dst)
+        return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
+
+    config_setting_t **ov = realloc(c->overridden, (size_t)(c->n_overrides + 1) * sizeof(*ov));
+    if (ov)
+        c->overridden = ov;
+    char **op = realloc(c->override_path, (size_t)(c->n_overrides + 1) * sizeof(*op));
+    if (op)
+        c->override_path = op;
+    char *p = ghc_strdup(arg);
+    if (!ov || !op || !p) {
+        free(p);
+        return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
+    }
+    p[eq - arg] = '\0';
+    c->overridden[c->n_overrides] = dst;
+    c->override_path[c->n_overrides++] = p;
+    return 0;
+}
+
+/* ---- loading -------------------------------------------------------------------------------- */
+
+static const struct ghc_cfg_key core_keys[] = {
+    { "plugin_path", GHC_CFG_LIST },
+    { "output_dir",  GHC_CFG_STRING },
+    { "seed",        GHC_CFG_INT },
+    { "mempolicy",   GHC_CFG_GROUP },
+    { "backend",     GHC_CFG_GROUP },
+    { "cache",       GHC_CFG_GROUP },
+    { "model",       GHC_CFG_GROUP },
+    { "network",     GHC_CFG_GROUP },
+    { "optimizer",   GHC_CFG_GROUP },
+    { "scheduler",   GHC_CFG_GROUP },
+    { NULL, 0 }
+};
+
+void ghc_config_free(struct ghc_config *c)
+{
+    if (!c)
+        return;
+    config_destroy(&c->lc);
+    for (ghc_cfg_t *h = c->handles, *nx; h; h = nx) {
+        nx = h->next;
+        free(h->path);
+        free(h);
+    }
+    for (int i = 0; i < c->n_overrides; i++)
+        free(c->override_path[i]);
+    free(c->override_path);
+    free(c->overridden);
+    free(c->file);
+    free(c->dir);
+    free(c);
+}
+
+static int parse_error(ghc_core_t *core, struct ghc_config *c)
+{
+    const char *file = config_error_file(&c->lc);
+    return ghc_error_set(core, GHC_ECONFIG, "%s:%d: %s", file ? file : c->file,
+                         config_error_line(&c->lc), config_error_text(&c->lc));
+}
+
+static int config_start(ghc_core_t *core, const char *name, const char *dir, struct ghc_config **out)
+{
+    struct ghc_config *c = calloc(1, sizeof(*c));
+    if (!c)
+        return ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
+    config_init(&c->lc);
+    c->file = ghc_strdup(name);
+    c->dir = ghc_strdup(dir ? dir : ".");
+    if (!c->file || !c->dir) {
+        ghc_config_free(c);
+        return ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
+    }
+    config_set_include_dir(&c->lc, c->dir);
+    *out = c;
+    return 0;
+}
+
+/* Install `c` as the core's configuration, apply overrides, check the top-level keys. */
+static int config_finish(ghc_core_t *core, struct ghc_config *c, const char *const *overrides, int n)
+{
+    ghc_run_free(core);
+    ghc_config_free(core->config);
+    core->config = c;
+    c->root = ghc_cfg_wrap(core, config_root_setting(&c->lc));
+    if (!c->root)
+        return GHC_ENOMEM;
+    int rc;
+    for (int i = 0; i < n; i++)
+        if ((rc = apply_override(core, overrides[i])) < 0)
+            return rc;
+    if ((rc = ghc_cfg_check_keys(c->root, core_keys, NULL, "top level")) < 0)
+        return rc;
+    int64_t seed;
+    const char *out;
+    if ((rc = ghc_cfg_get_int(c->root, "seed", 42, 0, INT64_MAX, &seed)) < 0 ||
+        (rc = ghc_cfg_get_string(c->root, "output_dir", "output", &out)) < 0)
+        return rc;
+    if (!*out)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: output_dir must not be empty",
+                             ghc_cfg_where(c->root, "output_dir"));
+    int np;
+    if ((rc = ghc_cfg_list_len(c->root, "plugin_path", &np)) < 0)
+        return rc;
+    for (int i = 0; i < np; i++) {
+        const char *p;
+        if ((rc = ghc_cfg_list_string(c->root, "plugin_path", i, &p)) < 0)
+            return rc;
+    }
+    return ghc_plugin_paths_resolve(core);
+}
+
+int ghc_config_load(ghc_core_t *core, const char *path, const char *const *overrides, int n_overrides)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot read the configuration: %s", path, strerror(errno));
+    fclose(f);
+    char *dir = ghc_strdup(path);
+    if (!dir)
+        return ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = '\0';
+    struct ghc_config *c;
+    int rc = config_start(core, path, slash ? dir : ".", &c);
+    free(dir);
+    if (rc < 0)
+        return rc;
+    if (config_read_file(&c->lc, path) != CONFIG_TRUE) {
+        rc = parse_error(core, c);
+        ghc_config_free(c);
+        return rc;
+    }
+    return config_finish(core, c, overrides, n_overrides);
+}
+
+int ghc_config_load_string(ghc_core_t *core, const char *text, const char *name, const char *dir,
+                           const char *const *overrides, int n_overrides)
+{
+    struct ghc_config *c;
+    int rc = config_start(core, name, dir, &c);
+    if (rc < 0)
+        return rc;
+    if (config_read_string(&c->lc, text) != CONFIG_TRUE) {
+        rc = parse_error(core, c);
+        ghc_config_free(c);
+        return rc;
+    }
+    return config_finish(core, c, overrides, n_overrides);
+}
+
+int ghc_config_write(ghc_core_t *core, const char *path)
+{
+    if (!core->config)
+        return ghc_error_set(core, GHC_EINVAL, "config: nothing loaded to write");
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
+    snprintf(tmp, n, "%s.tmp.XXXXXX", path);
+    int rc = 0;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto out;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        rc = ghc_error_set(core, GHC_EIO, "%s: %s", tmp, strerror(errno));
+        goto out_unlink;
+    }
+    fprintf(f, "# gh200core %s: the resolved configuration of this run (includes expanded,\n"
+               "# --set overrides applied, defaults filled in). Run it again with -c.\n", GHC_VERSION);
+    config_write(&core->config->lc, f);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+        fclose(f);
+        goto out_unlink;
+    }
+    if (fclose(f) != 0) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+        goto out_unlink;
+    }
+    if (rename(tmp, path) != 0) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        goto out_unlink;
+    }
+    goto out;
+out_unlink:
+    unlink(tmp);
+out:
+    free(tmp);
+    return rc;
+}
+
+ghc_cfg_t *ghc_config_section(ghc_core_t *core, const char *name)
+{
+    if (!core->config)
+        return NULL;
+    config_setting_t *s = config_setting_get_member(config_root_setting(&core->config->lc), name);
+    if (!s || config_setting_type(s) != CONFIG_TYPE_GROUP)
+        return NULL;
+    return ghc_cfg_wrap(core, s);
+}
+
+const char *ghc_config_output_dir(ghc_core_t *core)
+{
+    const char *out = "output";
+    if (core->config)
+        ghc_cfg_get_string(core->config->root, "output_dir", "output", &out);
+    return out;
+}

@@ -1,0 +1,111 @@
+/* core_impl.h: bodies of the core's opaque handles and the core's internal functions.
+ * Never installed: plugins see only include/gh200core/. */
+#ifndef GHC_CORE_IMPL_H
+#define GHC_CORE_IMPL_H
+
+#include <libconfig.h>
+
+#include <gh200core/gh200core.h>
+
+#define GHC_ERRMSG_MAX 1024
+
+/* ---- plugins and the registry ------------------------------------------------------------- */
+
+struct ghc_loaded {                  /* one plugin file that passed its checks */
+    char                    *path;
+    char                    *name;
+    void                    *handle;    /* dlopen handle; never closed after init */
+    const struct ghc_plugin *desc;      /* points into the plugin */
+    uint32_t                 registered; /* GHC_KIND_BIT()s registered by init */
+};
+
+struct ghc_registered {              /* one ops struct, copied to the core's sizeof */
+    enum ghc_kind      kind;
+    void              *ops;          /* malloc'ed copy, zero-extended */
+    struct ghc_loaded *plugin;       /* index into core->plugins is unstable: this is stable */
+};
+
+/* Every kind's ops start with these members (STYLE.md section 3); init is the same for all. */
+struct ghc_ops_head {
+    uint32_t                  struct_size;
+    const char               *name;
+    const struct ghc_cfg_key *keys;
+    int (*init)(ghc_core_t *core, ghc_cfg_t *cfg, void **self);
+};
+
+/* A run's instance of one kind; the typed handles (ghc_mempolicy_t...) are this struct. */
+struct ghc_instance {
+    ghc_core_t          *core;
+    enum ghc_kind        kind;
+    const void          *ops;        /* the registered copy */
+    void                *self;
+    ghc_cfg_t           *cfg;
+    void               (*free)(void *self);
+};
+
+/* ---- configuration -------------------------------------------------------------------------- */
+
+struct ghc_cfg {                     /* a handle to one group of the configuration */
+    ghc_core_t         *core;
+    config_setting_t   *s;
+    char               *path;        /* dotted path, "" for the root */
+    char                where[512];  /* scratch for ghc_cfg_where() */
+    struct ghc_cfg     *next;        /* all handles, for freeing */
+};
+
+struct ghc_config {
+    config_t            lc;
+    char               *file;        /* the name messages use */
+    char               *dir;         /* folder of the file: @include and relative paths */
+    config_setting_t  **overridden;  /* settings set by --set, with their paths */
+    char              **override_path;
+    int                 n_overrides;
+    struct ghc_cfg     *handles;
+    ghc_cfg_t          *root;
+};
+
+/* ---- the core --------------------------------------------------------------------------- */
+
+struct ghc_core {
+    char                   err[GHC_ERRMSG_MAX];
+    int                    err_code;
+    ghc_log_sink_fn        sink;
+    void                  *sink_user;
+    enum ghc_log_level     level;
+
+    char                 **paths_cli;      /* --plugin-path, in order */
+    int                    n_paths_cli;
+    char                 **paths;          /* the resolved search path (rebuilt on demand) */
+    int                    n_paths;
+
+    struct ghc_loaded    **plugins;
+    int                    n_plugins;
+    struct ghc_loaded     *loading;        /* the plugin whose init() runs now */
+    struct ghc_registered *reg;
+    int                    n_reg;
+
+    struct ghc_config     *config;
+    struct ghc_instance   *inst[GHC_KIND_COUNT];
+};
+
+/* ---- internal functions ------------------------------------------------------------------- */
+
+/* The ops of (kind, name), or NULL. */
+const struct ghc_registered *ghc_registry_find(ghc_core_t *core, enum ghc_kind kind, const char *name);
+/* The loaded plugin named `name`, or NULL. */
+struct ghc_loaded *ghc_plugin_find(ghc_core_t *core, const char *name);
+/* Check the keys of group `cfg` against `keys` plus `extra` (may be NULL): unknown key, type.
+ * `what` names the owner in messages ("optimizer \"adamw\""). */
+int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,
+                       const struct ghc_cfg_key *extra, const char *what);
+/* A handle for a libconfig group under cfg's configuration. NULL on ENOMEM (error set). */
+ghc_cfg_t *ghc_cfg_wrap(ghc_core_t *core, config_setting_t *s);
+void ghc_config_free(struct ghc_config *c);
+/* Rebuild core->paths from the CLI folders, the config, the environment and pluginsdir. */
+int ghc_plugin_paths_resolve(ghc_core_t *core);
+/* Duplicate a string; NULL on ENOMEM. */
+char *ghc_strdup(const char *s);
+/* Levenshtein distance, capped at 100 (for "did you mean"). */
+int ghc_edit_distance(const char *a, const char *b);
+
+#endif /* GHC_CORE_IMPL_H */

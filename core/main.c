@@ -1,0 +1,302 @@
+/* main.c: the gh200core command line. The only place that prints to stdout and turns a
+ * status into an exit code; everything else returns GHC_E* with a message in the core. */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <gh200core/gh200core.h>
+
+/* Exit codes (documented in --help and doc/gh200core.1). */
+enum {
+    EXIT_OK      = 0,
+    EXIT_FAIL    = 1,   /* any other failure */
+    EXIT_USAGE   = 2,   /* bad command line */
+    EXIT_CONFIG  = 3,   /* configuration error */
+    EXIT_PLUGIN  = 4,   /* a plugin could not be loaded or registered */
+    EXIT_IO      = 5,   /* a file could not be read or written, or is malformed */
+    EXIT_EXISTS  = 6,   /* the output exists and would be overwritten */
+};
+
+static int exit_code(int status)
+{
+    switch (status) {
+    case GHC_OK:        return EXIT_OK;
+    case GHC_ECONFIG:   return EXIT_CONFIG;
+    case GHC_ELOAD:
+    case GHC_EABI:      return EXIT_PLUGIN;
+    case GHC_EIO:
+    case GHC_ENOTFOUND:
+    case GHC_EFORMAT:   return EXIT_IO;
+    case GHC_EEXIST:    return EXIT_EXISTS;
+    default:            return EXIT_FAIL;
+    }
+}
+
+static const char usage_text[] =
+    "usage: gh200core [OPTIONS] -c FILE        train (for now: check the config and load its plugins)\n"
+    "       gh200core [OPTIONS] plugins        list the plugins on the search path\n"
+    "       gh200core --help | --version\n"
+    "\n"
+    "Fine-tunes diffusion transformers (Wan2.2) with LoRA/LyCORIS adapters; every part of a run\n"
+    "is a plugin named in a libconfig file.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE       the run's configuration (libconfig; @include allowed)\n"
+    "  -s, --set KEY=VALUE     override a setting, e.g. --set optimizer.lr=1e-4 (repeatable)\n"
+    "  -P, --plugin-path DIR   search DIR for plugins first (repeatable)\n"
+    "  -n, --dry-run           check everything, write nothing\n"
+    "  -v, --verbose           debug messages\n"
+    "  -q, --quiet             errors only\n"
+    "  -h, --help              this text\n"
+    "  -V, --version           package, API and plugin ABI versions\n"
+    "\n"
+    "plugin search path: --plugin-path, the config's plugin_path, $GHC_PLUGIN_PATH (':' list),\n"
+    "then " GHC_PLUGINSDIR ".\n"
+    "\n"
+    "exit status: 0 success, 1 failure, 2 usage, 3 configuration error, 4 plugin error,\n"
+    "5 file error, 6 output exists.\n"
+    "\n"
+    "See gh200core(1), doc/config.md and doc/plugin-guide.md.\n";
+
+struct cli {
+    const char  *config;
+    const char **sets;
+    int          n_sets;
+    bool         dry_run;
+    int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
+};
+
+static void log_sink(void *user, enum ghc_log_level lvl, const char *msg)
+{
+    (void)user;
+    if (lvl <= GHC_LOG_WARN)
+        fprintf(stderr, "gh200core: %s: %s\n", ghc_log_level_name(lvl), msg);
+    else
+        fprintf(stderr, "gh200core: %s\n", msg);
+}
+
+static int fail(ghc_core_t *core, int status)
+{
+    fprintf(stderr, "gh200core: error: %s\n", ghc_error_message(core));
+    return exit_code(status);
+}
+
+/* ---- plugins -------------------------------------------------------------------------------- */
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Load every ghc_*.so in one folder (sorted); failures are reported and counted. */
+static int load_dir(ghc_core_t *core, const char *dir, int *failed)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    char **names = NULL;
+    int n = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, "ghc_", 4) != 0 || len < 8 || strcmp(e->d_name + len - 3, ".so") != 0)
+            continue;
+        char **nn = realloc(names, (size_t)(n + 1) * sizeof(*nn));
+        if (!nn || !(nn[n] = malloc(strlen(dir) + len + 2))) {
+            free(nn ? nn : names);
+            names = NULL;
+            rc = ghc_error_set(core, GHC_ENOMEM, "plugins: out of memory");
+            n = 0;
+            break;
+        }
+        names = nn;
+        sprintf(names[n++], "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof(*names), name_cmp);
+    for (int i = 0; i < n; i++) {
+        if (ghc_plugin_load_file(core, names[i]) < 0) {
+            fprintf(stderr, "gh200core: error: %s\n", ghc_error_message(core));
+            (*failed)++;
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+static int cmd_plugins(ghc_core_t *core)
+{
+    int failed = 0, rc;
+    const char *dir;
+    for (int i = 0; (dir = ghc_plugin_path_at(core, i)); i++)
+        if ((rc = load_dir(core, dir, &failed)) < 0)
+            return fail(core, rc);
+    struct ghc_plugin_info info;
+    printf("%-10s %-16s %-9s %s\n", "KIND", "NAME", "VERSION", "PATH");
+    for (int i = 0; ghc_plugin_info_at(core, i, &info); i++)
+        printf("%-10s %-16s %-9s %s\n", ghc_kind_name(info.kind), info.name, info.version, info.path);
+    printf("search path:");
+    for (int i = 0; (dir = ghc_plugin_path_at(core, i)); i++) {
+        struct stat st;
+        printf(" %s%s", dir, stat(dir, &st) == 0 ? "" : " (absent)");
+    }
+    printf("\n");
+    if (failed) {
+        fprintf(stderr, "gh200core: error: %d plugin file%s failed to load\n", failed, failed == 1 ? "" : "s");
+        return EXIT_PLUGIN;
+    }
+    return EXIT_OK;
+}
+
+/* ---- train ---------------------------------------------------------------------------------- */
+
+static int mkdir_p(ghc_core_t *core, const char *path)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return ghc_error_set(core, GHC_EIO, "%s: path too long", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return ghc_error_set(core, GHC_EIO, "%s: cannot create the output folder: %s", buf, strerror(errno));
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ghc_error_set(core, GHC_EIO, "%s: output_dir is not a folder", path);
+    return 0;
+}
+
+static int cmd_train(ghc_core_t *core, const struct cli *cli)
+{
+    int rc;
+    if ((rc = ghc_run_init(core)) < 0)
+        return fail(core, rc);
+    int n = 0;
+    for (int k = 0; k < GHC_KIND_COUNT; k++) {
+        ghc_cfg_t *s = ghc_config_section(core, ghc_kind_name((enum ghc_kind)k));
+        const char *name;
+        if (s && ghc_cfg_get_string(s, "plugin", NULL, &name) == 0) {
+            ghc_log(core, GHC_LOG_INFO, "%s: %s", ghc_kind_name((enum ghc_kind)k), name);
+            n++;
+        }
+    }
+    const char *out = ghc_config_output_dir(core);
+    if (!cli->dry_run) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/resolved.cfg", out);
+        if (stat(path, &st) == 0) {
+            ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; choose another (--set output_dir=DIR) or remove it",
+                          path, out);
+            return fail(core, GHC_EEXIST);
+        }
+        if ((rc = mkdir_p(core, out)) < 0 || (rc = ghc_config_write(core, path)) < 0)
+            return fail(core, rc);
+        ghc_log(core, GHC_LOG_INFO, "wrote %s", path);
+    }
+    ghc_log(core, GHC_LOG_INFO, "%s: configuration valid, %d plugin%s loaded; this build has no trainer yet, so nothing is trained",
+            cli->config, n, n == 1 ? "" : "s");
+    return EXIT_OK;
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "set", required_argument, NULL, 's' },
+        { "plugin-path", required_argument, NULL, 'P' },
+        { "dry-run", no_argument, NULL, 'n' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    struct cli cli = { 0 };
+    int status = EXIT_OK, opt;
+    ghc_core_t *core = ghc_core_init();
+    if (!core) {
+        fprintf(stderr, "gh200core: error: out of memory\n");
+        return EXIT_FAIL;
+    }
+    ghc_log_set_sink(core, log_sink, NULL);
+    cli.sets = calloc((size_t)argc, sizeof(*cli.sets));
+    if (!cli.sets) {
+        fprintf(stderr, "gh200core: error: out of memory\n");
+        status = EXIT_FAIL;
+        goto out;
+    }
+    while ((opt = getopt_long(argc, argv, "+c:s:P:nvqhV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': cli.config = optarg; break;
+        case 's': cli.sets[cli.n_sets++] = optarg; break;
+        case 'P':
+            if (ghc_plugin_add_path(core, optarg) < 0) {
+                status = fail(core, GHC_ENOMEM);
+                goto out;
+            }
+            break;
+        case 'n': cli.dry_run = true; break;
+        case 'v': cli.verbosity++; break;
+        case 'q': cli.verbosity = -1; break;
+        case 'h': fputs(usage_text, stdout); goto out;
+        case 'V':
+            printf("gh200core %s (API %d, plugin ABI %d)\n", ghc_version(), ghc_api_version(), GHC_PLUGIN_ABI);
+            goto out;
+        default:
+            fprintf(stderr, "Try 'gh200core --help'.\n");
+            status = EXIT_USAGE;
+            goto out;
+        }
+    }
+    ghc_log_set_level(core, cli.verbosity < 0 ? GHC_LOG_ERROR
+                            : cli.verbosity == 0 ? GHC_LOG_INFO : GHC_LOG_DEBUG);
+    const char *cmd = optind < argc ? argv[optind++] : NULL;
+    if (optind < argc) {
+        fprintf(stderr, "gh200core: error: unexpected argument '%s'\nTry 'gh200core --help'.\n", argv[optind]);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (cmd && strcmp(cmd, "plugins") != 0) {
+        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins)\nTry 'gh200core --help'.\n", cmd);
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (!cmd && !cli.config) {
+        fprintf(stderr, "gh200core: error: nothing to do: give -c FILE or a command\nTry 'gh200core --help'.\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (!cli.config && cli.n_sets) {
+        fprintf(stderr, "gh200core: error: --set needs a configuration (-c FILE)\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (cli.config) {
+        int rc = ghc_config_load(core, cli.config, (const char *const *)cli.sets, cli.n_sets);
+        if (rc < 0) {
+            status = fail(core, rc);
+            goto out;
+        }
+    }
+    status = cmd ? cmd_plugins(core) : cmd_train(core, &cli);
+out:
+    free(cli.sets);
+    ghc_core_free(core);
+    return status;
+}

@@ -1,0 +1,185 @@
+/* run.c: the run's plugin instances, one per configured kind, created in kind order
+ * (mempolicy first: everything later allocates through it) and released in reverse; and the
+ * core wrappers through which the rest of the program calls them. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core_impl.h"
+
+/* Each kind's free member, found by offset: its position differs per ops struct. */
+static void (*ops_free(enum ghc_kind kind, const void *ops))(void *)
+{
+    switch (kind) {
+    case GHC_KIND_MEMPOLICY: return ((const struct ghc_mempolicy_ops *)ops)->free;
+    case GHC_KIND_BACKEND:   return ((const struct ghc_backend_ops *)ops)->free;
+    case GHC_KIND_CACHE:     return ((const struct ghc_cache_ops *)ops)->free;
+    case GHC_KIND_MODEL:     return ((const struct ghc_model_ops *)ops)->free;
+    case GHC_KIND_NETWORK:   return ((const struct ghc_network_ops *)ops)->free;
+    case GHC_KIND_OPTIMIZER: return ((const struct ghc_optimizer_ops *)ops)->free;
+    case GHC_KIND_SCHEDULER: return ((const struct ghc_scheduler_ops *)ops)->free;
+    default:                 return NULL;
+    }
+}
+
+static const struct ghc_cfg_key plugin_key[] = { { "plugin", GHC_CFG_STRING }, { NULL, 0 } };
+
+static int instance_create(ghc_core_t *core, enum ghc_kind kind, ghc_cfg_t *cfg)
+{
+    const char *kname = ghc_kind_name(kind);
+    const char *name;
+    int rc;
+    if (!ghc_cfg_has(cfg, "plugin"))
+        return ghc_error_set(core, GHC_ECONFIG, "%s: %s: missing key 'plugin' (the %s plugin to use, e.g. plugin = \"name\";)",
+                             ghc_cfg_where(cfg, NULL), kname, kname);
+    if ((rc = ghc_cfg_get_string(cfg, "plugin", NULL, &name)) < 0)
+        return rc;
+    if ((rc = ghc_plugin_load(core, name)) < 0) {
+        char msg[GHC_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+        return ghc_error_set(core, rc, "%s: %s: %s", ghc_cfg_where(cfg, "plugin"), kname, msg);
+    }
+    const struct ghc_registered *r = ghc_registry_find(core, kind, name);
+    if (!r) {
+        struct ghc_loaded *p = ghc_plugin_find(core, name);
+        char has[256] = "";
+        for (int k = 0; k < GHC_KIND_COUNT; k++)
+            if (p && (p->registered & GHC_KIND_BIT(k))) {
+                size_t l = strlen(has);
+                snprintf(has + l, sizeof(has) - l, "%s%s", l ? ", " : "", ghc_kind_name((enum ghc_kind)k));
+            }
+        return ghc_error_set(core, GHC_ELOAD, "%s: %s: plugin '%s' (%s) provides %s, not %s '%s'",
+                             ghc_cfg_where(cfg, "plugin"), kname, name, p ? p->path : "?",
+                             *has ? has : "nothing", kname, name);
+    }
+    const struct ghc_ops_head *head = r->ops;
+    char what[160];
+    snprintf(what, sizeof(what), "%s \"%s\"", kname, name);
+    if ((rc = ghc_cfg_check_keys(cfg, head->keys, plugin_key, what)) < 0)
+        return rc;
+
+    struct ghc_instance *in = calloc(1, sizeof(*in));
+    if (!in)
+        return ghc_error_set(core, GHC_ENOMEM, "run: out of memory");
+    *in = (struct ghc_instance){ .core = core, .kind = kind, .ops = r->ops, .cfg = cfg,
+                                 .free = ops_free(kind, r->ops) };
+    ghc_error_clear(core);
+    if ((rc = head->init(core, cfg, &in->self)) < 0) {
+        if (!*ghc_error_message(core))
+            ghc_error_set(core, rc, "%s: init failed: %s", what, ghc_status_string(rc));
+        free(in);
+        return rc;
+    }
+    core->inst[kind] = in;
+    ghc_log(core, GHC_LOG_DEBUG, "run: %s ready", what);
+    return 0;
+}
+
+int ghc_run_init(ghc_core_t *core)
+{
+    if (!core->config)
+        return ghc_error_set(core, GHC_EINVAL, "run: no configuration loaded");
+    ghc_run_free(core);
+    for (int k = 0; k < GHC_KIND_COUNT; k++) {
+        ghc_cfg_t *cfg = ghc_config_section(core, ghc_kind_name((enum ghc_kind)k));
+        if (!cfg)
+            continue;
+        int rc = instance_create(core, (enum ghc_kind)k, cfg);
+        if (rc < 0) {
+            char msg[GHC_ERRMSG_MAX];
+            snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+            ghc_run_free(core);
+            return ghc_error_set(core, rc, "%s", msg);
+        }
+    }
+    return 0;
+}
+
+void ghc_run_free(ghc_core_t *core)
+{
+    for (int k = GHC_KIND_COUNT - 1; k >= 0; k--) {
+        struct ghc_instance *in = core->inst[k];
+        if (!in)
+            continue;
+        if (in->free)
+            in->free(in->self);
+        free(in);
+        core->inst[k] = NULL;
+    }
+}
+
+/* ---- typed handles -------------------------------------------------------------------------- */
+
+/* The typed instance handles are all struct ghc_instance. */
+#define INSTANCE_GETTER(type, kind)                                                      \
+    type##_t *type##_get(ghc_core_t *core) { return (type##_t *)core->inst[kind]; }
+INSTANCE_GETTER(ghc_mempolicy, GHC_KIND_MEMPOLICY)
+INSTANCE_GETTER(ghc_backend, GHC_KIND_BACKEND)
+INSTANCE_GETTER(ghc_cache, GHC_KIND_CACHE)
+INSTANCE_GETTER(ghc_model, GHC_KIND_MODEL)
+INSTANCE_GETTER(ghc_network, GHC_KIND_NETWORK)
+INSTANCE_GETTER(ghc_optimizer, GHC_KIND_OPTIMIZER)
+INSTANCE_GETTER(ghc_scheduler, GHC_KIND_SCHEDULER)
+#undef INSTANCE_GETTER
+
+#define MP_OPS(mp) ((const struct ghc_mempolicy_ops *)((struct ghc_instance *)(mp))->ops)
+#define MP_SELF(mp) (((struct ghc_instance *)(mp))->self)
+
+const char *ghc_mem_role_name(enum ghc_mem_role role)
+{
+    static const char *const names[GHC_ROLE_COUNT] = {
+        "weights", "weights_inactive", "adapter", "grads", "optimizer_state",
+        "activations", "latents", "text_embeds", "masks", "workspace",
+    };
+    return (unsigned)role < GHC_ROLE_COUNT ? names[role] : "?";
+}
+
+int ghc_mem_alloc(ghc_mempolicy_t *mp, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
+{
+    *ptr = NULL;
+    if ((unsigned)role >= GHC_ROLE_COUNT)
+        return ghc_error_set(((struct ghc_instance *)mp)->core, GHC_EINVAL, "mem: role %d out of range", role);
+    int rc = MP_OPS(mp)->alloc(MP_SELF(mp), bytes, role, device, ptr);
+    if (rc < 0)
+        *ptr = NULL;
+    return rc;
+}
+
+void ghc_mem_release(ghc_mempolicy_t *mp, void *ptr)
+{
+    if (ptr)
+        MP_OPS(mp)->release(MP_SELF(mp), ptr);
+}
+
+int ghc_mem_advise(ghc_mempolicy_t *mp, void *ptr, size_t bytes, enum ghc_mem_role role)
+{
+    return MP_OPS(mp)->advise ? MP_OPS(mp)->advise(MP_SELF(mp), ptr, bytes, role) : 0;
+}
+
+int ghc_mem_prefetch(ghc_mempolicy_t *mp, void *ptr, size_t bytes, int device, void *stream)
+{
+    return MP_OPS(mp)->prefetch ? MP_OPS(mp)->prefetch(MP_SELF(mp), ptr, bytes, device, stream) : 0;
+}
+
+int ghc_mem_phase(ghc_mempolicy_t *mp, enum ghc_mem_phase phase, int64_t index)
+{
+    return MP_OPS(mp)->phase ? MP_OPS(mp)->phase(MP_SELF(mp), phase, index) : 0;
+}
+
+int ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out)
+{
+    return MP_OPS(mp)->stats ? MP_OPS(mp)->stats(MP_SELF(mp), out) : 0;
+}
+
+#define SC_OPS(s) ((const struct ghc_scheduler_ops *)((struct ghc_instance *)(s))->ops)
+
+int32_t ghc_scheduler_micro_batches(ghc_scheduler_t *s, int64_t step)
+{
+    return SC_OPS(s)->micro_batches(((struct ghc_instance *)s)->self, step);
+}
+
+float ghc_scheduler_lr_factor(ghc_scheduler_t *s, int64_t step)
+{
+    return SC_OPS(s)->lr_factor(((struct ghc_instance *)s)->self, step);
+}

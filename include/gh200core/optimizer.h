@@ -1,0 +1,37 @@
+/* optimizer.h: the optimizer plugin interface: updates parameters from their gradients, with
+ * per-group settings (stage-specific learning rates), and saves/loads its state. */
+#ifndef GHC_OPTIMIZER_H
+#define GHC_OPTIMIZER_H
+
+#include <gh200core/network.h>  /* defines: struct ghc_param */
+
+GHC_BEGIN_DECLS
+
+struct ghc_optimizer_ops {
+    uint32_t struct_size;                 /* required: sizeof(struct ghc_optimizer_ops) */
+    const char *name;                     /* required */
+    const struct ghc_cfg_key *keys;       /* optional: keys of the [optimizer] section */
+    /* required; once per run, after the network. */
+    int (*init)(ghc_core_t *core, ghc_cfg_t *cfg, void **self);
+    /* required; hand over params (borrowed until free()) with their group. */
+    int (*add_params)(void *self, struct ghc_param *params, int32_t n);
+    /* required; one update of every param of `group` whose grad is set; lr scaled by
+     * lr_factor (from the scheduler). `step` counts optimizer steps from 0. */
+    int (*step)(void *self, int32_t group, int64_t step, float lr_factor, void *stream);
+    /* optional; the current (mean) learning rate of a group, for logs. */
+    float (*lr)(void *self, int32_t group);
+    /* optional; state to and from a safetensors file (checkpoints). */
+    int (*save)(void *self, const char *path);
+    int (*load)(void *self, const char *path);
+    /* optional; once, last. */
+    void (*free)(void *self);
+};
+
+typedef struct ghc_optimizer ghc_optimizer_t;
+
+/* The run's optimizer, or NULL. Borrowed. */
+GHC_API ghc_optimizer_t *ghc_optimizer_get(ghc_core_t *core);
+
+GHC_END_DECLS
+
+#endif /* GHC_OPTIMIZER_H */

@@ -1,0 +1,70 @@
+/* run.h: driving a run from a program: load a configuration, load the plugins it names and
+ * create their instances, list plugins. The CLI (core/main.c) is one user of this API. */
+#ifndef GHC_RUN_H
+#define GHC_RUN_H
+
+#include <gh200core/plugin.h>   /* defines: ghc_core_t, enum ghc_kind, struct ghc_plugin */
+
+GHC_BEGIN_DECLS
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+/* Read a libconfig file (with @include relative to its folder), apply `overrides`
+ * ("a.b=value", from --set), and check the top-level keys. Replaces any earlier
+ * configuration. Returns 0, GHC_EIO (unreadable) or GHC_ECONFIG ("file:line: ..."). */
+GHC_API int ghc_config_load(ghc_core_t *core, const char *path, const char *const *overrides,
+                            int n_overrides);
+/* The same from text in memory; `name` stands for the file name in messages. @include is
+ * resolved against `dir` (NULL: the current directory). */
+GHC_API int ghc_config_load_string(ghc_core_t *core, const char *text, const char *name,
+                                   const char *dir, const char *const *overrides, int n_overrides);
+/* Write the configuration in effect (includes expanded, overrides applied, and the defaults
+ * the plugins read) to `path`, atomically. Returns 0 or GHC_EIO. */
+GHC_API int ghc_config_write(ghc_core_t *core, const char *path);
+/* The section of a top-level key ("optimizer"), or NULL when absent or no config is loaded.
+ * Belongs to the core. */
+GHC_API ghc_cfg_t *ghc_config_section(ghc_core_t *core, const char *name);
+/* The run's output directory (config key output_dir, default "output"). Borrowed. */
+GHC_API const char *ghc_config_output_dir(ghc_core_t *core);
+
+/* ---- plugins -------------------------------------------------------------------------------- */
+
+/* Add a folder to the front of the search path (after those of the config's plugin_path).
+ * The search order: --plugin-path folders, the config's plugin_path, $GHC_PLUGIN_PATH
+ * (a ':' list), then the installed pluginsdir. Copied. Returns 0 or GHC_ENOMEM. */
+GHC_API int ghc_plugin_add_path(ghc_core_t *core, const char *dir);
+/* The search path, one folder per call: i = 0, 1, ... until NULL. Borrowed. */
+GHC_API const char *ghc_plugin_path_at(ghc_core_t *core, int i);
+/* Load plugin `name` (file ghc_<name>.so, symbol ghc_plugin_<name>) from the search path.
+ * Loading a plugin that is loaded already is a no-op. Returns 0, GHC_ELOAD or GHC_EABI;
+ * the message names the file, the symbol and the cause. */
+GHC_API int ghc_plugin_load(ghc_core_t *core, const char *name);
+/* Load one plugin file by path. Same checks and results. */
+GHC_API int ghc_plugin_load_file(ghc_core_t *core, const char *path);
+
+/* What `gh200core plugins` shows: one registered ops struct. */
+struct ghc_plugin_info {
+    enum ghc_kind kind;
+    const char   *name;         /* the ops name (what `plugin = "..."` selects) */
+    const char   *plugin;       /* the plugin's name */
+    const char   *version;
+    const char   *description;  /* may be "" */
+    const char   *path;         /* the file it came from */
+};
+/* Registered entry `i` (0, 1, ...), in load order. Returns false past the end. The strings
+ * are borrowed; valid until ghc_core_free(). */
+GHC_API bool ghc_plugin_info_at(ghc_core_t *core, int i, struct ghc_plugin_info *out);
+
+/* ---- the run -------------------------------------------------------------------------------- */
+
+/* For each kind section present in the configuration (mempolicy, backend, cache, model,
+ * network, optimizer, scheduler, in that order): load its plugin, check the section's keys
+ * against the ops' declared keys, and create the instance. Returns 0 or GHC_E*; on failure
+ * the instances made so far are released. */
+GHC_API int ghc_run_init(ghc_core_t *core);
+/* Release the run's instances in reverse order. Safe to call twice. */
+GHC_API void ghc_run_free(ghc_core_t *core);
+
+GHC_END_DECLS
+
+#endif /* GHC_RUN_H */

@@ -1,0 +1,6 @@
+# plugins/host: the `host` memory policy (CPU memory for every role).
+plugins_LTLIBRARIES += plugins/ghc_host.la
+plugins_ghc_host_la_SOURCES = plugins/host/host.c
+plugins_ghc_host_la_CFLAGS = $(PLUGIN_CFLAGS)
+plugins_ghc_host_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_host_la_LIBADD = libgh200core.la $(PTHREAD_LIBS)

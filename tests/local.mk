@@ -1,0 +1,137 @@
+# tests: Check suites, loader test plugins, the CLI and the out-of-tree example plugin.
+# Test plugins are built with -rpath /nowhere (never installed); good ones go to
+# tests/plugins/.libs, deliberately broken ones to tests/badplugins/.libs.
+TEST_PLUGIN_LDFLAGS = -module -avoid-version -no-undefined -rpath /nowhere
+TEST_PLUGIN_CFLAGS = $(PLUGIN_CFLAGS)
+TEST_PLUGIN_LIBS = libgh200core.la
+
+check_LTLIBRARIES += tests/plugins/ghc_good.la
+tests_plugins_ghc_good_la_SOURCES = tests/plugins/fake.c
+tests_plugins_ghc_good_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=good
+tests_plugins_ghc_good_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_ghc_good_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_ghc_good_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/plugins/ghc_refuse.la
+tests_plugins_ghc_refuse_la_SOURCES = tests/plugins/fake.c
+tests_plugins_ghc_refuse_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=refuse -DFAKE_INSTANCE_FAIL
+tests_plugins_ghc_refuse_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_ghc_refuse_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_ghc_refuse_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_badabi.la
+tests_badplugins_ghc_badabi_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_badabi_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badabi -DFAKE_ABI=99
+tests_badplugins_ghc_badabi_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_badabi_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_badabi_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_newapi.la
+tests_badplugins_ghc_newapi_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_newapi_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=newapi -DFAKE_API=999
+tests_badplugins_ghc_newapi_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_newapi_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_newapi_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_nosym.la
+tests_badplugins_ghc_nosym_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_nosym_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=nosym -DFAKE_SYMBOL=ghc_plugin_other
+tests_badplugins_ghc_nosym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_nosym_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_nosym_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_badname.la
+tests_badplugins_ghc_badname_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_badname_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badname -DFAKE_DESC_NAME='"other"'
+tests_badplugins_ghc_badname_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_badname_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_badname_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_dup.la
+tests_badplugins_ghc_dup_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_dup_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=dup -DFAKE_OPS_NAME='"good"'
+tests_badplugins_ghc_dup_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_dup_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_dup_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_noreq.la
+tests_badplugins_ghc_noreq_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_noreq_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=noreq -DFAKE_NO_REQUIRED
+tests_badplugins_ghc_noreq_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_noreq_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_noreq_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_bigops.la
+tests_badplugins_ghc_bigops_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_bigops_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=bigops -DFAKE_BIG_OPS
+tests_badplugins_ghc_bigops_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_bigops_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_bigops_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_undeclared.la
+tests_badplugins_ghc_undeclared_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_undeclared_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=undeclared -DFAKE_REGISTER_OPTIMIZER
+tests_badplugins_ghc_undeclared_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_undeclared_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_undeclared_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_noregister.la
+tests_badplugins_ghc_noregister_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_noregister_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=noregister \
+	-DFAKE_KINDS='(GHC_KIND_BIT(GHC_KIND_SCHEDULER) | GHC_KIND_BIT(GHC_KIND_OPTIMIZER))'
+tests_badplugins_ghc_noregister_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_noregister_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_noregister_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+check_LTLIBRARIES += tests/badplugins/ghc_initfail.la
+tests_badplugins_ghc_initfail_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_initfail_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=initfail -DFAKE_INIT_FAIL
+tests_badplugins_ghc_initfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_initfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_initfail_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+# Left with an undefined symbol on purpose (no -no-undefined): dlopen(RTLD_NOW) must fail.
+check_LTLIBRARIES += tests/badplugins/ghc_undef.la
+tests_badplugins_ghc_undef_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_undef_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=undef -DFAKE_UNDEFINED
+tests_badplugins_ghc_undef_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_undef_la_LDFLAGS = -module -avoid-version -rpath /nowhere
+tests_badplugins_ghc_undef_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+TEST_LIBS = libgh200core.la $(CHECK_LIBS)
+
+check_PROGRAMS += tests/test_loader tests/test_config tests/test_cli
+tests_test_loader_SOURCES = tests/test_loader.c tests/testutil.h
+tests_test_loader_CFLAGS = $(TEST_CFLAGS)
+tests_test_loader_LDADD = $(TEST_LIBS)
+tests_test_config_SOURCES = tests/test_config.c tests/testutil.h
+tests_test_config_CFLAGS = $(TEST_CFLAGS)
+tests_test_config_LDADD = $(TEST_LIBS)
+tests_test_cli_SOURCES = tests/test_cli.c tests/testutil.h
+tests_test_cli_CFLAGS = $(TEST_CFLAGS)
+tests_test_cli_LDADD = $(TEST_LIBS)
+TESTS += tests/test_loader tests/test_config tests/test_cli
+
+if HAVE_CUDA
+check_PROGRAMS += tests/test_cuda_device
+tests_test_cuda_device_SOURCES = tests/test_cuda_device.c
+tests_test_cuda_device_CFLAGS = $(TEST_CFLAGS)
+tests_test_cuda_device_LDADD = kernels/libghc_cuda.la $(CHECK_LIBS)
+TESTS += tests/test_cuda_device
+endif
+EXTRA_DIST += tests/test_cuda_device.c
+
+TESTS += tests/example-plugin.sh
+EXTRA_DIST += tests/example-plugin.sh tests/data
+
+AM_TESTS_ENVIRONMENT = \
+	GHC_TEST_PLUGINS='$(abs_top_builddir)/tests/plugins/.libs'; export GHC_TEST_PLUGINS; \
+	GHC_TEST_BADPLUGINS='$(abs_top_builddir)/tests/badplugins/.libs'; export GHC_TEST_BADPLUGINS; \
+	GHC_BUILD_PLUGINS='$(abs_top_builddir)/plugins/.libs'; export GHC_BUILD_PLUGINS; \
+	GHC_TEST_DATA='$(abs_top_srcdir)/tests/data'; export GHC_TEST_DATA; \
+	GHC_CLI='$(abs_top_builddir)/gh200core'; export GHC_CLI; \
+	GHC_TOP_BUILDDIR='$(abs_top_builddir)'; export GHC_TOP_BUILDDIR; \
+	GHC_TOP_SRCDIR='$(abs_top_srcdir)'; export GHC_TOP_SRCDIR; \
+	MAKE='$(MAKE)'; export MAKE; \
+	GHC_PLUGIN_PATH=; export GHC_PLUGIN_PATH;

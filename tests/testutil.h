@@ -1,0 +1,89 @@
+/* testutil.h: helpers shared by the Check suites: environment paths, temporary files, and
+ * running the CLI with its exit status and output captured. Header-only on purpose: static
+ * functions, one copy per test program. */
+#ifndef GHC_TESTUTIL_H
+#define GHC_TESTUTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* An environment variable the test harness sets (tests/local.mk); fails the test if unset. */
+static const char *tu_env(const char *name)
+{
+    const char *v = getenv(name);
+    ck_assert_msg(v != NULL, "%s is not set: run through `make check`", name);
+    return v;
+}
+
+/* A fresh temporary folder; the caller frees the string. */
+static char *tu_tmpdir(void)
+{
+    char *d = strdup("/tmp/ghc-test-XXXXXX");
+    ck_assert_ptr_nonnull(d);
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    return d;
+}
+
+/* Write `text` to dir/name; returns the path (caller frees). */
+static char *tu_write(const char *dir, const char *name, const char *text)
+{
+    char *path = malloc(strlen(dir) + strlen(name) + 2);
+    ck_assert_ptr_nonnull(path);
+    sprintf(path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void tu_rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Run a shell command line; stdout and stderr land in *out (caller frees). Returns the
+ * exit status, or 128 + signal when killed (a crash is never a pass). */
+static int tu_run(const char *cmdline, char **out)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "%s 2>&1", cmdline);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            ck_assert_ptr_nonnull(buf);
+        }
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    *out = buf;
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return WEXITSTATUS(st);
+}
+
+/* Number of lines in s: newlines, plus one for an unterminated last line. */
+static int tu_lines(const char *s)
+{
+    int n = 0;
+    size_t len = strlen(s);
+    for (size_t i = 0; i < len; i++)
+        n += s[i] == '\n';
+    return n + (len && s[len - 1] != '\n');
+}
+
+#endif /* GHC_TESTUTIL_H */
