@@ -67,6 +67,18 @@ static const char *override_of(const struct ghc_config *c, const config_setting_
     return NULL;
 }
 
+/* The file as the user can find it: an @include'd name is relative to the including
+ * file's folder, so prefix that folder. NULL means the main file. */
+static const char *include_path(const struct ghc_config *c, const char *file, char *buf, size_t n)
+{
+    if (!file || strcmp(file, c->file) == 0)
+        return c->file;
+    if (file[0] == '/' || strcmp(c->dir, ".") == 0)
+        return file;
+    snprintf(buf, n, "%s/%s", c->dir, file);
+    return buf;
+}
+
 static const char *where_setting(const struct ghc_config *c, config_setting_t *s, char *buf, size_t n)
 {
     const char *ov = override_of(c, s);
@@ -79,8 +91,8 @@ static const char *where_setting(const struct ghc_config *c, config_setting_t *s
         s = config_setting_parent(s);
     const char *file = s ? config_setting_source_file(s) : NULL;
     unsigned line = s ? config_setting_source_line(s) : 0;
-    if (!file)
-        file = c->file;
+    char path[4096];
+    file = include_path(c, file, path, sizeof(path));
     if (line)
         snprintf(buf, n, "%s:%u", file, line);
     else
@@ -168,7 +180,7 @@ static void key_suggest(const struct ghc_cfg_key *keys, const char *name, const 
 /* "optimizer \"adamw\"" for messages about cfg's own keys; the dotted path for nested ones. */
 static int type_error(ghc_cfg_t *cfg, config_setting_t *s, const char *key, const char *want)
 {
-    char where[512];
+    char where[4352];
     return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s%s%s: expected %s, got %s",
                          where_setting(cfg->core->config, s, where, sizeof(where)), cfg->path,
                          *cfg->path ? "." : "", key, want, lc_type_name(config_setting_type(s)));
@@ -178,7 +190,7 @@ int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,
                        const struct ghc_cfg_key *extra, const char *what)
 {
     struct ghc_config *c = cfg->core->config;
-    char where[512];
+    char where[4352];
     int n = config_setting_length(cfg->s);
     for (int i = 0; i < n; i++) {
         config_setting_t *s = config_setting_get_elem(cfg->s, i);
@@ -567,8 +579,9 @@ void ghc_config_free(struct ghc_config *c)
 
 static int parse_error(ghc_core_t *core, struct ghc_config *c)
 {
-    const char *file = config_error_file(&c->lc);
-    return ghc_error_set(core, GHC_ECONFIG, "%s:%d: %s", file ? file : c->file,
+    char path[4096];
+    return ghc_error_set(core, GHC_ECONFIG, "%s:%d: %s",
+                         include_path(c, config_error_file(&c->lc), path, sizeof(path)),
                          config_error_line(&c->lc), config_error_text(&c->lc));
 }
 

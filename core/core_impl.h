@@ -49,7 +49,7 @@ struct ghc_cfg {                     /* a handle to one group of the configurati
     ghc_core_t         *core;
     config_setting_t   *s;
     char               *path;        /* dotted path, "" for the root */
-    char                where[512];  /* scratch for ghc_cfg_where() */
+    char                where[4352]; /* scratch for ghc_cfg_where() */
     struct ghc_cfg     *next;        /* all handles, for freeing */
 };
 

@@ -241,7 +241,7 @@ int main(int argc, char **argv)
         status = EXIT_FAIL;
         goto out;
     }
-    while ((opt = getopt_long(argc, argv, "+c:s:P:nvqhV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:s:P:nvqhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': cli.config = optarg; break;
         case 's': cli.sets[cli.n_sets++] = optarg; break;

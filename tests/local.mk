@@ -116,8 +116,8 @@ TESTS += tests/test_loader tests/test_config tests/test_cli
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_device
 tests_test_cuda_device_SOURCES = tests/test_cuda_device.c
-tests_test_cuda_device_CFLAGS = $(TEST_CFLAGS)
-tests_test_cuda_device_LDADD = kernels/libghc_cuda.la $(CHECK_LIBS)
+tests_test_cuda_device_CFLAGS = $(TEST_CFLAGS) $(CUDA_CFLAGS)
+tests_test_cuda_device_LDADD = kernels/libghc_cuda.la $(CUDA_LIBS) $(CHECK_LIBS)
 TESTS += tests/test_cuda_device
 endif
 EXTRA_DIST += tests/test_cuda_device.c

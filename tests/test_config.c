@@ -1,1 +1,479 @@
-int main(void){return 77;}
+/* test_config.c: the configuration: typed getters with defaults and bounds, wrong types,
+ * unknown keys with file:line and "did you mean", syntax errors, --set overrides (values,
+ * types, new groups, their own locations), @include, and the resolved file written out. */
+#include <gh200core/gh200core.h>
+
+#include "testutil.h"
+
+static ghc_core_t *load_text(const char *text, int want, const char *const *sets, int n)
+{
+    ghc_core_t *core = ghc_core_init();
+    int rc = ghc_config_load_string(core, text, "t.cfg", NULL, sets, n);
+    ck_assert_msg(rc == want, "rc %d, want %d: %s", rc, want, ghc_error_message(core));
+    return core;
+}
+
+static void expect_msg(ghc_core_t *core, const char *what)
+{
+    const char *msg = ghc_error_message(core);
+    ck_assert_msg(strstr(msg, what) != NULL, "message lacks '%s': %s", what, msg);
+    ck_assert_msg(strchr(msg, '\n') == NULL, "message is not one line: %s", msg);
+}
+
+/* ---- getters ------------------------------------------------------------------------------ */
+
+static const char good_text[] =
+    "seed = 7;\n"
+    "scheduler = {\n"
+    "  plugin = \"x\";\n"
+    "  depth = 12;\n"
+    "  alpha = 3;\n"          /* an integer where a float is wanted: accepted */
+    "  label = \"hello\";\n"
+    "  enabled = false;\n"
+    "  mode = \"exact\";\n"
+    "  tags = [\"a\", \"b\"];\n"
+    "  weights = (1, 2.5);\n"
+    "  sub = { width = 3; };\n"
+    "};\n";
+
+START_TEST(getters_values)
+{
+    ghc_core_t *core = load_text(good_text, 0, NULL, 0);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    ck_assert_ptr_nonnull(s);
+    ck_assert_str_eq(ghc_cfg_path(s), "scheduler");
+    ck_assert_ptr_eq(ghc_cfg_core(s), core);
+    int64_t i;
+    double f;
+    bool b;
+    const char *str;
+    int choice, n;
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 0, 100, &i), 0);
+    ck_assert_int_eq(i, 12);
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 0.5, 0, 10, &f), 0);
+    ck_assert_double_eq(f, 3.0);
+    ck_assert_int_eq(ghc_cfg_get_string(s, "label", "none", &str), 0);
+    ck_assert_str_eq(str, "hello");
+    ck_assert_int_eq(ghc_cfg_get_bool(s, "enabled", true, &b), 0);
+    ck_assert(!b);
+    static const char *const modes[] = { "fast", "exact", NULL };
+    ck_assert_int_eq(ghc_cfg_get_choice(s, "mode", 0, modes, &choice), 0);
+    ck_assert_int_eq(choice, 1);
+    ck_assert_int_eq(ghc_cfg_list_len(s, "tags", &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(ghc_cfg_list_string(s, "tags", 1, &str), 0);
+    ck_assert_str_eq(str, "b");
+    ck_assert_int_eq(ghc_cfg_list_len(s, "weights", &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(ghc_cfg_list_float(s, "weights", 0, &f), 0);
+    ck_assert_double_eq(f, 1.0);
+    ck_assert_int_eq(ghc_cfg_list_float(s, "weights", 1, &f), 0);
+    ck_assert_double_eq(f, 2.5);
+    ck_assert_int_eq(ghc_cfg_list_float(s, "weights", 2, &f), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:10: scheduler.weights has no element 2");
+    static const struct ghc_cfg_key sub_keys[] = { { "width", GHC_CFG_INT }, { NULL, 0 } };
+    ghc_cfg_t *sub;
+    ck_assert_int_eq(ghc_cfg_get_group(s, "sub", sub_keys, &sub), 0);
+    ck_assert_ptr_nonnull(sub);
+    ck_assert_str_eq(ghc_cfg_path(sub), "scheduler.sub");
+    ck_assert_int_eq(ghc_cfg_get_int(sub, "width", 1, 1, 10, &i), 0);
+    ck_assert_int_eq(i, 3);
+    ck_assert_int_eq(ghc_cfg_get_group(s, "absent", sub_keys, &sub), 0);
+    ck_assert_ptr_null(sub);
+    ck_assert_str_eq(ghc_cfg_where(s, "label"), "t.cfg:6");
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(getters_defaults)
+{
+    ghc_core_t *core = load_text("scheduler = { plugin = \"x\"; };\n", 0, NULL, 0);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    int64_t i;
+    double f;
+    bool b;
+    const char *str;
+    int n, choice;
+    static const char *const modes[] = { "fast", "exact", NULL };
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 9, 0, 100, &i), 0);
+    ck_assert_int_eq(i, 9);
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 0.125, 0, 1, &f), 0);
+    ck_assert_double_eq(f, 0.125);
+    ck_assert_int_eq(ghc_cfg_get_bool(s, "enabled", true, &b), 0);
+    ck_assert(b);
+    ck_assert_int_eq(ghc_cfg_get_string(s, "label", "dflt", &str), 0);
+    ck_assert_str_eq(str, "dflt");
+    ck_assert_int_eq(ghc_cfg_get_string(s, "nolabel", NULL, &str), 0);
+    ck_assert_ptr_null(str);
+    ck_assert_int_eq(ghc_cfg_get_choice(s, "mode", 1, modes, &choice), 0);
+    ck_assert_int_eq(choice, 1);
+    ck_assert_int_eq(ghc_cfg_list_len(s, "tags", &n), 0);
+    ck_assert_int_eq(n, 0);
+    /* defaults are recorded: present now, and read back the same */
+    ck_assert(ghc_cfg_has(s, "depth"));
+    ck_assert(ghc_cfg_has(s, "mode"));
+    ck_assert(!ghc_cfg_has(s, "nolabel"));
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 0, 100, &i), 0);
+    ck_assert_int_eq(i, 9);
+    ck_assert_int_eq(ghc_cfg_get_string(s, "mode", "x", &str), 0);
+    ck_assert_str_eq(str, "exact");
+    ck_assert_str_eq(ghc_config_output_dir(core), "output");
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- type and range errors ---------------------------------------------------------------- */
+
+START_TEST(wrong_types)
+{
+    ghc_core_t *core = load_text("scheduler = {\n plugin = \"x\";\n depth = \"four\";\n alpha = true;\n"
+                                 " enabled = 1;\n label = 3;\n tags = \"a\";\n mixed = [1, 2];\n"
+                                 " sub = 5;\n};\n", 0, NULL, 0);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    int64_t i;
+    double f;
+    bool b;
+    const char *str;
+    int n;
+    ghc_cfg_t *g;
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 0, 10, &i), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:3: scheduler.depth: expected an integer, got a string");
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 1, 0, 10, &f), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:4: scheduler.alpha: expected a number, got a boolean");
+    ck_assert_int_eq(ghc_cfg_get_bool(s, "enabled", true, &b), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:5: scheduler.enabled: expected a boolean (true or false), got an integer");
+    ck_assert_int_eq(ghc_cfg_get_string(s, "label", "", &str), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:6: scheduler.label: expected a string, got an integer");
+    ck_assert_int_eq(ghc_cfg_list_len(s, "tags", &n), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:7: scheduler.tags: expected a list [ ... ], got a string");
+    ck_assert_int_eq(ghc_cfg_list_string(s, "mixed", 0, &str), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:8: scheduler.mixed[0]: expected a string, got an integer");
+    ck_assert_int_eq(ghc_cfg_get_group(s, "sub", NULL, &g), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:9: scheduler.sub: expected a group { ... }, got an integer");
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(out_of_range)
+{
+    ghc_core_t *core = load_text("scheduler = {\n plugin = \"x\";\n depth = 65;\n alpha = -0.5;\n"
+                                 " mode = \"fsat\";\n};\n", 0, NULL, 0);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    int64_t i;
+    double f;
+    int c;
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 1, 64, &i), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:3: scheduler.depth = 65 is out of range [1, 64]");
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 1, 0, 1, &f), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:4: scheduler.alpha = -0.5 is out of range [0, 1]");
+    static const char *const modes[] = { "fast", "exact", NULL };
+    ck_assert_int_eq(ghc_cfg_get_choice(s, "mode", 0, modes, &c), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:5: scheduler.mode = \"fsat\" is not one of: fast, exact (did you mean 'fast'?)");
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- keys --------------------------------------------------------------------------------- */
+
+START_TEST(unknown_keys)
+{
+    ghc_core_t *core = load_text("seed = 1;\n\noptimiser = { plugin = \"x\"; };\n", GHC_ECONFIG, NULL, 0);
+    expect_msg(core, "t.cfg:3: top level: unknown key 'optimiser' (did you mean 'optimizer'?)");
+    ghc_core_free(core);
+    core = load_text("zzzz = 1;\n", GHC_ECONFIG, NULL, 0);
+    expect_msg(core, "t.cfg:1: top level: unknown key 'zzzz'");
+    ck_assert_ptr_null(strstr(ghc_error_message(core), "did you mean"));
+    ghc_core_free(core);
+    core = load_text("seed = \"x\";\n", GHC_ECONFIG, NULL, 0);
+    expect_msg(core, "t.cfg:1: top level: key 'seed' must be an integer, got a string");
+    ghc_core_free(core);
+
+    /* a section's keys against the plugin's declared ones, before its init runs */
+    core = load_text("scheduler = {\n plugin = \"good\";\n alhpa = 0.3;\n};\n", 0, NULL, 0);
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_TEST_PLUGINS")), 0);
+    ck_assert_int_eq(ghc_run_init(core), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:3: scheduler \"good\": unknown key 'alhpa' (did you mean 'alpha'?)");
+    ck_assert_ptr_null(ghc_scheduler_get(core));
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(nested_unknown_key)
+{
+    ghc_core_t *core = load_text("scheduler = {\n plugin = \"x\";\n sub = {\n  widht = 2;\n };\n};\n", 0, NULL, 0);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler"), *g;
+    static const struct ghc_cfg_key sub_keys[] = { { "width", GHC_CFG_INT }, { NULL, 0 } };
+    ck_assert_int_eq(ghc_cfg_get_group(s, "sub", sub_keys, &g), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:4: scheduler.sub: unknown key 'widht' (did you mean 'width'?)");
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(syntax_error)
+{
+    ghc_core_t *core = load_text("seed = 1;\nscheduler = {\n  plugin = \"x\";\n  depth = ;\n};\n", GHC_ECONFIG, NULL, 0);
+    expect_msg(core, "t.cfg:4: syntax error");
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(missing_file)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load(core, "/nonexistent/train.cfg", NULL, 0), GHC_EIO);
+    expect_msg(core, "/nonexistent/train.cfg: cannot read the configuration: No such file or directory");
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- overrides ---------------------------------------------------------------------------- */
+
+START_TEST(overrides)
+{
+    const char *sets[] = { "scheduler.depth=7", "scheduler.alpha=1", "scheduler.label=some/path",
+                           "scheduler.mode=\"fast\"", "optimizer.plugin=adamw", "scheduler.tags=[\"x\"]",
+                           "scheduler.enabled=true", "output_dir=out dir" };
+    ghc_core_t *core = load_text("scheduler = {\n plugin = \"x\";\n depth = 3;\n alpha = 0.5;\n"
+                                 " label = \"1\";\n};\n", 0, sets, 8);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    int64_t i;
+    double f;
+    bool b;
+    const char *str;
+    int n;
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 0, 100, &i), 0);
+    ck_assert_int_eq(i, 7);
+    ck_assert_str_eq(ghc_cfg_where(s, "depth"), "--set scheduler.depth");
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 0, 0, 10, &f), 0);   /* stays a float */
+    ck_assert_double_eq(f, 1.0);
+    ck_assert_int_eq(ghc_cfg_get_string(s, "label", "", &str), 0);
+    ck_assert_str_eq(str, "some/path");
+    ck_assert_int_eq(ghc_cfg_get_string(s, "mode", "", &str), 0);
+    ck_assert_str_eq(str, "fast");
+    ck_assert_int_eq(ghc_cfg_list_len(s, "tags", &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ghc_cfg_get_bool(s, "enabled", false, &b), 0);
+    ck_assert(b);
+    ghc_cfg_t *o = ghc_config_section(core, "optimizer");
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(ghc_cfg_get_string(o, "plugin", NULL, &str), 0);
+    ck_assert_str_eq(str, "adamw");
+    ck_assert_str_eq(ghc_config_output_dir(core), "out dir");
+    ck_assert_str_eq(ghc_cfg_where(s, "plugin"), "t.cfg:2");
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(override_errors)
+{
+    const char *bad_type[] = { "scheduler.depth=\"deep\"" };
+    ghc_core_t *core = load_text("scheduler = { plugin = \"x\"; depth = 3; };\n", 0, bad_type, 1);
+    int64_t i;
+    ck_assert_int_eq(ghc_cfg_get_int(ghc_config_section(core, "scheduler"), "depth", 1, 0, 9, &i), GHC_ECONFIG);
+    expect_msg(core, "--set scheduler.depth: scheduler.depth: expected an integer, got a string");
+    ghc_core_free(core);
+
+    const char *range[] = { "scheduler.depth=99" };
+    core = load_text("scheduler = { plugin = \"x\"; depth = 3; };\n", 0, range, 1);
+    ck_assert_int_eq(ghc_cfg_get_int(ghc_config_section(core, "scheduler"), "depth", 1, 0, 9, &i), GHC_ECONFIG);
+    expect_msg(core, "--set scheduler.depth: scheduler.depth = 99 is out of range [0, 9]");
+    ghc_core_free(core);
+
+    const char *noeq[] = { "scheduler.depth" };
+    core = load_text("seed = 1;\n", GHC_ECONFIG, noeq, 1);
+    expect_msg(core, "--set scheduler.depth: expected KEY=VALUE");
+    ghc_core_free(core);
+
+    const char *badpath[] = { "scheduler..depth=1" };
+    core = load_text("seed = 1;\n", GHC_ECONFIG, badpath, 1);
+    expect_msg(core, "expected KEY=VALUE with KEY a dotted path");
+    ghc_core_free(core);
+
+    const char *notgroup[] = { "seed.x=1" };
+    core = load_text("seed = 1;\n", GHC_ECONFIG, notgroup, 1);
+    expect_msg(core, "--set seed.x: 'seed' is an integer, not a group");
+    ghc_core_free(core);
+
+    const char *unknown[] = { "sede=1" };
+    core = load_text("seed = 1;\n", GHC_ECONFIG, unknown, 1);
+    expect_msg(core, "--set sede: top level: unknown key 'sede' (did you mean 'seed'?)");
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- include and the resolved file ---------------------------------------------------------- */
+
+START_TEST(include_and_resolved)
+{
+    char *dir = tu_tmpdir();
+    char *inc = tu_write(dir, "common.cfg", "seed = 3;\nscheduler = {\n  plugin = \"x\";\n  depth = 2;\n};\n");
+    char *main_cfg = tu_write(dir, "train.cfg", "# main\n@include \"common.cfg\"\noutput_dir = \"o\";\n");
+    const char *sets[] = { "scheduler.alpha=0.75" };
+    ghc_core_t *core = ghc_core_init();
+    int rc = ghc_config_load(core, main_cfg, sets, 1);
+    ck_assert_msg(rc == 0, "%s", ghc_error_message(core));
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    int64_t i;
+    double f;
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 0, 9, &i), 0);
+    ck_assert_int_eq(i, 2);
+    char want[4200];
+    snprintf(want, sizeof(want), "%s:4", inc);        /* the line in the included file */
+    ck_assert_str_eq(ghc_cfg_where(s, "depth"), want);
+    ck_assert_int_eq(ghc_cfg_get_int(s, "width", 5, 0, 9, &i), 0);   /* a default */
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 0, 0, 1, &f), 0);
+    char out[4200];
+    snprintf(out, sizeof(out), "%s/resolved.cfg", dir);
+    ck_assert_int_eq(ghc_config_write(core, out), 0);
+    ghc_core_free(core);
+
+    /* the resolved file stands alone: includes expanded, overrides and defaults in it */
+    core = ghc_core_init();
+    rc = ghc_config_load(core, out, NULL, 0);
+    ck_assert_msg(rc == 0, "%s", ghc_error_message(core));
+    s = ghc_config_section(core, "scheduler");
+    ck_assert_int_eq(ghc_cfg_get_int(s, "depth", 1, 0, 9, &i), 0);
+    ck_assert_int_eq(i, 2);
+    ck_assert_int_eq(ghc_cfg_get_int(s, "width", 1, 0, 9, &i), 0);
+    ck_assert_int_eq(i, 5);
+    ck_assert_int_eq(ghc_cfg_get_float(s, "alpha", 0, 0, 1, &f), 0);
+    ck_assert_double_eq(f, 0.75);
+    ck_assert_str_eq(ghc_config_output_dir(core), "o");
+    ck_assert(!ghc_cfg_has(s, "@include"));
+    ghc_core_free(core);
+
+    /* an error inside the included file names that file and line */
+    free(tu_write(dir, "common.cfg", "seed = 3;\nscheduler = {\n  plugin = \"x\";\n  depth = ;\n};\n"));
+    core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load(core, main_cfg, NULL, 0), GHC_ECONFIG);
+    snprintf(want, sizeof(want), "%s:4: syntax error", inc);
+    expect_msg(core, want);
+    ghc_core_free(core);
+
+    /* writing where we cannot: an error, and no stray temporary file */
+    core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load(core, out, NULL, 0), 0);
+    ck_assert_int_eq(ghc_config_write(core, "/nonexistent/dir/resolved.cfg"), GHC_EIO);
+    expect_msg(core, "/nonexistent/dir/resolved.cfg.tmp.");
+    ghc_core_free(core);
+
+    free(inc);
+    free(main_cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(plugin_path_relative_to_config)
+{
+    char *dir = tu_tmpdir();
+    char *cfg = tu_write(dir, "t.cfg", "plugin_path = [\"plugs\", \"/abs/plugs\"];\n");
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, "/cli"), 0);
+    ck_assert_int_eq(ghc_config_load(core, cfg, NULL, 0), 0);
+    char want[4200];
+    snprintf(want, sizeof(want), "%s/plugs", dir);
+    ck_assert_str_eq(ghc_plugin_path_at(core, 0), "/cli");
+    ck_assert_str_eq(ghc_plugin_path_at(core, 1), want);
+    ck_assert_str_eq(ghc_plugin_path_at(core, 2), "/abs/plugs");
+    const char *last = NULL, *p;
+    for (int i = 3; (p = ghc_plugin_path_at(core, i)); i++)
+        last = p;
+    ck_assert_ptr_nonnull(last);
+    ck_assert_str_eq(last, GHC_PLUGINSDIR);   /* the installed folder comes last */
+    ghc_core_free(core);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(errors_and_log)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_str_eq(ghc_error_message(core), "");
+    ck_assert_int_eq(ghc_error_set(core, GHC_EIO, "x: %d", 3), GHC_EIO);
+    ck_assert_str_eq(ghc_error_message(core), "x: 3");
+    ck_assert_int_eq(ghc_error_code(core), GHC_EIO);
+    /* a message may quote the previous one */
+    ghc_error_set(core, GHC_EIO, "outer: %s", ghc_error_message(core));
+    ck_assert_str_eq(ghc_error_message(core), "outer: x: 3");
+    ghc_error_clear(core);
+    ck_assert_int_eq(ghc_error_code(core), 0);
+    for (int c = 0; c >= GHC_EINTERNAL; c--)
+        ck_assert_str_ne(ghc_status_string(c), "unknown status");
+    ck_assert_str_eq(ghc_status_string(-99), "unknown status");
+    ck_assert_int_eq(ghc_api_version(), GHC_API_VERSION);
+    ck_assert_str_eq(ghc_version(), GHC_VERSION);
+    ck_assert_str_eq(ghc_kind_name(GHC_KIND_NETWORK), "network");
+    ck_assert_str_eq(ghc_kind_name(GHC_KIND_COUNT), "?");
+    ghc_core_free(core);
+    ghc_core_free(NULL);
+}
+END_TEST
+
+struct captured { int n; enum ghc_log_level lvl; char msg[256]; };
+
+static void capture(void *user, enum ghc_log_level lvl, const char *msg)
+{
+    struct captured *c = user;
+    c->n++;
+    c->lvl = lvl;
+    snprintf(c->msg, sizeof(c->msg), "%s", msg);
+}
+
+START_TEST(log_sink_and_level)
+{
+    ghc_core_t *core = ghc_core_init();
+    struct captured c = { 0 };
+    ghc_log_set_sink(core, capture, &c);
+    ghc_log(core, GHC_LOG_INFO, "lora: rank=%d", 16);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_int_eq(c.lvl, GHC_LOG_INFO);
+    ck_assert_str_eq(c.msg, "lora: rank=16");
+    ghc_log(core, GHC_LOG_DEBUG, "hidden");
+    ck_assert_int_eq(c.n, 1);
+    ghc_log_set_level(core, GHC_LOG_DEBUG);
+    ck_assert_int_eq(ghc_log_get_level(core), GHC_LOG_DEBUG);
+    ghc_log(core, GHC_LOG_DEBUG, "shown");
+    ck_assert_int_eq(c.n, 2);
+    ghc_log_set_level(core, GHC_LOG_ERROR);
+    ghc_log(core, GHC_LOG_WARN, "dropped");
+    ck_assert_int_eq(c.n, 2);
+    ghc_core_free(core);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("getters");
+    tcase_add_test(tc, getters_values);
+    tcase_add_test(tc, getters_defaults);
+    tcase_add_test(tc, wrong_types);
+    tcase_add_test(tc, out_of_range);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("keys");
+    tcase_add_test(tc, unknown_keys);
+    tcase_add_test(tc, nested_unknown_key);
+    tcase_add_test(tc, syntax_error);
+    tcase_add_test(tc, missing_file);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("overrides");
+    tcase_add_test(tc, overrides);
+    tcase_add_test(tc, override_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("files");
+    tcase_add_test(tc, include_and_resolved);
+    tcase_add_test(tc, plugin_path_relative_to_config);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("errors");
+    tcase_add_test(tc, errors_and_log);
+    tcase_add_test(tc, log_sink_and_level);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 /* An environment variable the test harness sets (tests/local.mk); fails the test if unset. */
-static const char *tu_env(const char *name)
+static inline const char *tu_env(const char *name)
 {
     const char *v = getenv(name);
     ck_assert_msg(v != NULL, "%s is not set: run through `make check`", name);
@@ -20,7 +20,7 @@ static const char *tu_env(const char *name)
 }
 
 /* A fresh temporary folder; the caller frees the string. */
-static char *tu_tmpdir(void)
+static inline char *tu_tmpdir(void)
 {
     char *d = strdup("/tmp/ghc-test-XXXXXX");
     ck_assert_ptr_nonnull(d);
@@ -29,7 +29,7 @@ static char *tu_tmpdir(void)
 }
 
 /* Write `text` to dir/name; returns the path (caller frees). */
-static char *tu_write(const char *dir, const char *name, const char *text)
+static inline char *tu_write(const char *dir, const char *name, const char *text)
 {
     char *path = malloc(strlen(dir) + strlen(name) + 2);
     ck_assert_ptr_nonnull(path);
@@ -41,7 +41,7 @@ static char *tu_write(const char *dir, const char *name, const char *text)
     return path;
 }
 
-static void tu_rm_rf(const char *dir)
+static inline void tu_rm_rf(const char *dir)
 {
     char cmd[4200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
@@ -50,7 +50,7 @@ static void tu_rm_rf(const char *dir)
 
 /* Run a shell command line; stdout and stderr land in *out (caller frees). Returns the
  * exit status, or 128 + signal when killed (a crash is never a pass). */
-static int tu_run(const char *cmdline, char **out)
+static inline int tu_run(const char *cmdline, char **out)
 {
     char cmd[8192];
     snprintf(cmd, sizeof(cmd), "%s 2>&1", cmdline);
@@ -77,7 +77,7 @@ static int tu_run(const char *cmdline, char **out)
 }
 
 /* Number of lines in s: newlines, plus one for an unterminated last line. */
-static int tu_lines(const char *s)
+static inline int tu_lines(const char *s)
 {
     int n = 0;
     size_t len = strlen(s);

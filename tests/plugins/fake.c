@@ -77,7 +77,7 @@ static int32_t fake_micro_batches(void *self, int64_t step)
     return (int32_t)(((struct fake *)self)->depth + step);
 }
 
-static float fake_lr_factor(void *self, int64_t step)
+__attribute__((unused)) static float fake_lr_factor(void *self, int64_t step)
 {
     (void)step;
     return (float)((struct fake *)self)->alpha;
@@ -91,7 +91,7 @@ static const struct big_ops big = { .base = { .struct_size = sizeof(struct big_o
     .init = fake_init, .micro_batches = fake_micro_batches, .lr_factor = fake_lr_factor } };
 #endif
 
-static const struct ghc_scheduler_ops fake_ops = {
+__attribute__((unused)) static const struct ghc_scheduler_ops fake_ops = {
     .struct_size = sizeof(struct ghc_scheduler_ops),
 #ifdef FAKE_OPS_NAME
     .name = FAKE_OPS_NAME,
