@@ -67,8 +67,9 @@ static const char *override_of(const struct ghc_config *c, const config_setting_
     return NULL;
 }
 
-/* The file as the user can find it: an @include'd name is relative to the including
- * file's folder, so prefix that folder. NULL means the main file. */
+/* The file as the user can find it. libconfig resolves every @include (nested ones too)
+ * against the main file's folder, and reports the name as written: prefix that folder.
+ * NULL means the main file. */
 static const char *include_path(const struct ghc_config *c, const char *file, char *buf, size_t n)
 {
     if (!file || strcmp(file, c->file) == 0)
@@ -177,13 +178,19 @@ static void key_suggest(const struct ghc_cfg_key *keys, const char *name, const 
     }
 }
 
-/* "optimizer \"adamw\"" for messages about cfg's own keys; the dotted path for nested ones. */
+/* "scheduler.depth" for `key` in section "scheduler"; "seed" at the top level. */
+static const char *qualified(const ghc_cfg_t *cfg, const char *key, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s%s", cfg->path, *cfg->path ? "." : "", key);
+    return buf;
+}
+
 static int type_error(ghc_cfg_t *cfg, config_setting_t *s, const char *key, const char *want)
 {
-    char where[4352];
-    return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s%s%s: expected %s, got %s",
-                         where_setting(cfg->core->config, s, where, sizeof(where)), cfg->path,
-                         *cfg->path ? "." : "", key, want, lc_type_name(config_setting_type(s)));
+    char where[4352], q[256];
+    return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s: expected %s, got %s",
+                         where_setting(cfg->core->config, s, where, sizeof(where)),
+                         qualified(cfg, key, q, sizeof(q)), want, lc_type_name(config_setting_type(s)));
 }
 
 int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,
@@ -229,6 +236,7 @@ static config_setting_t *record(ghc_cfg_t *cfg, const char *key, int type)
 
 int ghc_cfg_get_int(ghc_cfg_t *cfg, const char *key, int64_t def, int64_t min, int64_t max, int64_t *out)
 {
+    char q[256];
     config_setting_t *s = config_setting_get_member(cfg->s, key);
     if (!s) {
         config_setting_t *r = record(cfg, key, (def >= INT32_MIN && def <= INT32_MAX)
@@ -243,14 +251,15 @@ int ghc_cfg_get_int(ghc_cfg_t *cfg, const char *key, int64_t def, int64_t min, i
     int64_t v = config_setting_get_int64(s);
     if (v < min || v > max)
         return ghc_error_set(cfg->core, GHC_ECONFIG,
-                             "%s: %s.%s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]",
-                             ghc_cfg_where(cfg, key), cfg->path, key, v, min, max);
+                             "%s: %s = %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]",
+                             ghc_cfg_where(cfg, key), qualified(cfg, key, q, sizeof(q)), v, min, max);
     *out = v;
     return 0;
 }
 
 int ghc_cfg_get_float(ghc_cfg_t *cfg, const char *key, double def, double min, double max, double *out)
 {
+    char q[256];
     config_setting_t *s = config_setting_get_member(cfg->s, key);
     if (!s) {
         config_setting_t *r = record(cfg, key, CONFIG_TYPE_FLOAT);
@@ -264,8 +273,8 @@ int ghc_cfg_get_float(ghc_cfg_t *cfg, const char *key, double def, double min, d
         return type_error(cfg, s, key, "a number");
     double v = t == CONFIG_TYPE_FLOAT ? config_setting_get_float(s) : (double)config_setting_get_int64(s);
     if (!(v >= min && v <= max))  /* NaN fails too */
-        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s = %g is out of range [%g, %g]",
-                             ghc_cfg_where(cfg, key), cfg->path, key, v, min, max);
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s = %g is out of range [%g, %g]",
+                             ghc_cfg_where(cfg, key), qualified(cfg, key, q, sizeof(q)), v, min, max);
     *out = v;
     return 0;
 }
@@ -326,8 +335,9 @@ int ghc_cfg_get_choice(ghc_cfg_t *cfg, const char *key, int def, const char *con
         size_t l = strlen(list);
         snprintf(list + l, sizeof(list) - l, "%s%s", i ? ", " : "", choices[i]);
     }
-    return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s = \"%s\" is not one of: %s%s%s%s",
-                         ghc_cfg_where(cfg, key), cfg->path, key, v, list,
+    char q[256];
+    return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s = \"%s\" is not one of: %s%s%s%s",
+                         ghc_cfg_where(cfg, key), qualified(cfg, key, q, sizeof(q)), v, list,
                          best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
 }
 
@@ -350,27 +360,29 @@ int ghc_cfg_list_len(ghc_cfg_t *cfg, const char *key, int *out)
 
 static int list_elem(ghc_cfg_t *cfg, const char *key, int i, config_setting_t **out)
 {
+    char q[256];
     config_setting_t *s;
     int rc = list_get(cfg, key, &s);
     if (rc < 0)
         return rc;
     config_setting_t *e = s ? config_setting_get_elem(s, (unsigned)i) : NULL;
     if (!e)
-        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s has no element %d",
-                             ghc_cfg_where(cfg, key), cfg->path, key, i);
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s has no element %d",
+                             ghc_cfg_where(cfg, key), qualified(cfg, key, q, sizeof(q)), i);
     *out = e;
     return 0;
 }
 
 int ghc_cfg_list_string(ghc_cfg_t *cfg, const char *key, int i, const char **out)
 {
+    char q[256];
     config_setting_t *e;
     int rc = list_elem(cfg, key, i, &e);
     if (rc < 0)
         return rc;
     if (config_setting_type(e) != CONFIG_TYPE_STRING)
-        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s[%d]: expected a string, got %s",
-                             ghc_cfg_where(cfg, key), cfg->path, key, i,
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s[%d]: expected a string, got %s",
+                             ghc_cfg_where(cfg, key), qualified(cfg, key, q, sizeof(q)), i,
                              lc_type_name(config_setting_type(e)));
     *out = config_setting_get_string(e);
     return 0;
@@ -378,14 +390,15 @@ int ghc_cfg_list_string(ghc_cfg_t *cfg, const char *key, int i, const char **out
 
 int ghc_cfg_list_float(ghc_cfg_t *cfg, const char *key, int i, double *out)
 {
+    char q[256];
     config_setting_t *e;
     int rc = list_elem(cfg, key, i, &e);
     if (rc < 0)
         return rc;
     int t = config_setting_type(e);
     if (!type_ok(GHC_CFG_FLOAT, t))
-        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s.%s[%d]: expected a number, got %s",
-                             ghc_cfg_where(cfg, key), cfg->path, key, i, lc_type_name(t));
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s[%d]: expected a number, got %s",
+                             ghc_cfg_where(cfg, key), qualified(cfg, key, q, sizeof(q)), i, lc_type_name(t));
     *out = t == CONFIG_TYPE_FLOAT ? config_setting_get_float(e) : (double)config_setting_get_int64(e);
     return 0;
 }
@@ -454,6 +467,39 @@ static bool valid_path(const char *p, size_t n)
     return true;
 }
 
+/* Remember that `s` came from `--set arg` (the key part, up to `eq`). */
+static int override_record(ghc_core_t *core, config_setting_t *s, const char *arg, const char *eq)
+{
+    struct ghc_config *c = core->config;
+    config_setting_t **ov = realloc(c->overridden, (size_t)(c->n_overrides + 1) * sizeof(*ov));
+    if (ov)
+        c->overridden = ov;
+    char **op = realloc(c->override_path, (size_t)(c->n_overrides + 1) * sizeof(*op));
+    if (op)
+        c->override_path = op;
+    char *p = ghc_strdup(arg);
+    if (!ov || !op || !p) {
+        free(p);
+        return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
+    }
+    p[eq - arg] = '\0';
+    c->overridden[c->n_overrides] = s;
+    c->override_path[c->n_overrides++] = p;
+    return 0;
+}
+
+/* libconfig's rule for names: [A-Za-z*][-A-Za-z0-9_*]* */
+static bool valid_key_name(const char *name)
+{
+    if (!((*name >= 'a' && *name <= 'z') || (*name >= 'A' && *name <= 'Z') || *name == '*'))
+        return false;
+    for (const char *p = name + 1; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '-' || *p == '*'))
+            return false;
+    return true;
+}
+
 static int apply_override(ghc_core_t *core, const char *arg)
 {
     struct ghc_config *c = core->config;
@@ -468,21 +514,30 @@ static int apply_override(ghc_core_t *core, const char *arg)
     path[eq - arg] = '\0';
     const char *value = eq + 1;
 
-    /* Walk to the parent group, creating groups the file lacks. */
+    /* Walk to the parent group, creating groups the file lacks (they count as --set's own). */
     config_setting_t *cur = config_root_setting(&c->lc);
     char *save = NULL, *seg = strtok_r(path, ".", &save);
     char *next;
+    int rc;
     for (; (next = strtok_r(NULL, ".", &save)); seg = next) {
         config_setting_t *ch = config_setting_get_member(cur, seg);
-        if (!ch)
-            ch = config_setting_add(cur, seg, CONFIG_TYPE_GROUP);
-        else if (config_setting_type(ch) != CONFIG_TYPE_GROUP)
+        if (ch && config_setting_type(ch) != CONFIG_TYPE_GROUP)
             return ghc_error_set(core, GHC_ECONFIG, "--set %.*s: '%s' is %s, not a group",
                                  (int)(eq - arg), arg, seg, lc_type_name(config_setting_type(ch)));
-        if (!ch)
-            return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
+        if (!ch) {
+            if (!(ch = config_setting_add(cur, seg, CONFIG_TYPE_GROUP)))
+                return ghc_error_set(core, GHC_ECONFIG, "--set %.*s: '%s' is not a valid key name "
+                                     "(a letter or '*' first, then letters, digits, '_', '-', '*')",
+                                     (int)(eq - arg), arg, seg);
+            if ((rc = override_record(core, ch, arg, eq)) < 0)
+                return rc;
+        }
         cur = ch;
     }
+    if (!valid_key_name(seg))
+        return ghc_error_set(core, GHC_ECONFIG, "--set %.*s: '%s' is not a valid key name "
+                             "(a letter or '*' first, then letters, digits, '_', '-', '*')",
+                             (int)(eq - arg), arg, seg);
 
     /* Parse the value as libconfig would; anything that does not parse is a string, and so is
      * an unquoted value for a key the file holds as a string. */
@@ -525,21 +580,7 @@ static int apply_override(ghc_core_t *core, const char *arg)
     if (!dst)
         return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
 
-    config_setting_t **ov = realloc(c->overridden, (size_t)(c->n_overrides + 1) * sizeof(*ov));
-    if (ov)
-        c->overridden = ov;
-    char **op = realloc(c->override_path, (size_t)(c->n_overrides + 1) * sizeof(*op));
-    if (op)
-        c->override_path = op;
-    char *p = ghc_strdup(arg);
-    if (!ov || !op || !p) {
-        free(p);
-        return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
-    }
-    p[eq - arg] = '\0';
-    c->overridden[c->n_overrides] = dst;
-    c->override_path[c->n_overrides++] = p;
-    return 0;
+    return override_record(core, dst, arg, eq);
 }
 
 /* ---- loading -------------------------------------------------------------------------------- */
@@ -628,10 +669,22 @@ static int config_finish(ghc_core_t *core, struct ghc_config *c, const char *con
     int np;
     if ((rc = ghc_cfg_list_len(c->root, "plugin_path", &np)) < 0)
         return rc;
+    /* Relative folders are relative to the configuration file: make them absolute now, so
+     * that the resolved file written elsewhere still points at them. */
+    char base[4096];
+    if (!realpath(c->dir, base))
+        snprintf(base, sizeof(base), "%s", c->dir);
     for (int i = 0; i < np; i++) {
         const char *p;
         if ((rc = ghc_cfg_list_string(c->root, "plugin_path", i, &p)) < 0)
             return rc;
+        if (p[0] != '/') {
+            char abs[8200];
+            snprintf(abs, sizeof(abs), "%s/%s", base, p);
+            config_setting_t *list = config_setting_get_member(config_root_setting(&c->lc), "plugin_path");
+            if (!config_setting_set_string(config_setting_get_elem(list, (unsigned)i), abs))
+                return ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
+        }
     }
     return ghc_plugin_paths_resolve(core);
 }
@@ -698,7 +751,8 @@ int ghc_config_write(ghc_core_t *core, const char *path)
         goto out_unlink;
     }
     fprintf(f, "# gh200core %s: the resolved configuration of this run (includes expanded,\n"
-               "# --set overrides applied, defaults filled in). Run it again with -c.\n", GHC_VERSION);
+               "# --set overrides applied, defaults filled in, plugin_path absolute). Run it again\n"
+               "# with: gh200core -c THIS_FILE --set output_dir=NEW_DIR\n", GHC_VERSION);
     config_write(&core->config->lc, f);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
         rc = ghc_error_set(core, GHC_EIO, "%s: cannot write: %s", tmp, strerror(errno));

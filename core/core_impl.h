@@ -15,7 +15,7 @@ struct ghc_loaded {                  /* one plugin file that passed its checks *
     char                    *path;
     char                    *name;
     void                    *handle;    /* dlopen handle; never closed after init */
-    const struct ghc_plugin *desc;      /* points into the plugin */
+    struct ghc_plugin        desc;      /* copy of the plugin's min(struct_size, sizeof) bytes */
     uint32_t                 registered; /* GHC_KIND_BIT()s registered by init */
 };
 

@@ -59,13 +59,8 @@ int ghc_plugin_paths_resolve(ghc_core_t *core)
         const char *p;
         if (ghc_cfg_list_string(c->root, "plugin_path", i, &p) < 0)
             continue;
-        /* Relative folders are relative to the configuration file. */
-        char buf[4096];
-        if (p[0] != '/' && strcmp(c->dir, ".") != 0)
-            snprintf(buf, sizeof(buf), "%s/%s", c->dir, p);
-        else
-            snprintf(buf, sizeof(buf), "%s", p);
-        if ((rc = path_push(core, &core->paths, &core->n_paths, buf, strlen(buf))) < 0)
+        /* Already absolute: ghc_config_load made relative folders absolute. */
+        if ((rc = path_push(core, &core->paths, &core->n_paths, p, strlen(p))) < 0)
             return rc;
     }
     const char *env = getenv("GHC_PLUGIN_PATH");
@@ -138,7 +133,7 @@ static int register_ops(ghc_core_t *core, enum ghc_kind kind, const void *ops)
     if (!ops)
         return ghc_error_set(core, GHC_ELOAD, LOADING_FMT "registers a NULL %s ops struct",
                              LOADING_ARGS(core), ghc_kind_name(kind));
-    if (!(core->loading->desc->kinds & GHC_KIND_BIT(kind)))
+    if (!(core->loading->desc.kinds & GHC_KIND_BIT(kind)))
         return ghc_error_set(core, GHC_ELOAD, LOADING_FMT "registers kind %s, which its descriptor does not declare",
                              LOADING_ARGS(core), ghc_kind_name(kind));
     const struct kind_info *ki = &kinds[kind];
@@ -213,7 +208,7 @@ bool ghc_plugin_info_at(ghc_core_t *core, int i, struct ghc_plugin_info *out)
     if (i < 0 || i >= core->n_reg)
         return false;
     const struct ghc_registered *r = &core->reg[i];
-    const struct ghc_plugin *d = r->plugin->desc;
+    const struct ghc_plugin *d = &r->plugin->desc;
     *out = (struct ghc_plugin_info){
         .kind = r->kind, .name = ((struct ghc_ops_head *)r->ops)->name, .plugin = d->name,
         .version = d->version, .description = d->description ? d->description : "",
@@ -330,7 +325,8 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
     }
     p->name = name;
     p->handle = h;
-    p->desc = d;
+    memcpy(&p->desc, d, d->struct_size);   /* members the plugin lacks stay zero */
+    d = &p->desc;
     core->loading = p;
     rc = d->init(core);
     core->loading = NULL;

@@ -12,6 +12,8 @@
 
 #include <gh200core/gh200core.h>
 
+#include "cli.h"
+
 /* Exit codes (documented in --help and doc/gh200core.1). */
 enum {
     EXIT_OK      = 0,
@@ -41,6 +43,8 @@ static int exit_code(int status)
 static const char usage_text[] =
     "usage: gh200core [OPTIONS] -c FILE        train (for now: check the config and load its plugins)\n"
     "       gh200core [OPTIONS] plugins        list the plugins on the search path\n"
+    "       gh200core inspect FILE             header, tensors and totals of a .safetensors file\n"
+    "                                          (or a sharded checkpoint's .index.json)\n"
     "       gh200core --help | --version\n"
     "\n"
     "Fine-tunes diffusion transformers (Wan2.2) with LoRA/LyCORIS adapters; every part of a run\n"
@@ -51,7 +55,7 @@ static const char usage_text[] =
     "  -s, --set KEY=VALUE     override a setting, e.g. --set optimizer.lr=1e-4 (repeatable)\n"
     "  -P, --plugin-path DIR   search DIR for plugins first (repeatable)\n"
     "  -n, --dry-run           check everything, write nothing\n"
-    "  -v, --verbose           debug messages\n"
+    "  -v, --verbose           debug messages (and plugin descriptions in `plugins`)\n"
     "  -q, --quiet             errors only\n"
     "  -h, --help              this text\n"
     "  -V, --version           package, API and plugin ABI versions\n"
@@ -140,8 +144,11 @@ static int cmd_plugins(ghc_core_t *core)
             return fail(core, rc);
     struct ghc_plugin_info info;
     printf("%-10s %-16s %-9s %s\n", "KIND", "NAME", "VERSION", "PATH");
-    for (int i = 0; ghc_plugin_info_at(core, i, &info); i++)
+    for (int i = 0; ghc_plugin_info_at(core, i, &info); i++) {
         printf("%-10s %-16s %-9s %s\n", ghc_kind_name(info.kind), info.name, info.version, info.path);
+        if (*info.description && ghc_log_get_level(core) >= GHC_LOG_DEBUG)
+            printf("%-10s %s\n", "", info.description);
+    }
     printf("search path:");
     for (int i = 0; (dir = ghc_plugin_path_at(core, i)); i++) {
         struct stat st;
@@ -194,15 +201,15 @@ static int cmd_train(ghc_core_t *core, const struct cli *cli)
         }
     }
     const char *out = ghc_config_output_dir(core);
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/resolved.cfg", out);
+    if (stat(path, &st) == 0) {
+        ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; choose another (--set output_dir=DIR) or remove it",
+                      path, out);
+        return fail(core, GHC_EEXIST);
+    }
     if (!cli->dry_run) {
-        char path[4096];
-        struct stat st;
-        snprintf(path, sizeof(path), "%s/resolved.cfg", out);
-        if (stat(path, &st) == 0) {
-            ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; choose another (--set output_dir=DIR) or remove it",
-                          path, out);
-            return fail(core, GHC_EEXIST);
-        }
         if ((rc = mkdir_p(core, out)) < 0 || (rc = ghc_config_write(core, path)) < 0)
             return fail(core, rc);
         ghc_log(core, GHC_LOG_INFO, "wrote %s", path);
@@ -267,14 +274,28 @@ int main(int argc, char **argv)
     ghc_log_set_level(core, cli.verbosity < 0 ? GHC_LOG_ERROR
                             : cli.verbosity == 0 ? GHC_LOG_INFO : GHC_LOG_DEBUG);
     const char *cmd = optind < argc ? argv[optind++] : NULL;
+    const char *operand = NULL;
+    if (cmd && strcmp(cmd, "inspect") == 0) {
+        if (optind >= argc) {
+            fprintf(stderr, "gh200core: error: inspect needs a FILE\nTry 'gh200core --help'.\n");
+            status = EXIT_USAGE;
+            goto out;
+        }
+        operand = argv[optind++];
+    }
     if (optind < argc) {
         fprintf(stderr, "gh200core: error: unexpected argument '%s'\nTry 'gh200core --help'.\n", argv[optind]);
         status = EXIT_USAGE;
         goto out;
     }
-    if (cmd && strcmp(cmd, "plugins") != 0) {
-        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins)\nTry 'gh200core --help'.\n", cmd);
+    if (cmd && strcmp(cmd, "plugins") != 0 && strcmp(cmd, "inspect") != 0) {
+        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect)\nTry 'gh200core --help'.\n", cmd);
         status = EXIT_USAGE;
+        goto out;
+    }
+    if (operand) {
+        int rc = ghc_cli_inspect(core, operand, stdout);
+        status = rc < 0 ? fail(core, rc) : EXIT_OK;
         goto out;
     }
     if (!cmd && !cli.config) {

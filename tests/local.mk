@@ -113,11 +113,37 @@ tests_test_cli_CFLAGS = $(TEST_CFLAGS)
 tests_test_cli_LDADD = $(TEST_LIBS)
 TESTS += tests/test_loader tests/test_config tests/test_cli
 
+# tensors, safetensors and the CPU ops
+check_PROGRAMS += tests/test_tensor tests/test_safetensors tests/test_ops_cpu
+tests_test_tensor_SOURCES = tests/test_tensor.c tests/testutil.h
+tests_test_tensor_CFLAGS = $(TEST_CFLAGS)
+tests_test_tensor_LDADD = $(TEST_LIBS)
+tests_test_safetensors_SOURCES = tests/test_safetensors.c tests/testutil.h
+tests_test_safetensors_CFLAGS = $(TEST_CFLAGS)
+tests_test_safetensors_LDADD = $(TEST_LIBS)
+tests_test_ops_cpu_SOURCES = tests/test_ops_cpu.c tests/testutil.h
+tests_test_ops_cpu_CFLAGS = $(TEST_CFLAGS)
+tests_test_ops_cpu_LDADD = libgh200core_ops.la $(TEST_LIBS)
+TESTS += tests/test_tensor tests/test_safetensors tests/test_ops_cpu
+
+# GPU suites: exit 77 without a device
+if HAVE_CUDA
+check_PROGRAMS += tests/test_ops_cuda tests/test_gemm_attn_cuda
+tests_test_ops_cuda_SOURCES = tests/test_ops_cuda.c tests/testutil.h
+tests_test_ops_cuda_CFLAGS = $(TEST_CFLAGS)
+tests_test_ops_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
+tests_test_gemm_attn_cuda_SOURCES = tests/test_gemm_attn_cuda.c tests/testutil.h
+tests_test_gemm_attn_cuda_CFLAGS = $(TEST_CFLAGS)
+tests_test_gemm_attn_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
+TESTS += tests/test_ops_cuda tests/test_gemm_attn_cuda
+endif
+EXTRA_DIST += tests/test_ops_cuda.c tests/test_gemm_attn_cuda.c
+
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_device
 tests_test_cuda_device_SOURCES = tests/test_cuda_device.c
 tests_test_cuda_device_CFLAGS = $(TEST_CFLAGS) $(CUDA_CFLAGS)
-tests_test_cuda_device_LDADD = kernels/libghc_cuda.la $(CUDA_LIBS) $(CHECK_LIBS)
+tests_test_cuda_device_LDADD = kernels/libghc_cuda.la libgh200core.la $(CUDA_LIBS) $(CHECK_LIBS)
 TESTS += tests/test_cuda_device
 endif
 EXTRA_DIST += tests/test_cuda_device.c
@@ -135,3 +161,17 @@ AM_TESTS_ENVIRONMENT = \
 	GHC_TOP_SRCDIR='$(abs_top_srcdir)'; export GHC_TOP_SRCDIR; \
 	MAKE='$(MAKE)'; export MAKE; \
 	GHC_PLUGIN_PATH=; export GHC_PLUGIN_PATH;
+
+# ---- safetensors (fixtures, corpus, fuzz) ----
+# test_safetensors also checks `inspect`'s output: it links the CLI's core/inspect.c, which
+# uses only the public API. Fixtures are made by the committed Python scripts
+# (tests/fixtures/README.md); the broken corpus lives in tests/data/broken (in EXTRA_DIST
+# with tests/data). The libFuzzer target is built by hand with clang (tests/fuzz/README.md).
+tests_test_safetensors_SOURCES += core/inspect.c core/cli.h
+EXTRA_DIST += tests/fixtures/README.md tests/fixtures/make_safetensors_fixtures.py \
+	tests/fixtures/make_broken_corpus.py tests/fixtures/all_dtypes.safetensors \
+	tests/fixtures/writer_ref.safetensors \
+	tests/fixtures/sharded/model.safetensors.index.json \
+	tests/fixtures/sharded/model-00001-of-00002.safetensors \
+	tests/fixtures/sharded/model-00002-of-00002.safetensors \
+	tests/fuzz/fuzz_safetensors.c tests/fuzz/README.md

@@ -160,6 +160,25 @@ START_TEST(plugins_listing)
 }
 END_TEST
 
+START_TEST(resolved_reruns_elsewhere)
+{
+    /* plugin_path relative to the config file becomes absolute in resolved.cfg, so that the
+     * resolved file, kept in another folder, runs again */
+    char *dir = tu_tmpdir(), *out, cmd[8192];
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/conf' && ln -s '%s' '%s/conf/plugs'", dir, tu_env("GHC_BUILD_PLUGINS"), dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *cfg = tu_write(dir, "conf/t.cfg", "plugin_path = [\"plugs\"];\nscheduler = { plugin = \"constant\"; };\n");
+    ck_assert_int_eq(cli(&out, "-q -c %s --set output_dir='%s/runs/a/b'", cfg, dir), 0);
+    free(out);
+    ck_assert_int_eq(cli(&out, "-q -n -c '%s/runs/a/b/resolved.cfg' --set output_dir='%s/runs/c'", dir, dir), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(train_writes_resolved_once)
 {
     char *dir = tu_tmpdir(), *out;
@@ -186,7 +205,9 @@ START_TEST(train_writes_resolved_once)
                   strstr(out, "micro_batches = 1") && strstr(out, "limit_mib = 0"), "%s", out);
     char *first = out;
 
-    /* a second run into the same folder is refused and leaves the file as it was */
+    /* a second run into the same folder is refused, a dry run too, and the file stays as it was */
+    ck_assert_int_eq(cli(&out, "-n -P '%s' -c %s --set output_dir='%s/run'", tu_env("GHC_BUILD_PLUGINS"), cfg, dir), 6);
+    free(out);
     ck_assert_int_eq(cli(&out, "-P '%s' -c %s --set output_dir='%s/run'", tu_env("GHC_BUILD_PLUGINS"), cfg, dir), 6);
     ck_assert_msg(strstr(out, "resolved.cfg exists"), "%s", out);
     free(out);
@@ -196,7 +217,7 @@ START_TEST(train_writes_resolved_once)
     free(first);
 
     /* the resolved file runs again as it is */
-    ck_assert_int_eq(cli(&out, "-n -P '%s' -c '%s'", tu_env("GHC_BUILD_PLUGINS"), resolved), 0);
+    ck_assert_int_eq(cli(&out, "-n -P '%s' -c '%s' --set output_dir='%s/run2'", tu_env("GHC_BUILD_PLUGINS"), resolved, dir), 0);
     free(out);
     free(inc);
     free(cfg);
@@ -216,6 +237,7 @@ int main(void)
     tcase_add_test(tc, plugin_errors);
     tcase_add_test(tc, plugins_listing);
     tcase_add_test(tc, train_writes_resolved_once);
+    tcase_add_test(tc, resolved_reruns_elsewhere);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -294,6 +294,22 @@ START_TEST(override_errors)
     expect_msg(core, "--set seed.x: 'seed' is an integer, not a group");
     ghc_core_free(core);
 
+    const char *badname[] = { "1a=1" };
+    core = load_text("seed = 1;\n", GHC_ECONFIG, badname, 1);
+    expect_msg(core, "--set 1a: '1a' is not a valid key name");
+    ghc_core_free(core);
+
+    /* a group that only --set created is blamed on --set, not on the file */
+    const char *newgroup[] = { "scheduler.micro_batches=0" };
+    core = load_text("seed = 1;\n", 0, newgroup, 1);
+    ck_assert_str_eq(ghc_cfg_where(ghc_config_section(core, "scheduler"), NULL), "--set scheduler.micro_batches");
+    ghc_core_free(core);
+
+    /* top-level keys are named without a leading dot */
+    core = load_text("seed = -1;\n", GHC_ECONFIG, NULL, 0);
+    expect_msg(core, "t.cfg:1: seed = -1 is out of range");
+    ghc_core_free(core);
+
     const char *unknown[] = { "sede=1" };
     core = load_text("seed = 1;\n", GHC_ECONFIG, unknown, 1);
     expect_msg(core, "--set sede: top level: unknown key 'sede' (did you mean 'seed'?)");
@@ -372,7 +388,9 @@ START_TEST(plugin_path_relative_to_config)
     ck_assert_int_eq(ghc_plugin_add_path(core, "/cli"), 0);
     ck_assert_int_eq(ghc_config_load(core, cfg, NULL, 0), 0);
     char want[4200];
-    snprintf(want, sizeof(want), "%s/plugs", dir);
+    char real[4096];
+    ck_assert_ptr_nonnull(realpath(dir, real));
+    snprintf(want, sizeof(want), "%s/plugs", real);
     ck_assert_str_eq(ghc_plugin_path_at(core, 0), "/cli");
     ck_assert_str_eq(ghc_plugin_path_at(core, 1), want);
     ck_assert_str_eq(ghc_plugin_path_at(core, 2), "/abs/plugs");

@@ -68,7 +68,8 @@ struct ghc_scheduler_ops;
  * kind its descriptor declares. The core copies min(ops->struct_size, sizeof) bytes (members
  * the plugin lacks read as NULL) and rejects a larger struct, a missing required member, a
  * NULL or empty name, and a name already registered for that kind. `ops` must stay valid
- * while the plugin is loaded (a static const table). Returns 0, GHC_ELOAD or GHC_EABI. */
+ * while the plugin is loaded (a static const table). Returns 0, GHC_ELOAD, GHC_EABI or
+ * GHC_ENOMEM. */
 GHC_API int ghc_register_mempolicy(ghc_core_t *core, const struct ghc_mempolicy_ops *ops);
 GHC_API int ghc_register_backend(ghc_core_t *core, const struct ghc_backend_ops *ops);
 GHC_API int ghc_register_cache(ghc_core_t *core, const struct ghc_cache_ops *ops);

@@ -29,8 +29,9 @@ GHC_API const char *ghc_config_output_dir(ghc_core_t *core);
 
 /* ---- plugins -------------------------------------------------------------------------------- */
 
-/* Add a folder to the front of the search path (after those of the config's plugin_path).
- * The search order: --plugin-path folders, the config's plugin_path, $GHC_PLUGIN_PATH
+/* Add a folder to the search path, after those added before and ahead of the config's
+ * plugin_path. The search order: these folders (the CLI's --plugin-path), the config's
+ * plugin_path (relative folders are relative to the config file), $GHC_PLUGIN_PATH
  * (a ':' list), then the installed pluginsdir. Copied. Returns 0 or GHC_ENOMEM. */
 GHC_API int ghc_plugin_add_path(ghc_core_t *core, const char *dir);
 /* The search path, one folder per call: i = 0, 1, ... until NULL. Borrowed. */

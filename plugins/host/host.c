@@ -54,9 +54,16 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
     if (bytes > SIZE_MAX - 2 * HOST_ALIGN)
         return ghc_error_set(h->core, GHC_ENOMEM, "host: %zu bytes is too large", bytes);
     size_t total = (bytes + 2 * HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+    /* Check the limit and count the bytes in one step, so concurrent callers cannot pass it. */
     pthread_mutex_lock(&h->lock);
-    bool over = h->limit && h->live + bytes > h->limit;
     uint64_t live = h->live;
+    bool over = h->limit && live + bytes > h->limit;
+    if (!over) {
+        h->live += bytes;
+        h->role[role] += bytes;
+        if (h->live > h->peak)
+            h->peak = h->live;
+    }
     pthread_mutex_unlock(&h->lock);
     if (over)
         return ghc_error_set(h->core, GHC_ENOMEM,
@@ -64,18 +71,17 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
                              bytes, ghc_mem_role_name(role), (unsigned long long)(live >> 20),
                              (unsigned long long)(h->limit >> 20));
     char *base = aligned_alloc(HOST_ALIGN, total);
-    if (!base)
+    if (!base) {
+        pthread_mutex_lock(&h->lock);
+        h->live -= bytes;
+        h->role[role] -= bytes;
+        pthread_mutex_unlock(&h->lock);
         return ghc_error_set(h->core, GHC_ENOMEM, "host: cannot allocate %zu bytes of %s",
                              bytes, ghc_mem_role_name(role));
+    }
     struct host_hdr *hdr = (struct host_hdr *)base;
     hdr->bytes = bytes;
     hdr->role = role;
-    pthread_mutex_lock(&h->lock);
-    h->live += bytes;
-    h->role[role] += bytes;
-    if (h->live > h->peak)
-        h->peak = h->live;
-    pthread_mutex_unlock(&h->lock);
     *ptr = base + HOST_ALIGN;
     return 0;
 }

@@ -1,0 +1,27 @@
+# core: libgh200core (loader, registry, config, log, errors, tensors, safetensors) and the CLI.
+# -version-info C:R:A. Update before a release: code changed, interfaces not -> R+1;
+# interfaces added -> C+1, R=0, A+1; interfaces removed or changed -> C+1, R=0, A=0.
+lib_LTLIBRARIES += libgh200core.la
+libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
+	core/tensor.c core/safetensors.c
+libgh200core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
+libgh200core_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
+libgh200core_la_LIBADD = $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm
+
+gh200coreincludedir = $(includedir)/gh200core
+gh200coreinclude_HEADERS = \
+	include/gh200core/gh200core.h include/gh200core/core.h include/gh200core/plugin.h \
+	include/gh200core/run.h include/gh200core/mempolicy.h include/gh200core/backend.h \
+	include/gh200core/cache.h include/gh200core/model.h include/gh200core/network.h \
+	include/gh200core/optimizer.h include/gh200core/scheduler.h \
+	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h
+nodist_gh200coreinclude_HEADERS = include/gh200core/version.h
+
+pkgconfigdir = $(libdir)/pkgconfig
+pkgconfig_DATA = gh200core.pc
+
+# the CLI
+bin_PROGRAMS += gh200core
+gh200core_SOURCES = core/main.c core/inspect.c core/cli.h
+gh200core_LDADD = libgh200core.la
+

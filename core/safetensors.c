@@ -1,0 +1,1152 @@
+/* safetensors.c: the safetensors reader (mapped, strictly validated, lazy, converting on load),
+ * sharded checkpoints through *.safetensors.index.json, and the atomic writer.
+ *
+ * Format: 8 bytes little-endian header length N, N bytes of UTF-8 JSON, then the data section.
+ * Validation follows upstream safetensors (the Rust crate behind Python's `safetensors`) and is
+ * stricter where upstream is silent:
+ *   - 2 <= N <= GHC_ST_MAX_HEADER and 8 + N <= file size;
+ *   - the header is one JSON object (jansson checks UTF-8; duplicate keys are rejected);
+ *   - "__metadata__", when present, is an object of strings;
+ *   - every other member is a tensor: an object with exactly "dtype" (a name this build knows),
+ *     "shape" (at most GHC_TENSOR_MAX_DIMS non-negative integers whose product, times the
+ *     dtype size, fits in int64) and "data_offsets" ([begin, end], begin <= end <= data size,
+ *     end - begin = numel * dtype size); unknown members are rejected (upstream ignores them);
+ *   - as upstream: the tensors, sorted by offset, cover the data section exactly: the first
+ *     begins at 0, each begins where the previous one ends (no overlap, no hole) and the last
+ *     ends at the end of the file.
+ * Every failure is GHC_EFORMAT (GHC_EIO when the file system fails) with one line
+ * "PATH: what (tensor NAME)". */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include <gh200core/safetensors.h>
+
+#include "core_impl.h"   /* defines: ghc_strdup */
+
+/* ---- the reader's data ------------------------------------------------------------------------ */
+
+struct st_entry {
+    char             *name;
+    enum ghc_dtype    dtype;
+    int               ndim;
+    int64_t           shape[GHC_TENSOR_MAX_DIMS];
+    uint64_t          begin, end;     /* data_offsets */
+    struct st_shard  *shard;
+};
+
+struct st_shard {                     /* one mapped .safetensors file */
+    char             *path;
+    const uint8_t    *map;
+    size_t            size;
+    const uint8_t    *data;           /* the data section */
+    uint64_t          data_size;
+    struct st_entry  *entries;        /* in name order */
+    int               n;
+    char            **meta_key, **meta_val;
+    int               n_meta;
+};
+
+struct ghc_st {
+    ghc_core_t       *core;
+    char             *path;           /* as opened: a .safetensors or an index */
+    struct st_shard  *shards;
+    int               n_shards;
+    struct st_entry **index;          /* every tensor, in name order; points into shards */
+    int               n;
+    char            **meta_key, **meta_val; /* entries borrowed from shards or in own_meta */
+    int               n_meta;
+    bool              own_meta_arrays;      /* meta_key/meta_val themselves are ours */
+    char            **own_meta;       /* strings this handle allocated for metadata */
+    int               n_own_meta;
+};
+
+/* ---- messages ------------------------------------------------------------------------------ */
+
+/* A name made safe for a one-line message: control bytes become '?', long names are cut. */
+static const char *esc(const char *s, char *buf, size_t len)
+{
+    size_t i, j = 0;
+    for (i = 0; s[i] && j + 4 < len; i++)
+        buf[j++] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+    if (s[i]) {
+        while (j > 0 && ((unsigned char)s[i] & 0xc0) == 0x80) {   /* cut between characters */
+            i--;
+            j--;
+        }
+        memcpy(buf + j, "...", 3);
+        j += 3;
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+/* jansson's text may quote raw input bytes: keep only printable ASCII. */
+static const char *esc_ascii(const char *s, char *buf, size_t len)
+{
+    size_t j = 0;
+    for (size_t i = 0; s[i] && j + 1 < len; i++)
+        buf[j++] = ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f) ? '?' : s[i];
+    buf[j] = '\0';
+    return buf;
+}
+
+static int fmt_err(ghc_core_t *core, const char *path, const char *name, const char *fmt, ...)
+    GHC_PRINTF(4, 5);
+
+/* "PATH: what (tensor NAME)" as GHC_EFORMAT; name may be NULL. */
+static int fmt_err(ghc_core_t *core, const char *path, const char *name, const char *fmt, ...)
+{
+    char what[512], nbuf[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    if (name)
+        return ghc_error_set(core, GHC_EFORMAT, "%s: %s (tensor \"%s\")", path, what,
+                             esc(name, nbuf, sizeof(nbuf)));
+    return ghc_error_set(core, GHC_EFORMAT, "%s: %s", path, what);
+}
+
+/* ---- one file: map and validate ------------------------------------------------------------- */
+
+static void shard_release(struct st_shard *sh)
+{
+    if (sh->map)
+        munmap((void *)sh->map, sh->size);
+    for (int i = 0; i < sh->n; i++)
+        free(sh->entries[i].name);
+    free(sh->entries);
+    for (int i = 0; i < sh->n_meta; i++) {
+        free(sh->meta_key[i]);
+        free(sh->meta_val[i]);
+    }
+    free(sh->meta_key);
+    free(sh->meta_val);
+    free(sh->path);
+    memset(sh, 0, sizeof(*sh));
+}
+
+static int map_file(ghc_core_t *core, struct st_shard *sh)
+{
+    int rc = 0;
+    struct stat stb;
+    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", sh->path, strerror(errno));
+        goto out;
+    }
+    if (fstat(fd, &stb) < 0) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot stat: %s", sh->path, strerror(errno));
+        goto out_close;
+    }
+    if (!S_ISREG(stb.st_mode)) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: not a regular file", sh->path);
+        goto out_close;
+    }
+    if (stb.st_size < 8) {
+        rc = fmt_err(core, sh->path, NULL,
+                     "file is %lld bytes, shorter than the 8-byte header length",
+                     (long long)stb.st_size);
+        goto out_close;
+    }
+    if ((uint64_t)stb.st_size > SIZE_MAX) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: file too large to map", sh->path);
+        goto out_close;
+    }
+    void *m = mmap(NULL, (size_t)stb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot map: %s", sh->path, strerror(errno));
+        goto out_close;
+    }
+    sh->map = m;
+    sh->size = (size_t)stb.st_size;
+out_close:
+    close(fd);
+out:
+    return rc;
+}
+
+static int cmp_entry_name(const void *a, const void *b)
+{
+    return strcmp(((const struct st_entry *)a)->name, ((const struct st_entry *)b)->name);
+}
+
+static int cmp_entry_offset(const void *a, const void *b)
+{
+    const struct st_entry *x = *(const struct st_entry *const *)a;
+    const struct st_entry *y = *(const struct st_entry *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* A non-negative JSON integer, or false. */
+static bool json_uint(const json_t *v, uint64_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return false;
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+/* Validate one tensor entry `val` named `name` into *e. */
+static int parse_entry(ghc_core_t *core, struct st_shard *sh, const char *name, json_t *val,
+                       struct st_entry *e)
+{
+    const char *p = sh->path;
+    if (!json_is_object(val))
+        return fmt_err(core, p, name, "entry is not an object");
+    const char *key;
+    json_t *m;
+    json_object_foreach(val, key, m) {
+        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets")) {
+            char kbuf[64];
+            return fmt_err(core, p, name, "unknown member \"%s\" (expected dtype, shape, "
+                           "data_offsets)", esc(key, kbuf, sizeof(kbuf)));
+        }
+    }
+
+    json_t *dt = json_object_get(val, "dtype");
+    if (!dt)
+        return fmt_err(core, p, name, "missing \"dtype\"");
+    if (!json_is_string(dt))
+        return fmt_err(core, p, name, "\"dtype\" is not a string");
+    if (!ghc_dtype_from_name(json_string_value(dt), &e->dtype)) {
+        char dbuf[32];
+        return fmt_err(core, p, name, "unknown dtype \"%s\"",
+                       esc(json_string_value(dt), dbuf, sizeof(dbuf)));
+    }
+
+    json_t *sp = json_object_get(val, "shape");
+    if (!sp)
+        return fmt_err(core, p, name, "missing \"shape\"");
+    if (!json_is_array(sp))
+        return fmt_err(core, p, name, "\"shape\" is not an array");
+    size_t nd = json_array_size(sp);
+    if (nd > GHC_TENSOR_MAX_DIMS)
+        return fmt_err(core, p, name, "shape has %zu dimensions, more than %d", nd,
+                       GHC_TENSOR_MAX_DIMS);
+    e->ndim = (int)nd;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(sp, i);
+        if (!json_is_integer(d))
+            return fmt_err(core, p, name, "shape[%zu] is not an integer", i);
+        if (json_integer_value(d) < 0)
+            return fmt_err(core, p, name, "shape[%zu] = %lld is negative", i,
+                           (long long)json_integer_value(d));
+        e->shape[i] = (int64_t)json_integer_value(d);
+    }
+    int64_t numel;
+    size_t esz = ghc_dtype_size(e->dtype);
+    if (!ghc_shape_numel(e->ndim, e->shape, &numel) || numel > INT64_MAX / (int64_t)esz)
+        return fmt_err(core, p, name, "shape product overflows int64");
+
+    json_t *off = json_object_get(val, "data_offsets");
+    if (!off)
+        return fmt_err(core, p, name, "missing \"data_offsets\"");
+    if (!json_is_array(off) || json_array_size(off) != 2 ||
+        !json_uint(json_array_get(off, 0), &e->begin) ||
+        !json_uint(json_array_get(off, 1), &e->end))
+        return fmt_err(core, p, name, "\"data_offsets\" is not [begin, end] of non-negative "
+                       "integers");
+    if (e->begin > e->end)
+        return fmt_err(core, p, name, "data_offsets [%" PRIu64 ", %" PRIu64 "] end before begin",
+                       e->begin, e->end);
+    if (e->end > sh->data_size)
+        return fmt_err(core, p, name, "data_offsets [%" PRIu64 ", %" PRIu64 "] outside the data "
+                       "section (%" PRIu64 " bytes)", e->begin, e->end, sh->data_size);
+    uint64_t want = (uint64_t)numel * esz;
+    if (e->end - e->begin != want)
+        return fmt_err(core, p, name, "data_offsets span %" PRIu64 " bytes, but %s x %" PRId64
+                       " elements is %" PRIu64 " bytes", e->end - e->begin,
+                       ghc_dtype_name(e->dtype), numel, want);
+    if (!(e->name = ghc_strdup(name)))
+        return ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", p);
+    e->shard = sh;
+    return 0;
+}
+
+static int parse_metadata(ghc_core_t *core, struct st_shard *sh, json_t *md)
+{
+    const char *p = sh->path;
+    if (!json_is_object(md))
+        return fmt_err(core, p, NULL, "__metadata__ is not an object");
+    size_t n = json_object_size(md);
+    if (n == 0)
+        return 0;
+    sh->meta_key = calloc(n, sizeof(char *));
+    sh->meta_val = calloc(n, sizeof(char *));
+    if (!sh->meta_key || !sh->meta_val)
+        return ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", p);
+    const char *key;
+    json_t *v;
+    json_object_foreach(md, key, v) {
+        char kbuf[64];
+        if (!json_is_string(v))
+            return fmt_err(core, p, NULL, "__metadata__ value of \"%s\" is not a string",
+                           esc(key, kbuf, sizeof(kbuf)));
+        sh->meta_key[sh->n_meta] = ghc_strdup(key);
+        sh->meta_val[sh->n_meta] = ghc_strdup(json_string_value(v));
+        sh->n_meta++;
+        if (!sh->meta_key[sh->n_meta - 1] || !sh->meta_val[sh->n_meta - 1])
+            return ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", p);
+    }
+    return 0;
+}
+
+/* Every tensor sorted by offset must start where the previous one ended, from 0 to the end
+ * of the data section (upstream's rule: no overlap, no hole, no trailing bytes). */
+static int check_layout(ghc_core_t *core, struct st_shard *sh)
+{
+    int rc = 0;
+    struct st_entry **by_off = malloc((size_t)(sh->n ? sh->n : 1) * sizeof(*by_off));
+    if (!by_off)
+        return ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", sh->path);
+    for (int i = 0; i < sh->n; i++)
+        by_off[i] = &sh->entries[i];
+    qsort(by_off, (size_t)sh->n, sizeof(*by_off), cmp_entry_offset);
+    uint64_t pos = 0;
+    const struct st_entry *prev = NULL;
+    for (int i = 0; i < sh->n; i++) {
+        const struct st_entry *e = by_off[i];
+        if (e->begin < pos) {
+            char pbuf[128];
+            rc = fmt_err(core, sh->path, e->name, "data_offsets [%" PRIu64 ", %" PRIu64 "] "
+                         "overlap tensor \"%s\" [%" PRIu64 ", %" PRIu64 "]", e->begin, e->end,
+                         esc(prev->name, pbuf, sizeof(pbuf)), prev->begin, prev->end);
+            goto out;
+        }
+        if (e->begin > pos) {
+            rc = fmt_err(core, sh->path, e->name, "hole in the data section: bytes [%" PRIu64
+                         ", %" PRIu64 ") belong to no tensor", pos, e->begin);
+            goto out;
+        }
+        pos = e->end;
+        prev = e;
+    }
+    if (pos != sh->data_size)
+        rc = fmt_err(core, sh->path, NULL, "data section has %" PRIu64 " bytes after the last "
+                     "tensor (tensors cover %" PRIu64 " of %" PRIu64 ")", sh->data_size - pos, pos,
+                     sh->data_size);
+out:
+    free(by_off);
+    return rc;
+}
+
+/* Map sh->path and validate its header into sh. On failure the caller releases sh. */
+static int shard_open(ghc_core_t *core, struct st_shard *sh)
+{
+    int rc;
+    json_t *root = NULL;
+    const char *p = sh->path;
+    if ((rc = map_file(core, sh)) < 0)
+        goto out;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | sh->map[i];
+    if (hlen < 2) {
+        rc = fmt_err(core, p, NULL, "header length %" PRIu64 " is too small (at least 2 for "
+                     "\"{}\")", hlen);
+        goto out;
+    }
+    if (hlen > GHC_ST_MAX_HEADER) {
+        rc = fmt_err(core, p, NULL, "header length %" PRIu64 " exceeds the limit of %u bytes",
+                     hlen, GHC_ST_MAX_HEADER);
+        goto out;
+    }
+    if (hlen > sh->size - 8) {
+        rc = fmt_err(core, p, NULL, "header length %" PRIu64 " runs past the end of the file "
+                     "(%zu bytes; truncated?)", hlen, sh->size);
+        goto out;
+    }
+    sh->data = sh->map + 8 + hlen;
+    sh->data_size = sh->size - 8 - hlen;
+
+    json_error_t jerr;
+    root = json_loadb((const char *)sh->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        char tbuf[JSON_ERROR_TEXT_LENGTH];
+        esc_ascii(jerr.text, tbuf, sizeof(tbuf));
+        switch (json_error_code(&jerr)) {
+        case json_error_invalid_utf8:
+            rc = fmt_err(core, p, NULL, "header is not valid UTF-8 (byte %d of the header)",
+                         jerr.position);
+            break;
+        case json_error_duplicate_key:
+            rc = fmt_err(core, p, NULL, "duplicate name in the header: %s", tbuf);
+            break;
+        default:
+            rc = fmt_err(core, p, NULL, "header is not valid JSON: %s (byte %d of the header)",
+                         tbuf, jerr.position);
+            break;
+        }
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        rc = fmt_err(core, p, NULL, "header is not a JSON object");
+        goto out;
+    }
+
+    size_t cap = json_object_size(root);
+    sh->entries = calloc(cap ? cap : 1, sizeof(*sh->entries));
+    if (!sh->entries) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", p);
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0)
+            rc = parse_metadata(core, sh, val);
+        else if ((rc = parse_entry(core, sh, key, val, &sh->entries[sh->n])) == 0)
+            sh->n++;
+        if (rc < 0)
+            goto out;
+    }
+    if ((rc = check_layout(core, sh)) < 0)
+        goto out;
+    qsort(sh->entries, (size_t)sh->n, sizeof(*sh->entries), cmp_entry_name);
+out:
+    json_decref(root);
+    return rc;
+}
+
+static struct st_entry *shard_find(const struct st_shard *sh, const char *name)
+{
+    struct st_entry key = { .name = (char *)name };
+    return bsearch(&key, sh->entries, (size_t)sh->n, sizeof(*sh->entries), cmp_entry_name);
+}
+
+/* ---- opening --------------------------------------------------------------------------------- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int cmp_index_name(const void *a, const void *b)
+{
+    return strcmp((*(const struct st_entry *const *)a)->name,
+                  (*(const struct st_entry *const *)b)->name);
+}
+
+static char *own(ghc_st_t *st, char *s)
+{
+    if (s)
+        st->own_meta[st->n_own_meta++] = s;
+    return s;
+}
+
+/* Index metadata: strings as they are; numbers and booleans (HF writes "total_size": N)
+ * as their JSON text. */
+static int index_metadata(ghc_st_t *st, json_t *md, size_t extra)
+{
+    size_t n = md ? json_object_size(md) : 0;
+    st->own_meta_arrays = true;
+    st->meta_key = calloc(n + extra + 1, sizeof(char *));
+    st->meta_val = calloc(n + extra + 1, sizeof(char *));
+    st->own_meta = calloc(2 * n + 1, sizeof(char *));
+    if (!st->meta_key || !st->meta_val || !st->own_meta)
+        return ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory", st->path);
+    const char *key;
+    json_t *v;
+    if (!md)
+        return 0;
+    json_object_foreach(md, key, v) {
+        char kbuf[64], num[64];
+        const char *text = num;
+        if (json_is_string(v))
+            text = json_string_value(v);
+        else if (json_is_integer(v))
+            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(num, sizeof(num), "%.17g", json_real_value(v));
+        else if (json_is_boolean(v))
+            text = json_is_true(v) ? "true" : "false";
+        else
+            return fmt_err(st->core, st->path, NULL, "metadata value of \"%s\" is not a string "
+                           "or number", esc(key, kbuf, sizeof(kbuf)));
+        char *k = own(st, ghc_strdup(key)), *t = own(st, ghc_strdup(text));
+        if (!k || !t)
+            return ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory", st->path);
+        st->meta_key[st->n_meta] = k;
+        st->meta_val[st->n_meta++] = t;
+    }
+    return 0;
+}
+
+static bool has_meta(const ghc_st_t *st, const char *key)
+{
+    for (int i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta_key[i], key) == 0)
+            return true;
+    return false;
+}
+
+/* {"metadata": {...}, "weight_map": {"tensor": "shard file", ...}}; other members are ignored.
+ * Shard names are relative to the index's folder. Metadata: the index's, then each shard's
+ * __metadata__ keys not seen before. */
+static int open_index(ghc_st_t *st)
+{
+    int rc = 0;
+    ghc_core_t *core = st->core;
+    const char *p = st->path;
+    char *dir = NULL;
+    json_error_t jerr;
+    json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        char tbuf[JSON_ERROR_TEXT_LENGTH];
+        if (json_error_code(&jerr) == json_error_cannot_open_file)
+            rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", p, strerror(errno));
+        else
+            rc = fmt_err(core, p, NULL, "index is not valid JSON: %s (line %d)",
+                         esc_ascii(jerr.text, tbuf, sizeof(tbuf)), jerr.line);
+        goto out;
+    }
+    json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(wm)) {
+        rc = fmt_err(core, p, NULL, "index has no \"weight_map\" object");
+        goto out;
+    }
+    json_t *md = json_object_get(root, "metadata");
+    if (md && !json_is_object(md)) {
+        rc = fmt_err(core, p, NULL, "index \"metadata\" is not an object");
+        goto out;
+    }
+
+    const char *slash = strrchr(p, '/');
+    size_t dlen = slash ? (size_t)(slash - p + 1) : 0;
+    size_t n = json_object_size(wm);
+    st->shards = calloc(n ? n : 1, sizeof(*st->shards));
+    st->index = calloc(n ? n : 1, sizeof(*st->index));
+    if (!st->shards || !st->index) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", p);
+        goto out;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(wm, name, v) {
+        const char *file = json_string_value(v);
+        if (!file || !*file || file[0] == '/') {
+            rc = fmt_err(core, p, name, "weight_map value is not a relative file name");
+            goto out;
+        }
+        free(dir);
+        if (!(dir = malloc(dlen + strlen(file) + 1))) {
+            rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", p);
+            goto out;
+        }
+        memcpy(dir, p, dlen);
+        strcpy(dir + dlen, file);
+        struct st_shard *sh = NULL;
+        for (int i = 0; i < st->n_shards && !sh; i++)
+            if (strcmp(st->shards[i].path, dir) == 0)
+                sh = &st->shards[i];
+        if (!sh) {
+            sh = &st->shards[st->n_shards++];
+            sh->path = dir;
+            dir = NULL;
+            if ((rc = shard_open(core, sh)) < 0)
+                goto out;
+        }
+        struct st_entry *e = shard_find(sh, name);
+        if (!e) {
+            char fbuf[128];
+            rc = fmt_err(core, p, name, "weight_map names shard \"%s\", which has no such tensor",
+                         esc(file, fbuf, sizeof(fbuf)));
+            goto out;
+        }
+        st->index[st->n++] = e;
+    }
+    qsort(st->index, (size_t)st->n, sizeof(*st->index), cmp_index_name);
+
+    size_t extra = 0;
+    for (int i = 0; i < st->n_shards; i++)
+        extra += (size_t)st->shards[i].n_meta;
+    if ((rc = index_metadata(st, md, extra)) < 0)
+        goto out;
+    for (int i = 0; i < st->n_shards; i++)
+        for (int j = 0; j < st->shards[i].n_meta; j++)
+            if (!has_meta(st, st->shards[i].meta_key[j])) {
+                st->meta_key[st->n_meta] = st->shards[i].meta_key[j];
+                st->meta_val[st->n_meta++] = st->shards[i].meta_val[j];
+            }
+out:
+    free(dir);
+    json_decref(root);
+    return rc;
+}
+
+static int open_single(ghc_st_t *st)
+{
+    int rc = 0;
+    if (!(st->shards = calloc(1, sizeof(*st->shards))) ||
+        !(st->shards[0].path = ghc_strdup(st->path))) {
+        rc = ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory", st->path);
+        goto out;
+    }
+    st->n_shards = 1;
+    struct st_shard *sh = &st->shards[0];
+    if ((rc = shard_open(st->core, sh)) < 0)
+        goto out;
+    if (!(st->index = calloc(sh->n ? (size_t)sh->n : 1, sizeof(*st->index)))) {
+        rc = ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory", st->path);
+        goto out;
+    }
+    for (int i = 0; i < sh->n; i++)
+        st->index[i] = &sh->entries[i];
+    st->n = sh->n;
+    st->meta_key = sh->meta_key;
+    st->meta_val = sh->meta_val;
+    st->n_meta = sh->n_meta;
+out:
+    return rc;
+}
+
+ghc_st_t *ghc_st_open(ghc_core_t *core, const char *path)
+{
+    ghc_st_t *st = calloc(1, sizeof(*st));
+    if (!st || !(st->path = ghc_strdup(path))) {
+        free(st);
+        ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", path);
+        return NULL;
+    }
+    st->core = core;
+    int rc = ends_with(path, ".index.json") ? open_index(st) : open_single(st);
+    if (rc < 0) {
+        ghc_st_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void ghc_st_free(ghc_st_t *st)
+{
+    if (!st)
+        return;
+    if (st->own_meta_arrays) {
+        free(st->meta_key);
+        free(st->meta_val);
+    }
+    for (int i = 0; i < st->n_own_meta; i++)
+        free(st->own_meta[i]);
+    free(st->own_meta);
+    for (int i = 0; i < st->n_shards; i++)
+        shard_release(&st->shards[i]);
+    free(st->shards);
+    free(st->index);
+    free(st->path);
+    free(st);
+}
+
+/* ---- queries ------------------------------------------------------------------------------ */
+
+int ghc_st_count(const ghc_st_t *st) { return st->n; }
+
+static void fill_info(const struct st_entry *e, struct ghc_st_info *out)
+{
+    out->name = e->name;
+    out->dtype = e->dtype;
+    out->ndim = e->ndim;
+    out->shape = e->shape;
+    out->offset = e->begin;
+    out->nbytes = e->end - e->begin;
+    out->file = e->shard->path;
+}
+
+bool ghc_st_info_at(const ghc_st_t *st, int i, struct ghc_st_info *out)
+{
+    if (i < 0 || i >= st->n)
+        return false;
+    fill_info(st->index[i], out);
+    return true;
+}
+
+static const struct st_entry *find(const ghc_st_t *st, const char *name)
+{
+    struct st_entry key = { .name = (char *)name };
+    const struct st_entry *kp = &key;
+    struct st_entry **hit = bsearch(&kp, st->index, (size_t)st->n, sizeof(*st->index),
+                                    cmp_index_name);
+    return hit ? *hit : NULL;
+}
+
+bool ghc_st_find(const ghc_st_t *st, const char *name, struct ghc_st_info *out)
+{
+    const struct st_entry *e = find(st, name);
+    if (e && out)
+        fill_info(e, out);
+    return e != NULL;
+}
+
+const void *ghc_st_raw(const ghc_st_t *st, const char *name)
+{
+    const struct st_entry *e = find(st, name);
+    return e ? e->shard->data + e->begin : NULL;
+}
+
+const char *ghc_st_metadata(const ghc_st_t *st, const char *key)
+{
+    for (int i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta_key[i], key) == 0)
+            return st->meta_val[i];
+    return NULL;
+}
+
+bool ghc_st_metadata_at(const ghc_st_t *st, int i, const char **key, const char **value)
+{
+    if (i < 0 || i >= st->n_meta)
+        return false;
+    *key = st->meta_key[i];
+    *value = st->meta_val[i];
+    return true;
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static int check_convert(ghc_st_t *st, const struct st_entry *e, enum ghc_dtype to)
+{
+    char nbuf[128];
+    if (e->dtype == to || (ghc_dtype_is_float(e->dtype) && ghc_dtype_is_float(to)))
+        return 0;
+    return ghc_error_set(st->core, GHC_EINVAL, "%s: cannot load tensor \"%s\" (%s) as %s",
+                         st->path, esc(e->name, nbuf, sizeof(nbuf)), ghc_dtype_name(e->dtype),
+                         ghc_dtype_name(to));
+}
+
+static int not_found(ghc_st_t *st, const char *name)
+{
+    char nbuf[128];
+    return ghc_error_set(st->core, GHC_ENOTFOUND, "%s: no tensor \"%s\"", st->path,
+                         esc(name, nbuf, sizeof(nbuf)));
+}
+
+int ghc_st_load_into(ghc_st_t *st, const char *name, ghc_tensor_t *dst)
+{
+    int rc = 0;
+    void *aligned = NULL;
+    ghc_tensor_t *src = NULL;
+    char nbuf[128];
+    const struct st_entry *e = find(st, name);
+    if (!e) {
+        rc = not_found(st, name);
+        goto out;
+    }
+    enum ghc_dtype to = ghc_tensor_dtype(dst);
+    if ((rc = check_convert(st, e, to)) < 0)
+        goto out;
+    int64_t numel;
+    ghc_shape_numel(e->ndim, e->shape, &numel);
+    if (ghc_tensor_device(dst) != GHC_DEVICE_CPU || ghc_tensor_numel(dst) != numel) {
+        rc = ghc_error_set(st->core, GHC_EINVAL, "%s: tensor \"%s\" (%" PRId64 " elements) "
+                           "cannot load into a %s tensor of %" PRId64 " elements", st->path,
+                           esc(e->name, nbuf, sizeof(nbuf)),
+                           numel, ghc_tensor_device(dst) == GHC_DEVICE_CPU ? "CPU" : "device",
+                           ghc_tensor_numel(dst));
+        goto out;
+    }
+    const uint8_t *raw = e->shard->data + e->begin;
+    size_t nbytes = (size_t)(e->end - e->begin);
+    if (nbytes == 0)
+        goto out;
+    if (to == e->dtype) {
+        memcpy(ghc_tensor_data(dst), raw, nbytes);
+        goto out;
+    }
+    /* Offsets need not be aligned for the dtype: the converter reads typed elements. */
+    size_t esz = ghc_dtype_size(e->dtype);
+    if ((uintptr_t)raw % esz) {
+        if (!(aligned = malloc(nbytes))) {
+            rc = ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory for tensor \"%s\"",
+                               st->path, esc(e->name, nbuf, sizeof(nbuf)));
+            goto out;
+        }
+        memcpy(aligned, raw, nbytes);
+        raw = aligned;
+    }
+    int64_t flat[1] = { numel };
+    if (!(src = ghc_tensor_wrap(st->core, e->dtype, 1, flat, GHC_DEVICE_CPU, (void *)raw))) {
+        rc = ghc_error_code(st->core) ? ghc_error_code(st->core) : GHC_ENOMEM;
+        goto out;
+    }
+    rc = ghc_tensor_convert_cpu(dst, src, 1.0f);
+out:
+    ghc_tensor_free(src);
+    free(aligned);
+    return rc;
+}
+
+ghc_tensor_t *ghc_st_load(ghc_st_t *st, const char *name, enum ghc_dtype dtype,
+                          enum ghc_mem_role role)
+{
+    ghc_tensor_t *t = NULL;
+    const struct st_entry *e = find(st, name);
+    if (!e) {
+        not_found(st, name);
+        goto out;
+    }
+    if (check_convert(st, e, dtype) < 0)
+        goto out;
+    if (!(t = ghc_tensor_init(st->core, dtype, e->ndim, e->shape, GHC_DEVICE_CPU, role)))
+        goto out;
+    if (ghc_st_load_into(st, name, t) < 0) {
+        ghc_tensor_free(t);
+        t = NULL;
+    }
+out:
+    return t;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+struct st_wentry {
+    char           *name;
+    enum ghc_dtype  dtype;
+    int             ndim;
+    int64_t         shape[GHC_TENSOR_MAX_DIMS];
+    size_t          nbytes;
+    void           *data;
+};
+
+struct ghc_st_writer {
+    ghc_core_t        *core;
+    struct st_wentry  *t;
+    int                n, cap;
+    char             **meta_key, **meta_val;
+    int                n_meta, cap_meta;
+};
+
+ghc_st_writer_t *ghc_st_writer_init(ghc_core_t *core)
+{
+    ghc_st_writer_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        ghc_error_set(core, GHC_ENOMEM, "safetensors writer: out of memory");
+        return NULL;
+    }
+    w->core = core;
+    return w;
+}
+
+void ghc_st_writer_free(ghc_st_writer_t *w)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < w->n; i++) {
+        free(w->t[i].name);
+        free(w->t[i].data);
+    }
+    free(w->t);
+    for (int i = 0; i < w->n_meta; i++) {
+        free(w->meta_key[i]);
+        free(w->meta_val[i]);
+    }
+    free(w->meta_key);
+    free(w->meta_val);
+    free(w);
+}
+
+/* True when s is valid UTF-8 (jansson refuses anything else as a JSON string). */
+static bool utf8_ok(const char *s)
+{
+    json_t *j = json_string(s);
+    json_decref(j);
+    return j != NULL;
+}
+
+int ghc_st_writer_add_raw(ghc_st_writer_t *w, const char *name, enum ghc_dtype dtype, int ndim,
+                          const int64_t *shape, const void *data)
+{
+    int rc = 0;
+    char nbuf[128];
+    struct st_wentry e = { 0 };
+    int64_t numel;
+    if (!name || !utf8_ok(name) || strcmp(name, "__metadata__") == 0) {
+        rc = ghc_error_set(w->core, GHC_EINVAL, "safetensors writer: invalid tensor name \"%s\"",
+                           name ? esc(name, nbuf, sizeof(nbuf)) : "(null)");
+        goto out;
+    }
+    if ((unsigned)dtype >= GHC_DTYPE_COUNT || ndim < 0 || ndim > GHC_TENSOR_MAX_DIMS ||
+        (ndim && !shape) || !ghc_shape_numel(ndim, shape, &numel) ||
+        (uint64_t)numel > SIZE_MAX / 8 || (numel && !data)) {
+        rc = ghc_error_set(w->core, GHC_EINVAL, "safetensors writer: tensor \"%s\": invalid "
+                           "dtype, shape or data", esc(name, nbuf, sizeof(nbuf)));
+        goto out;
+    }
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0) {
+            rc = ghc_error_set(w->core, GHC_EINVAL, "safetensors writer: duplicate tensor "
+                               "name \"%s\"", esc(name, nbuf, sizeof(nbuf)));
+            goto out;
+        }
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 16;
+        struct st_wentry *t = realloc(w->t, (size_t)cap * sizeof(*t));
+        if (!t)
+            goto out_nomem;
+        w->t = t;
+        w->cap = cap;
+    }
+    e.dtype = dtype;
+    e.ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        e.shape[i] = shape[i];
+    e.nbytes = (size_t)numel * ghc_dtype_size(dtype);
+    if (!(e.name = ghc_strdup(name)) || !(e.data = malloc(e.nbytes ? e.nbytes : 1)))
+        goto out_nomem;
+    if (e.nbytes)
+        memcpy(e.data, data, e.nbytes);
+    w->t[w->n++] = e;
+    goto out;
+out_nomem:
+    free(e.name);
+    free(e.data);
+    rc = ghc_error_set(w->core, GHC_ENOMEM, "safetensors writer: out of memory for \"%s\"",
+                       esc(name, nbuf, sizeof(nbuf)));
+out:
+    return rc;
+}
+
+int ghc_st_writer_add(ghc_st_writer_t *w, const char *name, const ghc_tensor_t *t)
+{
+    char nbuf[128];
+    if (!t || ghc_tensor_device(t) != GHC_DEVICE_CPU)
+        return ghc_error_set(w->core, GHC_EINVAL, "safetensors writer: tensor \"%s\" is not "
+                             "on the CPU", name ? esc(name, nbuf, sizeof(nbuf)) : "(null)");
+    return ghc_st_writer_add_raw(w, name, ghc_tensor_dtype(t), ghc_tensor_ndim(t),
+                                 ghc_tensor_shape(t), ghc_tensor_cdata(t));
+}
+
+int ghc_st_writer_metadata(ghc_st_writer_t *w, const char *key, const char *value)
+{
+    char kbuf[64];
+    if (!key || !value || !utf8_ok(key) || !utf8_ok(value))
+        return ghc_error_set(w->core, GHC_EINVAL, "safetensors writer: metadata \"%s\": key "
+                             "and value must be UTF-8 strings",
+                             key ? esc(key, kbuf, sizeof(kbuf)) : "(null)");
+    for (int i = 0; i < w->n_meta; i++)
+        if (strcmp(w->meta_key[i], key) == 0) {
+            char *v = ghc_strdup(value);
+            if (!v)
+                return ghc_error_set(w->core, GHC_ENOMEM, "safetensors writer: out of memory");
+            free(w->meta_val[i]);
+            w->meta_val[i] = v;
+            return 0;
+        }
+    if (w->n_meta == w->cap_meta) {
+        int cap = w->cap_meta ? 2 * w->cap_meta : 8;
+        char **k = realloc(w->meta_key, (size_t)cap * sizeof(*k));
+        if (k)
+            w->meta_key = k;
+        char **v = realloc(w->meta_val, (size_t)cap * sizeof(*v));
+        if (v)
+            w->meta_val = v;
+        if (!k || !v)
+            return ghc_error_set(w->core, GHC_ENOMEM, "safetensors writer: out of memory");
+        w->cap_meta = cap;
+    }
+    char *k = ghc_strdup(key), *v = ghc_strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return ghc_error_set(w->core, GHC_ENOMEM, "safetensors writer: out of memory");
+    }
+    w->meta_key[w->n_meta] = k;
+    w->meta_val[w->n_meta++] = v;
+    return 0;
+}
+
+/* Python's safetensors lays tensors out by dtype, widest first (its Dtype enum in reverse),
+ * then by name; we do the same so that every tensor is aligned to its element size and the
+ * bytes match what Python writes for the same tensors. */
+static int dtype_rank(enum ghc_dtype dt)
+{
+    switch (dt) {
+    case GHC_DTYPE_I64:     return 0;
+    case GHC_DTYPE_F32:     return 1;
+    case GHC_DTYPE_I32:     return 2;
+    case GHC_DTYPE_BF16:    return 3;
+    case GHC_DTYPE_F16:     return 4;
+    case GHC_DTYPE_F8_E4M3: return 5;
+    case GHC_DTYPE_F8_E5M2: return 6;
+    case GHC_DTYPE_U8:      return 7;
+    case GHC_DTYPE_BOOL:    return 8;
+    default:                return 9;
+    }
+}
+
+static int cmp_layout(const void *a, const void *b)
+{
+    const struct st_wentry *x = *(const struct st_wentry *const *)a;
+    const struct st_wentry *y = *(const struct st_wentry *const *)b;
+    int rx = dtype_rank(x->dtype), ry = dtype_rank(y->dtype);
+    if (rx != ry)
+        return rx - ry;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The header JSON, padded with spaces to a multiple of 8. NULL on ENOMEM. */
+static char *build_header(ghc_st_writer_t *w, struct st_wentry **order, size_t *len)
+{
+    char *text = NULL, *padded = NULL;
+    const char **keys = NULL;
+    json_t *root = json_object();
+    if (!root)
+        goto out;
+    if (w->n_meta) {
+        json_t *md = json_object();
+        if (!md || json_object_set_new(root, "__metadata__", md) < 0)
+            goto out;
+        if (!(keys = malloc((size_t)w->n_meta * sizeof(*keys))))
+            goto out;
+        for (int i = 0; i < w->n_meta; i++)
+            keys[i] = w->meta_key[i];
+        qsort(keys, (size_t)w->n_meta, sizeof(*keys), cmp_str);
+        for (int i = 0; i < w->n_meta; i++) {
+            int k = 0;
+            while (strcmp(w->meta_key[k], keys[i]))
+                k++;
+            if (json_object_set_new(md, keys[i], json_string(w->meta_val[k])) < 0)
+                goto out;
+        }
+    }
+    uint64_t pos = 0;
+    for (int i = 0; i < w->n; i++) {
+        const struct st_wentry *e = order[i];
+        json_t *ent = json_object(), *shape = json_array();
+        if (json_object_set_new(root, e->name, ent) < 0 ||
+            json_object_set_new(ent, "dtype", json_string(ghc_dtype_name(e->dtype))) < 0 ||
+            json_object_set_new(ent, "shape", shape) < 0)
+            goto out;   /* set_new releases the value on failure; ent is in root */
+        for (int d = 0; d < e->ndim; d++)
+            if (json_array_append_new(shape, json_integer(e->shape[d])) < 0)
+                goto out;
+        json_t *off = json_pack("[II]", (json_int_t)pos, (json_int_t)(pos + e->nbytes));
+        if (json_object_set_new(ent, "data_offsets", off) < 0)
+            goto out;
+        pos += e->nbytes;
+    }
+    if (!(text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        goto out;
+    size_t n = strlen(text), padn = (n + 7) / 8 * 8;
+    if (!(padded = malloc(padn + 1)))
+        goto out;
+    memcpy(padded, text, n);
+    memset(padded + n, ' ', padn - n);
+    padded[padn] = '\0';
+    *len = padn;
+out:
+    free(keys);
+    free(text);
+    json_decref(root);
+    return padded;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int ghc_st_writer_finish(ghc_st_writer_t *w, const char *path)
+{
+    int rc = 0, fd = -1;
+    char *tmp = NULL, *header = NULL;
+    struct st_wentry **order = malloc((size_t)(w->n ? w->n : 1) * sizeof(*order));
+    if (!order) {
+        rc = ghc_error_set(w->core, GHC_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    for (int i = 0; i < w->n; i++)
+        order[i] = &w->t[i];
+    qsort(order, (size_t)w->n, sizeof(*order), cmp_layout);
+    size_t hlen = 0;
+    if (!(header = build_header(w, order, &hlen))) {
+        rc = ghc_error_set(w->core, GHC_ENOMEM, "%s: out of memory for the header", path);
+        goto out;
+    }
+    if (hlen > GHC_ST_MAX_HEADER) {
+        rc = ghc_error_set(w->core, GHC_EINVAL, "%s: header of %zu bytes exceeds the limit of "
+                           "%u", path, hlen, GHC_ST_MAX_HEADER);
+        goto out;
+    }
+    if (!(tmp = malloc(strlen(path) + sizeof(".tmp.XXXXXX")))) {
+        rc = ghc_error_set(w->core, GHC_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    sprintf(tmp, "%s.tmp.XXXXXX", path);
+    if ((fd = mkstemp(tmp)) < 0) {
+        rc = ghc_error_set(w->core, GHC_EIO, "%s: cannot create a temporary file: %s", path,
+                           strerror(errno));
+        free(tmp);
+        tmp = NULL;
+        goto out;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    int bad = fchmod(fd, 0644) < 0 || write_all(fd, len8, 8) < 0 ||
+              write_all(fd, header, hlen) < 0;
+    for (int i = 0; i < w->n && !bad; i++)
+        bad = write_all(fd, order[i]->data, order[i]->nbytes) < 0;
+    if (bad || fsync(fd) < 0) {
+        rc = ghc_error_set(w->core, GHC_EIO, "%s: cannot write %s: %s", path, tmp,
+                           strerror(errno));
+        goto out_unlink;
+    }
+    int cr = close(fd);
+    fd = -1;
+    if (cr < 0 || rename(tmp, path) < 0) {
+        rc = ghc_error_set(w->core, GHC_EIO, "%s: cannot %s: %s", path,
+                           cr < 0 ? "close the temporary file" : "rename the temporary file",
+                           strerror(errno));
+        goto out_unlink;
+    }
+    /* Make the rename itself durable: fsync the folder (best effort). */
+    char *slash = strrchr(tmp, '/');
+    if (slash)
+        slash[slash == tmp ? 1 : 0] = '\0';
+    int dfd = open(slash ? tmp : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    goto out;
+out_unlink:
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    unlink(tmp);
+out:
+    free(tmp);
+    free(header);
+    free(order);
+    return rc;
+}

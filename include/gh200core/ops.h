@@ -1,0 +1,185 @@
+/* ops.h: the compute ops the model, adapters and optimizers use (library libgh200core_ops).
+ *
+ * An op runs on the device of its tensors (all on the CPU, or all on one CUDA device) and
+ * takes a stream (a cudaStream_t; NULL for the default stream; ignored on the CPU). On the
+ * GPU no op synchronises with the host. Tensors are row-major and contiguous. Every op
+ * checks dtypes, shapes and devices first and returns GHC_EINVAL naming the op and the
+ * offending tensor; GHC_EUNSUPPORTED for a CUDA tensor in a build without CUDA; GHC_ECUDA
+ * for a failed launch. Errors go to the core of the first tensor argument.
+ *
+ * The CPU versions (kernels/cpu/) are the reference: plain loops, fp32 accumulation (f64
+ * where noted). The CUDA versions (kernels/cuda/) match them within per-op tolerances.
+ * Float dtypes accepted: f32 and bf16 unless noted; f16 where noted. */
+#ifndef GHC_OPS_H
+#define GHC_OPS_H
+
+#include <gh200core/tensor.h>   /* defines: ghc_tensor_t, enum ghc_dtype */
+
+GHC_BEGIN_DECLS
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+/* dst = src, same dtype and numel, between any two devices (host<->device copies are
+ * asynchronous on `stream`; the host side should be pinned for overlap). */
+GHC_API int ghc_op_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream);
+/* Every element = value (converted to t's dtype with round-to-nearest-even). */
+GHC_API int ghc_op_fill(ghc_tensor_t *t, double value, void *stream);
+/* Block until the work queued on `stream` of `device` is done (tests, benchmarks, I/O).
+ * No-op on the CPU. */
+GHC_API int ghc_op_sync(ghc_core_t *core, int device, void *stream);
+
+/* ---- casts and random numbers --------------------------------------------------------------- */
+
+/* A counter-based generator (Philox4x32-10). Element i of a call uses counter
+ * (offset + i / 4, 0, 0, 0) and lane i % 4 with key (seed low, seed high): the same numbers on
+ * CPU and GPU, independent of launch shape. Advance `offset` by ceil(numel / 4) per call.
+ * (The 64-bit block number n = offset + i / 4 fills the counter as (lo32(n), hi32(n), 0, 0).) */
+struct ghc_rng {
+    uint64_t seed;
+    uint64_t offset;
+};
+
+/* dst = src * scale in dst's dtype, any float dtype to any float dtype (f32, bf16, f16,
+ * e4m3, e5m2). rng NULL: round to nearest even. rng set (dst bf16 only): stochastic rounding,
+ * rounding up with probability equal to the discarded fraction, using uniform numbers of rng:
+ * element i, with r its 32-bit Philox lane (numbering as below), becomes the top 16 bits of
+ * bits(f32 value) + (r >> 16); NaN stays NaN, inf stays inf. */
+GHC_API int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale,
+                        const struct ghc_rng *rng, void *stream);
+/* Uniform floats in [0, 1) (24 random bits: u32 >> 8 times 2^-24), or normal N(0, 1) by
+ * Box-Muller computed in f64 and rounded: pairs (u1, u2) from lanes (0,1) and (2,3) of one
+ * Philox output, z0 = sqrt(-2 ln(1 - u1)) cos(2 pi u2), z1 = ... sin(...), with u the 32-bit
+ * lane times 2^-32. `t` is f32 or bf16 (rounded from f32). Element 4b+0 is z0 and 4b+1 is z1
+ * of lanes (0,1) of block b; 4b+2 and 4b+3 are z0, z1 of lanes (2,3). */
+GHC_API int ghc_op_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
+GHC_API int ghc_op_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
+/* The raw Philox4x32-10 output block for (counter, key): out[4]. For tests. */
+GHC_API void ghc_philox4x32(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
+
+/* ---- GEMM --------------------------------------------------------------------------------- */
+
+enum ghc_epilogue {
+    GHC_EPI_NONE = 0,       /* C = alpha op(A) op(B) + beta C */
+    GHC_EPI_BIAS,           /* ... + bias (broadcast over rows) */
+    GHC_EPI_BIAS_GELU,      /* gelu_tanh(alpha op(A) op(B) + bias); beta must be 0 */
+};
+
+struct ghc_gemm {
+    bool                trans_a;   /* op(A) = A^T: A stored [K, M] instead of [M, K] */
+    bool                trans_b;   /* op(B) = B^T: B stored [N, K] instead of [K, N] (nn.Linear) */
+    float               alpha;     /* 0 is taken as 1 (so a zeroed struct is a plain product) */
+    float               beta;      /* C's old value counts beta times (0: C is only written) */
+    enum ghc_epilogue   epilogue;
+    const ghc_tensor_t *bias;      /* [N], f32 or bf16, for the BIAS epilogues */
+    ghc_tensor_t       *pre_gelu;  /* optional, BIAS_GELU: the value before gelu, like C */
+    float               scale_a;   /* fp8 operands: dequantisation scales (0 is taken as 1) */
+    float               scale_b;
+};
+
+/* C[M, N] = op(A)[M, K] op(B)[K, N] with fp32 accumulation. A and B: both f32, both bf16,
+ * or both f8_e4m3 (with scale_a, scale_b); C: f32 or bf16 (f8: C bf16 or f32). Batched
+ * (strided) when A, B or C has 3 dims [batch, rows, cols]: a 2-D operand is shared by all
+ * batches (a weight); C must then be 3-D. A linear layer y = x W^T + b is
+ * (a = x [M, in], b = W [out, in], trans_b = true, epilogue BIAS). */
+GHC_API int ghc_op_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b,
+                        const struct ghc_gemm *args, void *stream);
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* O = softmax(scale Q K^T) V per batch and head, non-causal, no mask.
+ * q: [B, Lq, H, Dh], k and v: [B, Lk, H, Dh], o: like q; all f32 or all bf16; Dh <= 256 and
+ * even (128 for Wan; smaller in tests). lse: [B, H, Lq] f32, the natural-log log-sum-exp of
+ * each row of scale Q K^T (saved for the backward). Softmax statistics in fp32. */
+GHC_API int ghc_op_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q,
+                                 const ghc_tensor_t *k, const ghc_tensor_t *v, float scale,
+                                 void *stream);
+/* Gradients from dO, recomputing P from lse: dq like q; dk, dv like k (each may be NULL when
+ * not needed; cross-attention needs only dq). Written, not accumulated. */
+GHC_API int ghc_op_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv,
+                                 const ghc_tensor_t *dout, const ghc_tensor_t *q,
+                                 const ghc_tensor_t *k, const ghc_tensor_t *v,
+                                 const ghc_tensor_t *o, const ghc_tensor_t *lse, float scale,
+                                 void *stream);
+
+/* ---- normalisation ------------------------------------------------------------------------ */
+
+/* LayerNorm over the last dim D, biased variance, in fp32:
+ *   xhat = (x - mean) / sqrt(var + eps)
+ *   y = (xhat * weight + bias) * (1 + scale) + shift
+ * weight, bias: [D] or NULL (no affine); shift, scale: the per-sample modulation, [B, D] for
+ * x of [B, L, D] (or [D]), or NULL. x: f32 or bf16; y: f32 or bf16. stats: [rows, 2] f32
+ * (mean, rstd) for the backward, or NULL. */
+GHC_API int ghc_op_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x,
+                                 const ghc_tensor_t *weight, const ghc_tensor_t *bias,
+                                 const ghc_tensor_t *shift, const ghc_tensor_t *scale,
+                                 float eps, void *stream);
+/* Input gradient only (the parameters are frozen): with da = dy (1 + scale) weight,
+ *   dx = rstd (da - mean(da) - xhat mean(da xhat)).
+ * accumulate: dx += instead of dx =. dx, dy: f32 or bf16. */
+GHC_API int ghc_op_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                 const ghc_tensor_t *stats, const ghc_tensor_t *weight,
+                                 const ghc_tensor_t *scale, bool accumulate, void *stream);
+/* RMSNorm over the last dim D (the full model dim for Wan's q/k norms):
+ *   y = cast(x rstd) * weight,  rstd = (mean(x^2) + eps)^-1/2   (normalised in fp32, cast to
+ * y's dtype, then multiplied, as the official code does). weight [D]. rstd: [rows] f32 or NULL. */
+GHC_API int ghc_op_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
+                               const ghc_tensor_t *weight, float eps, void *stream);
+/* With G = weight dy: dx = rstd G - x rstd^3 mean(x G). */
+GHC_API int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                               const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream);
+
+/* ---- position ----------------------------------------------------------------------------- */
+
+/* Wan's 3-D RoPE on x [B, L, H, Dh] with L = f h w tokens in (f, h, w) row-major order.
+ * Adjacent pairs (2j, 2j+1) rotate by theta = pos * 10000^(-2j/d_axis); the head dim splits
+ * into d_t = Dh - 4 floor(Dh/6) (time), then 2 floor(Dh/6) (height), 2 floor(Dh/6) (width):
+ * 44/42/42 for Dh = 128. Angles in f64, rotation in fp32. inverse: rotate by -theta (the
+ * backward). y may be x. */
+GHC_API int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w,
+                        bool inverse, void *stream);
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+/* gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))); y may be x. */
+GHC_API int ghc_op_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
+/* dx = dy gelu_tanh'(x) (x: the pre-activation). */
+GHC_API int ghc_op_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                 void *stream);
+/* silu(z) = z sigmoid(z), and its backward. */
+GHC_API int ghc_op_silu(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
+GHC_API int ghc_op_silu_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                            void *stream);
+
+/* ---- elementwise -------------------------------------------------------------------------- */
+
+/* Broadcasting in the binary ops below: b has a's shape, or is [D] (the last dim of a), or is
+ * [B, D] for a of [B, ..., D] (one row per sample: modulation vectors and gates). */
+
+/* y = alpha a + beta b. y may be a. */
+GHC_API int ghc_op_add(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b,
+                       float alpha, float beta, void *stream);
+/* y = a * b. y may be a. */
+GHC_API int ghc_op_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, void *stream);
+/* The gated residual x += y * gate (gate NULL: x += y). x f32 (the residual stream); y f32 or
+ * bf16; gate like b above. Its backward is dx += g (identity) and dy = g * gate (ghc_op_mul). */
+GHC_API int ghc_op_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate,
+                                  void *stream);
+/* y = alpha x (y may be x). */
+GHC_API int ghc_op_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream);
+
+/* ---- reductions and losses ---------------------------------------------------------------- */
+
+/* out (a 1-element f32 tensor) = sum or mean of all elements of x, accumulated in f64 on the
+ * CPU and in fp32 pairwise/tree order on the GPU. */
+GHC_API int ghc_op_sum(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
+GHC_API int ghc_op_mean(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
+/* out[j] = sum over rows of x[rows, D] (x viewed as 2-D over its last dim): bias gradients. */
+GHC_API int ghc_op_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
+/* loss (1-element f32) = mean((pred - target)^2) over all elements; grad (like pred, or
+ * NULL) = 2 (pred - target) / numel. pred and target f32 or bf16. */
+GHC_API int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred,
+                            const ghc_tensor_t *target, void *stream);
+
+GHC_END_DECLS
+
+#endif /* GHC_OPS_H */

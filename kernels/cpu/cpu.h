@@ -1,0 +1,101 @@
+/* cpu.h: the CPU reference kernels behind ops.h (kernels/cpu/). Same signatures as the
+ * ghc_op_* functions; called by kernels/ops.c after it has validated dtypes, shapes and
+ * devices, so these only compute. Plain loops, fp32 accumulation (f64 where ops.h says). */
+#ifndef GHC_KERNELS_CPU_H
+#define GHC_KERNELS_CPU_H
+
+#include <gh200core/ops.h>
+
+int ghc_cpu_fill(ghc_tensor_t *t, double value);
+int ghc_cpu_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng);
+int ghc_cpu_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng);
+int ghc_cpu_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng);
+int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, const struct ghc_gemm *args);
+int ghc_cpu_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
+                          const ghc_tensor_t *v, float scale);
+int ghc_cpu_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, const ghc_tensor_t *dout,
+                          const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                          const ghc_tensor_t *o, const ghc_tensor_t *lse, float scale);
+int ghc_cpu_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                          const ghc_tensor_t *bias, const ghc_tensor_t *shift, const ghc_tensor_t *scale, float eps);
+int ghc_cpu_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *stats,
+                          const ghc_tensor_t *weight, const ghc_tensor_t *scale, bool accumulate);
+int ghc_cpu_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight, float eps);
+int ghc_cpu_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                        const ghc_tensor_t *weight);
+int ghc_cpu_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse);
+int ghc_cpu_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x);
+int ghc_cpu_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x);
+int ghc_cpu_silu(ghc_tensor_t *y, const ghc_tensor_t *x);
+int ghc_cpu_silu_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x);
+int ghc_cpu_add(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, float alpha, float beta);
+int ghc_cpu_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b);
+int ghc_cpu_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate);
+int ghc_cpu_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha);
+int ghc_cpu_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean);
+int ghc_cpu_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x);
+int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target);
+
+/* ---- internal helpers (kernels/cpu/) ------------------------------------------------------ */
+
+#include <string.h>
+
+/* Element i of float data `p` of dtype `dt`, as f32. */
+static inline float ghc_cpu_load(const void *p, enum ghc_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case GHC_DTYPE_F32:     return ((const float *)p)[i];
+    case GHC_DTYPE_BF16:    return ghc_bf16_to_f32(((const uint16_t *)p)[i]);
+    case GHC_DTYPE_F16:     return ghc_f16_to_f32(((const uint16_t *)p)[i]);
+    case GHC_DTYPE_F8_E4M3: return ghc_e4m3_to_f32(((const uint8_t *)p)[i]);
+    case GHC_DTYPE_F8_E5M2: return ghc_e5m2_to_f32(((const uint8_t *)p)[i]);
+    default:                return 0.0f;
+    }
+}
+
+/* Store v as element i of `p` of dtype `dt`, rounding to nearest even. */
+static inline void ghc_cpu_store(void *p, enum ghc_dtype dt, int64_t i, float v)
+{
+    switch (dt) {
+    case GHC_DTYPE_F32:     ((float *)p)[i] = v; break;
+    case GHC_DTYPE_BF16:    ((uint16_t *)p)[i] = ghc_f32_to_bf16(v); break;
+    case GHC_DTYPE_F16:     ((uint16_t *)p)[i] = ghc_f32_to_f16(v); break;
+    case GHC_DTYPE_F8_E4M3: ((uint8_t *)p)[i] = ghc_f32_to_e4m3(v); break;
+    case GHC_DTYPE_F8_E5M2: ((uint8_t *)p)[i] = ghc_f32_to_e5m2(v); break;
+    default:                break;
+    }
+}
+
+/* v rounded to dtype dt and back (what a store then a load gives). */
+static inline float ghc_cpu_round(enum ghc_dtype dt, float v)
+{
+    unsigned char tmp[4];
+    ghc_cpu_store(tmp, dt, 0, v);
+    return ghc_cpu_load(tmp, dt, 0);
+}
+
+/* Tensor element access by tensor. */
+#define GHC_CPU_GET(t, i) ghc_cpu_load(ghc_tensor_cdata(t), ghc_tensor_dtype(t), (i))
+#define GHC_CPU_SET(t, i, v) ghc_cpu_store(ghc_tensor_data(t), ghc_tensor_dtype(t), (i), (v))
+
+/* A new f32 copy of all elements of t (malloc; the caller frees), or NULL with GHC_ENOMEM
+ * set on t's core. */
+float *ghc_cpu_f32_copy(const ghc_tensor_t *t, const char *op);
+
+/* Index into a broadcast operand b (ops.h rule: a's shape, [D], or [B, D]) for element i of
+ * a tensor with `numel` elements, last dim D and leading dim B. */
+struct ghc_cpu_bcast {
+    int     mode;        /* 0: same shape, 1: [D], 2: [B, D] */
+    int64_t D, per_sample;
+};
+struct ghc_cpu_bcast ghc_cpu_bcast_init(const ghc_tensor_t *a, const ghc_tensor_t *b);
+static inline int64_t ghc_cpu_bcast_index(const struct ghc_cpu_bcast *bc, int64_t i)
+{
+    switch (bc->mode) {
+    case 1:  return i % bc->D;
+    case 2:  return (i / bc->per_sample) * bc->D + i % bc->D;
+    default: return i;
+    }
+}
+
+#endif /* GHC_KERNELS_CPU_H */

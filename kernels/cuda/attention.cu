@@ -1,0 +1,1 @@
+/* kernels/cuda/attention.cu: placeholder (being written). */

@@ -1,0 +1,50 @@
+/* kernels.h: the CUDA kernels behind ops.h (the .cu files in kernels/cuda/), plain C. Same signatures as
+ * the ghc_op_* functions plus the stream; called by kernels/ops.c after it has validated
+ * dtypes, shapes and devices (all tensors on one CUDA device). Each returns 0 or a
+ * cudaError_t (ghc_k_error_string() names it); none synchronises with the host. */
+#ifndef GHC_KERNELS_CUDA_H
+#define GHC_KERNELS_CUDA_H
+
+#include <gh200core/ops.h>
+
+#include "device.h"   /* defines: ghc_k_device_count, ghc_k_error_string */
+
+GHC_BEGIN_DECLS
+
+/* dst = src between devices (cudaMemcpyAsync with the right kind). */
+int ghc_k_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream);
+int ghc_k_sync(int device, void *stream);
+
+int ghc_k_fill(ghc_tensor_t *t, double value, void *stream);
+int ghc_k_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng, void *stream);
+int ghc_k_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
+int ghc_k_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
+int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, const struct ghc_gemm *args, void *stream);
+int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
+                          const ghc_tensor_t *v, float scale, void *stream);
+int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, const ghc_tensor_t *dout,
+                          const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                          const ghc_tensor_t *o, const ghc_tensor_t *lse, float scale, void *stream);
+int ghc_k_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                          const ghc_tensor_t *bias, const ghc_tensor_t *shift, const ghc_tensor_t *scale, float eps, void *stream);
+int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *stats,
+                          const ghc_tensor_t *weight, const ghc_tensor_t *scale, bool accumulate, void *stream);
+int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight, float eps, void *stream);
+int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                        const ghc_tensor_t *weight, void *stream);
+int ghc_k_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse, void *stream);
+int ghc_k_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
+int ghc_k_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, void *stream);
+int ghc_k_silu(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
+int ghc_k_silu_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, void *stream);
+int ghc_k_add(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, float alpha, float beta, void *stream);
+int ghc_k_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, void *stream);
+int ghc_k_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate, void *stream);
+int ghc_k_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream);
+int ghc_k_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean, void *stream);
+int ghc_k_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
+int ghc_k_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target, void *stream);
+
+GHC_END_DECLS
+
+#endif /* GHC_KERNELS_CUDA_H */

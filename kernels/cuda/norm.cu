@@ -1,0 +1,1 @@
+/* kernels/cuda/norm.cu: placeholder (being written). */

@@ -1,0 +1,1 @@
+/* kernels/cuda/reduce.cu: placeholder (being written). */

@@ -1,0 +1,1 @@
+/* kernels/cuda/rope.cu: placeholder (being written). */

@@ -1,0 +1,711 @@
+/* kernels/ops.c: the ghc_op_* entry points of ops.h. Each one checks its arguments (NULLs,
+ * dtypes, shapes, broadcasting, one device for all tensors) and then dispatches by device:
+ * the CPU reference in kernels/cpu/, or the CUDA kernels of kernels/cuda/ when the build has
+ * CUDA. Kernels therefore only compute; every error message is written here, naming the op
+ * and the offending tensor. */
+#include <config.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <gh200core/ops.h>
+
+#include "cpu/cpu.h"       /* defines: ghc_cpu_* */
+#ifdef GHC_HAVE_CUDA
+#include "cuda/kernels.h"  /* defines: ghc_k_*, ghc_k_error_string */
+#endif
+
+/* ---- argument checking ------------------------------------------------------------------- */
+
+/* One op call: its name, the core that gets the error (of the first tensor argument) and the
+ * device every tensor must be on (also of the first tensor). */
+struct op_ctx {
+    const char *op;
+    ghc_core_t *core;
+    int         device;
+};
+
+#define DT(d) (1u << (d))
+#define DT_F32       DT(GHC_DTYPE_F32)
+#define DT_F32_BF16  (DT(GHC_DTYPE_F32) | DT(GHC_DTYPE_BF16))
+#define DT_FLOAT     (DT(GHC_DTYPE_F32) | DT(GHC_DTYPE_BF16) | DT(GHC_DTYPE_F16) | \
+                      DT(GHC_DTYPE_F8_E4M3) | DT(GHC_DTYPE_F8_E5M2))
+
+/* The context of an op whose tensors are `ts` (the first non-NULL one decides core and
+ * device). */
+static struct op_ctx op_ctx(const char *op, int n, const ghc_tensor_t *const *ts)
+{
+    struct op_ctx c = { op, NULL, GHC_DEVICE_CPU };
+    for (int i = 0; i < n; i++)
+        if (ts[i]) {
+            c.core = ghc_tensor_core(ts[i]);
+            c.device = ghc_tensor_device(ts[i]);
+            break;
+        }
+    return c;
+}
+#define OP_CTX(name, ...) \
+    op_ctx(name, (int)(sizeof((const ghc_tensor_t *[]){ __VA_ARGS__ }) / sizeof(ghc_tensor_t *)), \
+           (const ghc_tensor_t *const[]){ __VA_ARGS__ })
+
+/* "op: tensor 'name' is [2, 3] BF16 cpu, expected <what>". Returns GHC_EINVAL. */
+static int bad(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, const char *fmt, ...)
+    GHC_PRINTF(4, 5);
+static int bad(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, const char *fmt, ...)
+{
+    char desc[160], want[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(want, sizeof(want), fmt, ap);
+    va_end(ap);
+    if (!t)
+        return ghc_error_set(c->core, GHC_EINVAL, "%s: tensor '%s' is NULL, expected %s", c->op, name, want);
+    return ghc_error_set(c->core, GHC_EINVAL, "%s: tensor '%s' is %s, expected %s", c->op, name,
+                         ghc_tensor_describe(t, desc, sizeof(desc)), want);
+}
+
+/* "f32 or bf16" for a dtype mask. */
+static const char *dtypes_text(unsigned mask, char *buf, size_t len)
+{
+    size_t n = 0;
+    int count = 0, total = 0;
+    for (int d = 0; d < GHC_DTYPE_COUNT; d++)
+        total += (mask >> d) & 1;
+    buf[0] = '\0';
+    for (int d = 0; d < GHC_DTYPE_COUNT; d++) {
+        if (!(mask & DT(d)))
+            continue;
+        count++;
+        const char *sep = count == 1 ? "" : count == total ? " or " : ", ";
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s%s", sep, ghc_dtype_name((enum ghc_dtype)d));
+    }
+    return buf;
+}
+
+/* t present (unless optional), on the op's device, with a dtype in `mask`. */
+static int check_tensor(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, unsigned mask,
+                        bool optional)
+{
+    char buf[96];
+    if (!t)
+        return optional ? 0 : bad(c, name, t, "a tensor");
+    if (ghc_tensor_device(t) != c->device) {
+        if (c->device == GHC_DEVICE_CPU)
+            return bad(c, name, t, "on the cpu like the first tensor");
+        return bad(c, name, t, "on cuda:%d like the first tensor", c->device);
+    }
+    if (!(mask & DT(ghc_tensor_dtype(t))))
+        return bad(c, name, t, "dtype %s", dtypes_text(mask, buf, sizeof(buf)));
+    return 0;
+}
+#define CHECK(expr) do { int rc_ = (expr); if (rc_ < 0) return rc_; } while (0)
+#define NEED(c, name, t, mask) CHECK(check_tensor(c, name, t, mask, false))
+#define MAYBE(c, name, t, mask) CHECK(check_tensor(c, name, t, mask, true))
+
+static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim; i++)
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(buf + n, len > n ? len - n : 0, "]");
+    return buf;
+}
+
+static bool has_shape(const ghc_tensor_t *t, int ndim, const int64_t *shape)
+{
+    if (ghc_tensor_ndim(t) != ndim)
+        return false;
+    for (int i = 0; i < ndim; i++)
+        if (ghc_tensor_dim(t, i) != shape[i])
+            return false;
+    return true;
+}
+
+/* t has exactly `shape` (t may be NULL: nothing to check). */
+static int check_shape(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, int ndim,
+                       const int64_t *shape)
+{
+    char buf[128];
+    if (t && !has_shape(t, ndim, shape))
+        return bad(c, name, t, "shape %s", shape_text(ndim, shape, buf, sizeof(buf)));
+    return 0;
+}
+#define SHAPE(c, name, t, ...) \
+    CHECK(check_shape(c, name, t, (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), \
+                      (const int64_t[]){ __VA_ARGS__ }))
+
+/* t has ref's shape. */
+static int check_like(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, const ghc_tensor_t *ref)
+{
+    return check_shape(c, name, t, ghc_tensor_ndim(ref), ghc_tensor_shape(ref));
+}
+#define LIKE(c, name, t, ref) CHECK(check_like(c, name, t, ref))
+
+/* ndim >= 1 (an op over the last dim). */
+static int check_rows(const struct op_ctx *c, const char *name, const ghc_tensor_t *t)
+{
+    if (ghc_tensor_ndim(t) < 1)
+        return bad(c, name, t, "at least 1 dimension");
+    return 0;
+}
+
+/* The broadcasting rule of ops.h: b has a's shape, or is [D] (a's last dim), or is [B, D]
+ * for a of [B, ..., D] with 3 or more dims. b may be NULL. */
+static int check_bcast(const struct op_ctx *c, const char *name, const ghc_tensor_t *b,
+                       const char *aname, const ghc_tensor_t *a)
+{
+    if (!b)
+        return 0;
+    int nd = ghc_tensor_ndim(a);
+    int64_t D = ghc_tensor_dim(a, -1);
+    if (ghc_tensor_same_shape(a, b))
+        return 0;
+    if (nd >= 1 && ghc_tensor_ndim(b) == 1 && ghc_tensor_dim(b, 0) == D)
+        return 0;
+    if (nd >= 3 && ghc_tensor_ndim(b) == 2 && ghc_tensor_dim(b, 0) == ghc_tensor_dim(a, 0) &&
+        ghc_tensor_dim(b, 1) == D)
+        return 0;
+    char ab[160], shp[96];
+    if (nd >= 3)
+        return bad(c, name, b, "%s's shape, [%lld] or [%lld, %lld] to broadcast over '%s' %s", aname,
+                   (long long)D, (long long)ghc_tensor_dim(a, 0), (long long)D, aname,
+                   ghc_tensor_describe(a, ab, sizeof(ab)));
+    return bad(c, name, b, "%s or [%lld] to broadcast over '%s' %s",
+               shape_text(nd, ghc_tensor_shape(a), shp, sizeof(shp)), (long long)D, aname,
+               ghc_tensor_describe(a, ab, sizeof(ab)));
+}
+#define BCAST(c, name, b, aname, a) CHECK(check_bcast(c, name, b, aname, a))
+
+/* ---- dispatch ----------------------------------------------------------------------------- */
+
+#ifdef GHC_HAVE_CUDA
+static int cuda_status(const struct op_ctx *c, int err)
+{
+    if (err)
+        return ghc_error_set(c->core, GHC_ECUDA, "%s: %s", c->op, ghc_k_error_string(err));
+    return 0;
+}
+#define DISPATCH(c, cpu_call, cuda_call) \
+    ((c)->device == GHC_DEVICE_CPU ? (cpu_call) : cuda_status((c), (cuda_call)))
+#else
+static int no_cuda(const struct op_ctx *c)
+{
+    return ghc_error_set(c->core, GHC_EUNSUPPORTED, "%s: this build has no CUDA", c->op);
+}
+#define DISPATCH(c, cpu_call, cuda_call) ((c)->device == GHC_DEVICE_CPU ? (cpu_call) : no_cuda(c))
+#endif
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+int ghc_op_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream)
+{
+    struct op_ctx c = OP_CTX("copy", dst, src);
+    char buf[160];
+    if (!dst)
+        return bad(&c, "dst", dst, "a tensor");
+    if (!src)
+        return bad(&c, "src", src, "a tensor");
+    if (ghc_tensor_dtype(dst) != ghc_tensor_dtype(src) || ghc_tensor_numel(dst) != ghc_tensor_numel(src))
+        return bad(&c, "dst", dst, "the dtype and element count of 'src' %s",
+                   ghc_tensor_describe(src, buf, sizeof(buf)));
+    if (ghc_tensor_numel(dst) == 0)
+        return 0;
+    if (ghc_tensor_device(dst) == GHC_DEVICE_CPU && ghc_tensor_device(src) == GHC_DEVICE_CPU) {
+        if (ghc_tensor_data(dst) != ghc_tensor_cdata(src))
+            memmove(ghc_tensor_data(dst), ghc_tensor_cdata(src), ghc_tensor_nbytes(dst));
+        return 0;
+    }
+#ifdef GHC_HAVE_CUDA
+    return cuda_status(&c, ghc_k_copy(dst, src, stream));
+#else
+    return ghc_error_set(c.core, GHC_EUNSUPPORTED, "copy: this build has no CUDA");
+#endif
+}
+
+int ghc_op_fill(ghc_tensor_t *t, double value, void *stream)
+{
+    struct op_ctx c = OP_CTX("fill", t);
+    NEED(&c, "t", t, DT_FLOAT);
+    if (ghc_tensor_numel(t) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_fill(t, value), ghc_k_fill(t, value, stream));
+}
+
+int ghc_op_sync(ghc_core_t *core, int device, void *stream)
+{
+    if (device == GHC_DEVICE_CPU)
+        return 0;
+    if (device < 0)
+        return ghc_error_set(core, GHC_EINVAL, "sync: device %d is neither the cpu (-1) nor a CUDA ordinal",
+                             device);
+#ifdef GHC_HAVE_CUDA
+    int err = ghc_k_sync(device, stream);
+    if (err)
+        return ghc_error_set(core, GHC_ECUDA, "sync: %s", ghc_k_error_string(err));
+    return 0;
+#else
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "sync: this build has no CUDA");
+#endif
+}
+
+/* ---- casts and random numbers ------------------------------------------------------------- */
+
+int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng,
+                void *stream)
+{
+    struct op_ctx c = OP_CTX("cast", dst, src);
+    char buf[160];
+    NEED(&c, "dst", dst, DT_FLOAT);
+    NEED(&c, "src", src, DT_FLOAT);
+    if (ghc_tensor_numel(dst) != ghc_tensor_numel(src))
+        return bad(&c, "dst", dst, "the element count of 'src' %s", ghc_tensor_describe(src, buf, sizeof(buf)));
+    if (rng && ghc_tensor_dtype(dst) != GHC_DTYPE_BF16)
+        return bad(&c, "dst", dst, "dtype BF16 for stochastic rounding (rng given)");
+    if (ghc_tensor_numel(dst) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_cast(dst, src, scale, rng), ghc_k_cast(dst, src, scale, rng, stream));
+}
+
+int ghc_op_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream)
+{
+    struct op_ctx c = OP_CTX("rand_uniform", t);
+    NEED(&c, "t", t, DT_F32_BF16);
+    if (!rng)
+        return ghc_error_set(c.core, GHC_EINVAL, "rand_uniform: rng is NULL");
+    if (ghc_tensor_numel(t) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rand_uniform(t, rng), ghc_k_rand_uniform(t, rng, stream));
+}
+
+int ghc_op_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream)
+{
+    struct op_ctx c = OP_CTX("rand_normal", t);
+    NEED(&c, "t", t, DT_F32_BF16);
+    if (!rng)
+        return ghc_error_set(c.core, GHC_EINVAL, "rand_normal: rng is NULL");
+    if (ghc_tensor_numel(t) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rand_normal(t, rng), ghc_k_rand_normal(t, rng, stream));
+}
+
+/* ---- GEMM --------------------------------------------------------------------------------- */
+
+int ghc_op_gemm(ghc_tensor_t *c_, const ghc_tensor_t *a, const ghc_tensor_t *b,
+                const struct ghc_gemm *args, void *stream)
+{
+    static const struct ghc_gemm plain = { 0 };
+    struct op_ctx c = OP_CTX("gemm", c_, a, b);
+    char buf[160];
+    if (!args)
+        args = &plain;
+    NEED(&c, "c", c_, DT_F32_BF16);
+    NEED(&c, "a", a, DT_F32_BF16 | DT(GHC_DTYPE_F8_E4M3));
+    NEED(&c, "b", b, DT(ghc_tensor_dtype(a)));
+    bool fp8 = ghc_tensor_dtype(a) == GHC_DTYPE_F8_E4M3;
+    if (!fp8 && ((args->scale_a != 0.0f && args->scale_a != 1.0f) || (args->scale_b != 0.0f && args->scale_b != 1.0f)))
+        return bad(&c, "a", a, "F8_E4M3 operands for scale_a = %g, scale_b = %g (scales apply to fp8 only)",
+                   (double)args->scale_a, (double)args->scale_b);
+
+    int nda = ghc_tensor_ndim(a), ndb = ghc_tensor_ndim(b), ndc = ghc_tensor_ndim(c_);
+    if (nda != 2 && nda != 3)
+        return bad(&c, "a", a, "2 or 3 dimensions");
+    if (ndb != 2 && ndb != 3)
+        return bad(&c, "b", b, "2 or 3 dimensions");
+    if (ndc != 2 && ndc != 3)
+        return bad(&c, "c", c_, "2 or 3 dimensions");
+    if (ndc == 2 && (nda == 3 || ndb == 3))
+        return bad(&c, "c", c_, "3 dimensions [batch, M, N] since an operand is batched");
+    int64_t batch = ndc == 3 ? ghc_tensor_dim(c_, 0) : 1;
+    if (nda == 3 && ghc_tensor_dim(a, 0) != batch)
+        return bad(&c, "a", a, "batch %lld like 'c'", (long long)batch);
+    if (ndb == 3 && ghc_tensor_dim(b, 0) != batch)
+        return bad(&c, "b", b, "batch %lld like 'c'", (long long)batch);
+
+    int64_t M = ghc_tensor_dim(a, args->trans_a ? -1 : -2);
+    int64_t K = ghc_tensor_dim(a, args->trans_a ? -2 : -1);
+    int64_t Kb = ghc_tensor_dim(b, args->trans_b ? -1 : -2);
+    int64_t N = ghc_tensor_dim(b, args->trans_b ? -2 : -1);
+    if (Kb != K)
+        return bad(&c, "b", b, "K = %lld (%s) to match 'a' %s%s", (long long)K,
+                   args->trans_b ? "stored [N, K]" : "stored [K, N]",
+                   ghc_tensor_describe(a, buf, sizeof(buf)), args->trans_a ? " (trans_a)" : "");
+    if (ndc == 3)
+        SHAPE(&c, "c", c_, batch, M, N);
+    else
+        SHAPE(&c, "c", c_, M, N);
+
+    switch (args->epilogue) {
+    case GHC_EPI_NONE:
+        if (args->bias)
+            return bad(&c, "bias", args->bias, "NULL with epilogue NONE");
+        if (args->pre_gelu)
+            return bad(&c, "pre_gelu", args->pre_gelu, "NULL without the BIAS_GELU epilogue");
+        break;
+    case GHC_EPI_BIAS:
+    case GHC_EPI_BIAS_GELU:
+        NEED(&c, "bias", args->bias, DT_F32_BF16);
+        SHAPE(&c, "bias", args->bias, N);
+        if (args->epilogue == GHC_EPI_BIAS_GELU) {
+            if (args->beta != 0.0f)
+                return ghc_error_set(c.core, GHC_EINVAL, "gemm: beta must be 0 with the BIAS_GELU epilogue, got %g",
+                                     (double)args->beta);
+            MAYBE(&c, "pre_gelu", args->pre_gelu, DT(ghc_tensor_dtype(c_)));
+            LIKE(&c, "pre_gelu", args->pre_gelu, c_);
+        } else if (args->pre_gelu) {
+            return bad(&c, "pre_gelu", args->pre_gelu, "NULL without the BIAS_GELU epilogue");
+        }
+        break;
+    default:
+        return ghc_error_set(c.core, GHC_EINVAL, "gemm: unknown epilogue %d", (int)args->epilogue);
+    }
+    if (ghc_tensor_numel(c_) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_gemm(c_, a, b, args), ghc_k_gemm(c_, a, b, args, stream));
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* q [B, Lq, H, Dh], k and v [B, Lk, H, Dh] of one dtype (f32 or bf16), Dh even and <= 256,
+ * lse [B, H, Lq] f32. */
+static int check_qkv(const struct op_ctx *c, const ghc_tensor_t *q, const ghc_tensor_t *k,
+                     const ghc_tensor_t *v, const ghc_tensor_t *lse)
+{
+    CHECK(check_tensor(c, "q", q, DT_F32_BF16, false));
+    unsigned dt = DT(ghc_tensor_dtype(q));
+    CHECK(check_tensor(c, "k", k, dt, false));
+    CHECK(check_tensor(c, "v", v, dt, false));
+    CHECK(check_tensor(c, "lse", lse, DT_F32, false));
+    if (ghc_tensor_ndim(q) != 4)
+        return bad(c, "q", q, "4 dimensions [B, Lq, H, Dh]");
+    int64_t B = ghc_tensor_dim(q, 0), Lq = ghc_tensor_dim(q, 1), H = ghc_tensor_dim(q, 2);
+    int64_t Dh = ghc_tensor_dim(q, 3);
+    if (Dh % 2 != 0 || Dh > 256 || Dh < 2)
+        return bad(c, "q", q, "an even head dim Dh in [2, 256]");
+    if (ghc_tensor_ndim(k) != 4)
+        return bad(c, "k", k, "4 dimensions [B, Lk, H, Dh]");
+    int64_t Lk = ghc_tensor_dim(k, 1);
+    CHECK(check_shape(c, "k", k, 4, (const int64_t[]){ B, Lk, H, Dh }));
+    CHECK(check_shape(c, "v", v, 4, (const int64_t[]){ B, Lk, H, Dh }));
+    CHECK(check_shape(c, "lse", lse, 3, (const int64_t[]){ B, H, Lq }));
+    return 0;
+}
+
+int ghc_op_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q,
+                         const ghc_tensor_t *k, const ghc_tensor_t *v, float scale, void *stream)
+{
+    struct op_ctx c = OP_CTX("attention_fwd", o, lse, q, k, v);
+    NEED(&c, "o", o, DT_F32_BF16);
+    CHECK(check_qkv(&c, q, k, v, lse));
+    NEED(&c, "o", o, DT(ghc_tensor_dtype(q)));
+    LIKE(&c, "o", o, q);
+    if (ghc_tensor_numel(o) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_attention_fwd(o, lse, q, k, v, scale),
+                    ghc_k_attention_fwd(o, lse, q, k, v, scale, stream));
+}
+
+int ghc_op_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv,
+                         const ghc_tensor_t *dout, const ghc_tensor_t *q, const ghc_tensor_t *k,
+                         const ghc_tensor_t *v, const ghc_tensor_t *o, const ghc_tensor_t *lse,
+                         float scale, void *stream)
+{
+    struct op_ctx c = OP_CTX("attention_bwd", dq, dk, dv, dout, q, k, v, o, lse);
+    CHECK(check_qkv(&c, q, k, v, lse));
+    unsigned dt = DT(ghc_tensor_dtype(q));
+    NEED(&c, "dout", dout, dt);
+    LIKE(&c, "dout", dout, q);
+    NEED(&c, "o", o, dt);
+    LIKE(&c, "o", o, q);
+    MAYBE(&c, "dq", dq, dt);
+    LIKE(&c, "dq", dq, q);
+    MAYBE(&c, "dk", dk, dt);
+    LIKE(&c, "dk", dk, k);
+    MAYBE(&c, "dv", dv, dt);
+    LIKE(&c, "dv", dv, k);
+    if (!dq && !dk && !dv)
+        return 0;
+    if (ghc_tensor_numel(q) == 0 && ghc_tensor_numel(k) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_attention_bwd(dq, dk, dv, dout, q, k, v, o, lse, scale),
+                    ghc_k_attention_bwd(dq, dk, dv, dout, q, k, v, o, lse, scale, stream));
+}
+
+/* ---- normalisation ------------------------------------------------------------------------ */
+
+int ghc_op_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x,
+                         const ghc_tensor_t *weight, const ghc_tensor_t *bias,
+                         const ghc_tensor_t *shift, const ghc_tensor_t *scale, float eps,
+                         void *stream)
+{
+    struct op_ctx c = OP_CTX("layernorm_fwd", y, stats, x, weight, bias, shift, scale);
+    NEED(&c, "y", y, DT_F32_BF16);
+    MAYBE(&c, "stats", stats, DT_F32);
+    NEED(&c, "x", x, DT_F32_BF16);
+    MAYBE(&c, "weight", weight, DT_F32_BF16);
+    MAYBE(&c, "bias", bias, DT_F32_BF16);
+    MAYBE(&c, "shift", shift, DT_F32_BF16);
+    MAYBE(&c, "scale", scale, DT_F32_BF16);
+    CHECK(check_rows(&c, "x", x));
+    LIKE(&c, "y", y, x);
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    SHAPE(&c, "weight", weight, D);
+    SHAPE(&c, "bias", bias, D);
+    BCAST(&c, "shift", shift, "x", x);
+    BCAST(&c, "scale", scale, "x", x);
+    SHAPE(&c, "stats", stats, rows, 2);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_layernorm_fwd(y, stats, x, weight, bias, shift, scale, eps),
+                    ghc_k_layernorm_fwd(y, stats, x, weight, bias, shift, scale, eps, stream));
+}
+
+int ghc_op_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                         const ghc_tensor_t *stats, const ghc_tensor_t *weight,
+                         const ghc_tensor_t *scale, bool accumulate, void *stream)
+{
+    struct op_ctx c = OP_CTX("layernorm_bwd", dx, dy, x, stats, weight, scale);
+    NEED(&c, "dx", dx, DT_F32_BF16);
+    NEED(&c, "dy", dy, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "stats", stats, DT_F32);
+    MAYBE(&c, "weight", weight, DT_F32_BF16);
+    MAYBE(&c, "scale", scale, DT_F32_BF16);
+    CHECK(check_rows(&c, "x", x));
+    LIKE(&c, "dx", dx, x);
+    LIKE(&c, "dy", dy, x);
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    SHAPE(&c, "stats", stats, rows, 2);
+    SHAPE(&c, "weight", weight, D);
+    BCAST(&c, "scale", scale, "x", x);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_layernorm_bwd(dx, dy, x, stats, weight, scale, accumulate),
+                    ghc_k_layernorm_bwd(dx, dy, x, stats, weight, scale, accumulate, stream));
+}
+
+int ghc_op_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
+                       const ghc_tensor_t *weight, float eps, void *stream)
+{
+    struct op_ctx c = OP_CTX("rmsnorm_fwd", y, rstd, x, weight);
+    NEED(&c, "y", y, DT_F32_BF16);
+    MAYBE(&c, "rstd", rstd, DT_F32);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "weight", weight, DT_F32_BF16);
+    CHECK(check_rows(&c, "x", x));
+    LIKE(&c, "y", y, x);
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    SHAPE(&c, "weight", weight, D);
+    SHAPE(&c, "rstd", rstd, rows);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rmsnorm_fwd(y, rstd, x, weight, eps),
+                    ghc_k_rmsnorm_fwd(y, rstd, x, weight, eps, stream));
+}
+
+int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                       const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
+{
+    struct op_ctx c = OP_CTX("rmsnorm_bwd", dx, dy, x, rstd, weight);
+    NEED(&c, "dx", dx, DT_F32_BF16);
+    NEED(&c, "dy", dy, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "rstd", rstd, DT_F32);
+    NEED(&c, "weight", weight, DT_F32_BF16);
+    CHECK(check_rows(&c, "x", x));
+    LIKE(&c, "dx", dx, x);
+    LIKE(&c, "dy", dy, x);
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    SHAPE(&c, "rstd", rstd, rows);
+    SHAPE(&c, "weight", weight, D);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rmsnorm_bwd(dx, dy, x, rstd, weight),
+                    ghc_k_rmsnorm_bwd(dx, dy, x, rstd, weight, stream));
+}
+
+/* ---- position ----------------------------------------------------------------------------- */
+
+int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse,
+                void *stream)
+{
+    struct op_ctx c = OP_CTX("rope", y, x);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    if (ghc_tensor_ndim(x) != 4)
+        return bad(&c, "x", x, "4 dimensions [B, L, H, Dh]");
+    if (f < 1 || h < 1 || w < 1 || ghc_tensor_dim(x, 1) / f / h != w || f * h * w != ghc_tensor_dim(x, 1))
+        return bad(&c, "x", x, "L = f h w = %lld x %lld x %lld tokens", (long long)f, (long long)h, (long long)w);
+    if (ghc_tensor_dim(x, 3) % 2 != 0)
+        return bad(&c, "x", x, "an even head dim");
+    LIKE(&c, "y", y, x);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rope(y, x, f, h, w, inverse), ghc_k_rope(y, x, f, h, w, inverse, stream));
+}
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+/* y like x; both f32 or bf16. */
+static int check_unary(const struct op_ctx *c, const ghc_tensor_t *y, const ghc_tensor_t *x)
+{
+    CHECK(check_tensor(c, "y", y, DT_F32_BF16, false));
+    CHECK(check_tensor(c, "x", x, DT_F32_BF16, false));
+    return check_like(c, "y", y, x);
+}
+
+/* dx, dy like x; all f32 or bf16. */
+static int check_unary_bwd(const struct op_ctx *c, const ghc_tensor_t *dx, const ghc_tensor_t *dy,
+                           const ghc_tensor_t *x)
+{
+    CHECK(check_tensor(c, "dx", dx, DT_F32_BF16, false));
+    CHECK(check_tensor(c, "dy", dy, DT_F32_BF16, false));
+    CHECK(check_tensor(c, "x", x, DT_F32_BF16, false));
+    CHECK(check_like(c, "dx", dx, x));
+    return check_like(c, "dy", dy, x);
+}
+
+int ghc_op_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
+{
+    struct op_ctx c = OP_CTX("gelu_tanh", y, x);
+    CHECK(check_unary(&c, y, x));
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_gelu_tanh(y, x), ghc_k_gelu_tanh(y, x, stream));
+}
+
+int ghc_op_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, void *stream)
+{
+    struct op_ctx c = OP_CTX("gelu_tanh_bwd", dx, dy, x);
+    CHECK(check_unary_bwd(&c, dx, dy, x));
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_gelu_tanh_bwd(dx, dy, x), ghc_k_gelu_tanh_bwd(dx, dy, x, stream));
+}
+
+int ghc_op_silu(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
+{
+    struct op_ctx c = OP_CTX("silu", y, x);
+    CHECK(check_unary(&c, y, x));
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_silu(y, x), ghc_k_silu(y, x, stream));
+}
+
+int ghc_op_silu_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, void *stream)
+{
+    struct op_ctx c = OP_CTX("silu_bwd", dx, dy, x);
+    CHECK(check_unary_bwd(&c, dx, dy, x));
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_silu_bwd(dx, dy, x), ghc_k_silu_bwd(dx, dy, x, stream));
+}
+
+/* ---- elementwise -------------------------------------------------------------------------- */
+
+/* y like a, b broadcast over a; all f32 or bf16. */
+static int check_binary(const struct op_ctx *c, const ghc_tensor_t *y, const ghc_tensor_t *a,
+                        const ghc_tensor_t *b)
+{
+    CHECK(check_tensor(c, "y", y, DT_F32_BF16, false));
+    CHECK(check_tensor(c, "a", a, DT_F32_BF16, false));
+    CHECK(check_tensor(c, "b", b, DT_F32_BF16, false));
+    CHECK(check_like(c, "y", y, a));
+    return check_bcast(c, "b", b, "a", a);
+}
+
+int ghc_op_add(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, float alpha, float beta,
+               void *stream)
+{
+    struct op_ctx c = OP_CTX("add", y, a, b);
+    CHECK(check_binary(&c, y, a, b));
+    if (ghc_tensor_numel(a) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_add(y, a, b, alpha, beta), ghc_k_add(y, a, b, alpha, beta, stream));
+}
+
+int ghc_op_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, void *stream)
+{
+    struct op_ctx c = OP_CTX("mul", y, a, b);
+    CHECK(check_binary(&c, y, a, b));
+    if (ghc_tensor_numel(a) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_mul(y, a, b), ghc_k_mul(y, a, b, stream));
+}
+
+int ghc_op_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate, void *stream)
+{
+    struct op_ctx c = OP_CTX("gated_residual", x, y, gate);
+    NEED(&c, "x", x, DT_F32);
+    NEED(&c, "y", y, DT_F32_BF16);
+    MAYBE(&c, "gate", gate, DT_F32_BF16);
+    LIKE(&c, "y", y, x);
+    BCAST(&c, "gate", gate, "x", x);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_gated_residual(x, y, gate), ghc_k_gated_residual(x, y, gate, stream));
+}
+
+int ghc_op_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream)
+{
+    struct op_ctx c = OP_CTX("scale", y, x);
+    CHECK(check_unary(&c, y, x));
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_scale(y, x, alpha), ghc_k_scale(y, x, alpha, stream));
+}
+
+/* ---- reductions and losses ---------------------------------------------------------------- */
+
+/* out: one f32 element. */
+static int check_scalar_out(const struct op_ctx *c, const char *name, const ghc_tensor_t *out)
+{
+    CHECK(check_tensor(c, name, out, DT_F32, false));
+    if (ghc_tensor_numel(out) != 1)
+        return bad(c, name, out, "one element");
+    return 0;
+}
+
+static int op_sum(const char *op, ghc_tensor_t *out, const ghc_tensor_t *x, bool mean, void *stream)
+{
+    struct op_ctx c = OP_CTX(op, out, x);
+    CHECK(check_scalar_out(&c, "out", out));
+    NEED(&c, "x", x, DT_F32_BF16);
+    return DISPATCH(&c, ghc_cpu_sum(out, x, mean), ghc_k_sum(out, x, mean, stream));
+}
+
+int ghc_op_sum(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream)
+{
+    return op_sum("sum", out, x, false, stream);
+}
+
+int ghc_op_mean(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream)
+{
+    return op_sum("mean", out, x, true, stream);
+}
+
+int ghc_op_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream)
+{
+    struct op_ctx c = OP_CTX("sum_rows", out, x);
+    NEED(&c, "out", out, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    CHECK(check_rows(&c, "x", x));
+    SHAPE(&c, "out", out, ghc_tensor_dim(x, -1));
+    if (ghc_tensor_numel(out) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_sum_rows(out, x), ghc_k_sum_rows(out, x, stream));
+}
+
+int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred,
+                    const ghc_tensor_t *target, void *stream)
+{
+    struct op_ctx c = OP_CTX("mse_loss", loss, grad, pred, target);
+    CHECK(check_scalar_out(&c, "loss", loss));
+    MAYBE(&c, "grad", grad, DT_F32_BF16);
+    NEED(&c, "pred", pred, DT_F32_BF16);
+    NEED(&c, "target", target, DT_F32_BF16);
+    LIKE(&c, "target", target, pred);
+    LIKE(&c, "grad", grad, pred);
+    return DISPATCH(&c, ghc_cpu_mse_loss(loss, grad, pred, target),
+                    ghc_k_mse_loss(loss, grad, pred, target, stream));
+}

@@ -1,0 +1,203 @@
+/* device.c: the `device` memory policy: every role in device memory (cudaMalloc), CPU
+ * requests in pinned host memory. The plain-GPU baseline the other policies are measured
+ * against: nothing is managed, nothing moves by itself. Counts live bytes per role and the
+ * peak; an optional limit turns runaway allocation into a clear error before the card's. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include <gh200core/mempolicy.h>
+
+struct dev_block {               /* one live allocation, in a list for release and stats */
+    void              *ptr;
+    size_t             bytes;
+    enum ghc_mem_role  role;
+    int                device;
+    struct dev_block  *next;
+};
+
+struct dev {
+    ghc_core_t        *core;
+    uint64_t           limit;     /* bytes, 0 = none */
+    pthread_mutex_t    lock;
+    struct dev_block  *blocks;
+    uint64_t           live, live_host, live_dev, peak;
+    uint64_t           role[GHC_ROLE_COUNT];
+};
+
+static const struct ghc_cfg_key dev_keys[] = {
+    { "limit_mib", GHC_CFG_INT },
+    { NULL, 0 }
+};
+
+static int dev_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
+{
+    int64_t limit_mib;
+    int rc = ghc_cfg_get_int(cfg, "limit_mib", 0, 0, INT64_C(1) << 40, &limit_mib);
+    if (rc < 0)
+        return rc;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "%s: device: no CUDA device (%s); use mempolicy \"host\" on a CPU",
+                             ghc_cfg_where(cfg, NULL), e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+    }
+    struct dev *d = calloc(1, sizeof(*d));
+    if (!d)
+        return ghc_error_set(core, GHC_ENOMEM, "device: out of memory");
+    d->core = core;
+    d->limit = (uint64_t)limit_mib << 20;
+    pthread_mutex_init(&d->lock, NULL);
+    *self = d;
+    return 0;
+}
+
+static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
+{
+    struct dev *d = self;
+    struct dev_block *b = malloc(sizeof(*b));
+    if (!b)
+        return ghc_error_set(d->core, GHC_ENOMEM, "device: out of memory");
+    /* Check the limit and reserve the bytes in one step; undone below on failure. */
+    pthread_mutex_lock(&d->lock);
+    uint64_t live = d->live;
+    bool over = d->limit && live + bytes > d->limit;
+    if (!over)
+        d->live += bytes;
+    pthread_mutex_unlock(&d->lock);
+    if (over) {
+        free(b);
+        return ghc_error_set(d->core, GHC_ENOMEM, "device: %zu bytes of %s would exceed limit_mib (%llu of %llu MiB in use)",
+                             bytes, ghc_mem_role_name(role), (unsigned long long)(live >> 20),
+                             (unsigned long long)(d->limit >> 20));
+    }
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e;
+    if (device == GHC_DEVICE_CPU) {
+        e = cudaMallocHost(ptr, n);
+    } else {
+        int cur = -1;
+        cudaGetDevice(&cur);
+        if (cur != device && (e = cudaSetDevice(device)) != cudaSuccess)
+            goto fail;
+        e = cudaMalloc(ptr, n);
+    }
+    if (e != cudaSuccess)
+        goto fail;
+    *b = (struct dev_block){ .ptr = *ptr, .bytes = bytes, .role = role, .device = device };
+    pthread_mutex_lock(&d->lock);
+    b->next = d->blocks;
+    d->blocks = b;
+    d->role[role] += bytes;
+    if (device == GHC_DEVICE_CPU)
+        d->live_host += bytes;
+    else
+        d->live_dev += bytes;
+    if (d->live > d->peak)
+        d->peak = d->live;
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+fail:
+    cudaGetLastError();
+    free(b);
+    pthread_mutex_lock(&d->lock);
+    d->live -= bytes;
+    pthread_mutex_unlock(&d->lock);
+    *ptr = NULL;
+    return ghc_error_set(d->core, GHC_ENOMEM, "device: cannot allocate %zu bytes of %s on %s%d: %s", bytes,
+                         ghc_mem_role_name(role), device == GHC_DEVICE_CPU ? "pinned host" : "cuda:",
+                         device == GHC_DEVICE_CPU ? 0 : device, cudaGetErrorString(e));
+}
+
+static struct dev_block *dev_unlink(struct dev *d, void *ptr)
+{
+    for (struct dev_block **p = &d->blocks; *p; p = &(*p)->next)
+        if ((*p)->ptr == ptr) {
+            struct dev_block *b = *p;
+            *p = b->next;
+            return b;
+        }
+    return NULL;
+}
+
+static void dev_release(void *self, void *ptr)
+{
+    struct dev *d = self;
+    pthread_mutex_lock(&d->lock);
+    struct dev_block *b = dev_unlink(d, ptr);
+    if (b) {
+        d->live -= b->bytes;
+        d->role[b->role] -= b->bytes;
+        if (b->device == GHC_DEVICE_CPU)
+            d->live_host -= b->bytes;
+        else
+            d->live_dev -= b->bytes;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (!b) {
+        ghc_log(d->core, GHC_LOG_ERROR, "device: release of %p, which it did not allocate", ptr);
+        return;
+    }
+    if (b->device == GHC_DEVICE_CPU)
+        cudaFreeHost(ptr);
+    else
+        cudaFree(ptr);
+    free(b);
+}
+
+static int dev_stats(void *self, struct ghc_mem_stats *out)
+{
+    struct dev *d = self;
+    if (out->struct_size < sizeof(*out))
+        return ghc_error_set(d->core, GHC_EINVAL, "device: stats struct_size %u too small", out->struct_size);
+    pthread_mutex_lock(&d->lock);
+    memcpy(out->bytes_role, d->role, sizeof(d->role));
+    out->bytes_host = d->live_host;
+    out->bytes_device = d->live_dev;
+    out->bytes_peak = d->peak;
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+}
+
+static void dev_free(void *self)
+{
+    struct dev *d = self;
+    if (!d)
+        return;
+    if (d->live)
+        ghc_log(d->core, GHC_LOG_WARN, "device: %llu bytes still allocated at exit", (unsigned long long)d->live);
+    while (d->blocks) {
+        struct dev_block *b = d->blocks;
+        d->blocks = b->next;
+        free(b);   /* the memory itself goes with the CUDA context */
+    }
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+static const struct ghc_mempolicy_ops dev_ops = {
+    .struct_size = sizeof(struct ghc_mempolicy_ops),
+    .name = "device",
+    .keys = dev_keys,
+    .init = dev_init,
+    .alloc = dev_alloc,
+    .release = dev_release,
+    .stats = dev_stats,
+    .free = dev_free,
+};
+
+static int dev_plugin_init(ghc_core_t *core) { return ghc_register_mempolicy(core, &dev_ops); }
+
+GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_device = {
+    .abi = GHC_PLUGIN_ABI,
+    .api = GHC_API_VERSION,
+    .struct_size = sizeof(struct ghc_plugin),
+    .kinds = GHC_KIND_BIT(GHC_KIND_MEMPOLICY),
+    .name = "device",
+    .version = GHC_VERSION,
+    .description = "device memory (cudaMalloc) for every role; pinned host memory for CPU requests",
+    .init = dev_plugin_init,
+};
