@@ -1,2 +1,343 @@
-/* bench_ops.c: placeholder (being written). */
-int main(void) { return 0; }
+/* bench_ops.c: GEMMs and attention at Wan2.2 A14B shapes on the GPU, in TFLOP/s, next to the
+ * peaks measured in the same run (an 8192^3 bf16 GEMM for compute, a device-to-device copy for
+ * bandwidth). Not a test: it shares inputs with the tests, not pass/fail.
+ *
+ *   bench_ops [--csv PATH] [--iters N] [--quick] [--only gemm|attention]
+ *
+ * Needs GHC_BUILD_PLUGINS (or GHC_PLUGIN_PATH) pointing at the folder with the `device`
+ * memory-policy plugin. Times with CUDA events around each call, after warm-up, and reports the
+ * median. Inputs are random normal (Philox on the GPU), never zeros. FLOP counts: GEMM 2 M N K;
+ * attention forward 4 B H L^2 Dh, backward 2.5x that, forward+backward 3.5x. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+
+#include "../kernels/cuda/device.h"
+
+static ghc_core_t *core;
+static int iters = 20;
+static FILE *csv;
+static double peak_tflops, peak_gbs;
+static uint64_t seed = 1234;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_ops: %s: %s\n", what, ghc_error_message(core));
+    exit(EXIT_FAILURE);
+}
+
+static void cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "bench_ops: %s: %s\n", what, cudaGetErrorString(e));
+        exit(EXIT_FAILURE);
+    }
+}
+
+static ghc_tensor_t *gpu(enum ghc_dtype dt, int ndim, const int64_t *shape)
+{
+    ghc_tensor_t *t = ghc_tensor_init(core, dt, ndim, shape, 0, GHC_ROLE_ACTIVATIONS);
+    if (!t)
+        die("tensor");
+    return t;
+}
+#define SHAPE(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+#define GPU(dt, ...) gpu(dt, SHAPE(__VA_ARGS__))
+
+/* Random normal values times `amp` (amp != 1 goes through a scale op). */
+static void randn(ghc_tensor_t *t, float amp)
+{
+    struct ghc_rng r = { seed++, 0 };
+    if (ghc_op_rand_normal(t, &r, NULL))
+        die("rand_normal");
+    if (amp != 1.0f && ghc_op_scale(t, t, amp, NULL))
+        die("scale");
+}
+
+typedef int (*bench_fn)(void *ctx);
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median milliseconds of `n` timed calls after `warm` untimed ones. */
+static double time_ms(bench_fn fn, void *ctx, int warm, int n)
+{
+    for (int i = 0; i < warm; i++)
+        if (fn(ctx))
+            die("warm-up call");
+    cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * 2 * (size_t)n);
+    float *ms = malloc(sizeof(float) * (size_t)n);
+    if (!ev || !ms)
+        exit(EXIT_FAILURE);
+    for (int i = 0; i < 2 * n; i++)
+        cuda_ok(cudaEventCreate(&ev[i]), "event");
+    for (int i = 0; i < n; i++) {
+        cuda_ok(cudaEventRecord(ev[2 * i], NULL), "record");
+        if (fn(ctx))
+            die("timed call");
+        cuda_ok(cudaEventRecord(ev[2 * i + 1], NULL), "record");
+    }
+    cuda_ok(cudaDeviceSynchronize(), "synchronize");
+    for (int i = 0; i < n; i++)
+        cuda_ok(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]), "elapsed");
+    for (int i = 0; i < 2 * n; i++)
+        cudaEventDestroy(ev[i]);
+    qsort(ms, (size_t)n, sizeof(float), cmp_f);
+    double med = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    free(ev);
+    free(ms);
+    return med;
+}
+
+static void row(const char *op, const char *shape, double ms, double flops, double bytes)
+{
+    double tf = flops > 0 ? flops / (ms * 1e-3) / 1e12 : 0;
+    double gbs = bytes > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
+    char pct[32] = "";
+    if (tf > 0 && peak_tflops > 0)
+        snprintf(pct, sizeof(pct), "%5.1f%%", 100.0 * tf / peak_tflops);
+    else if (gbs > 0 && peak_gbs > 0)
+        snprintf(pct, sizeof(pct), "%5.1f%%", 100.0 * gbs / peak_gbs);
+    printf("%-24s %-30s %10.3f %10.1f %10.1f %8s\n", op, shape, ms, tf, gbs, pct);
+    fflush(stdout);
+    if (csv)
+        fprintf(csv, "ours,%s,%s,%.6f,%.3f,%.3f\n", op, shape, ms, tf, gbs);
+}
+
+/* ---- GEMM --------------------------------------------------------------------------------- */
+
+struct gemm_ctx {
+    ghc_tensor_t *c, *a, *b;
+    struct ghc_gemm args;
+};
+
+static int gemm_call(void *p)
+{
+    struct gemm_ctx *g = p;
+    return ghc_op_gemm(g->c, g->a, g->b, &g->args, NULL);
+}
+
+/* y[M, N] = x[M, K] W[N, K]^T (+ bias) in `dt` (bf16 or fp8 e4m3 with bf16 output). */
+static void bench_linear(const char *name, int64_t M, int64_t K, int64_t N, enum ghc_epilogue epi, enum ghc_dtype dt)
+{
+    struct gemm_ctx g = { 0 };
+    g.a = GPU(dt, M, K);
+    g.b = GPU(dt, N, K);
+    g.c = GPU(GHC_DTYPE_BF16, M, N);
+    if (dt == GHC_DTYPE_BF16) {
+        randn(g.a, 1.0f);
+        randn(g.b, 0.02f);
+    } else {   /* fp8: random values cast from bf16 */
+        ghc_tensor_t *ta = GPU(GHC_DTYPE_BF16, M, K), *tb = GPU(GHC_DTYPE_BF16, N, K);
+        randn(ta, 1.0f);
+        randn(tb, 1.0f);
+        if (ghc_op_cast(g.a, ta, 1.0f, NULL, NULL) || ghc_op_cast(g.b, tb, 1.0f, NULL, NULL))
+            die("cast to fp8");
+        ghc_op_sync(core, 0, NULL);
+        ghc_tensor_free(ta);
+        ghc_tensor_free(tb);
+        g.args.scale_a = 1.0f;
+        g.args.scale_b = 0.02f;
+    }
+    ghc_tensor_t *bias = NULL;
+    if (epi != GHC_EPI_NONE) {
+        bias = GPU(GHC_DTYPE_BF16, N);
+        randn(bias, 0.1f);
+    }
+    g.args.trans_b = true;
+    g.args.epilogue = epi;
+    g.args.bias = bias;
+    double ms = time_ms(gemm_call, &g, 3, iters);
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%lldx%lld->%lld", (long long)M, (long long)K, (long long)N);
+    row(name, shape, ms, 2.0 * M * N * K, 0);
+    ghc_tensor_free(g.a);
+    ghc_tensor_free(g.b);
+    ghc_tensor_free(g.c);
+    ghc_tensor_free(bias);
+}
+
+/* ---- peaks -------------------------------------------------------------------------------- */
+
+struct copy_ctx {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+
+static int copy_call(void *p)
+{
+    struct copy_ctx *c = p;
+    return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, NULL) != cudaSuccess;
+}
+
+static void bench_peaks(void)
+{
+    struct gemm_ctx g = { 0 };
+    const int64_t n = 8192;
+    g.a = GPU(GHC_DTYPE_BF16, n, n);
+    g.b = GPU(GHC_DTYPE_BF16, n, n);
+    g.c = GPU(GHC_DTYPE_BF16, n, n);
+    randn(g.a, 1.0f);
+    randn(g.b, 1.0f);
+    g.args.trans_b = true;
+    double ms = time_ms(gemm_call, &g, 5, iters);
+    peak_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+    peak_gbs = 0;
+    row("peak: gemm bf16", "8192x8192x8192", ms, 2.0 * n * n * n, 0);
+    ghc_tensor_free(g.a);
+    ghc_tensor_free(g.b);
+    ghc_tensor_free(g.c);
+
+    struct copy_ctx c;
+    c.bytes = (size_t)2 << 30;
+    void *src = NULL, *dst = NULL;
+    cuda_ok(cudaMalloc(&src, c.bytes), "malloc");
+    cuda_ok(cudaMalloc(&dst, c.bytes), "malloc");
+    cuda_ok(cudaMemset(src, 0x3c, c.bytes), "memset");
+    c.src = src;
+    c.dst = dst;
+    ms = time_ms(copy_call, &c, 3, iters);
+    peak_gbs = 2.0 * c.bytes / (ms * 1e-3) / 1e9;
+    double save = peak_tflops;
+    peak_tflops = 0;   /* the copy row shows % of bandwidth */
+    row("peak: d2d copy (r+w)", "2 GiB", ms, 0, 2.0 * c.bytes);
+    peak_tflops = save;
+    cudaFree(src);
+    cudaFree(dst);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+struct attn_ctx {
+    ghc_tensor_t *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+    float scale;
+};
+
+static int attn_fwd_call(void *p)
+{
+    struct attn_ctx *a = p;
+    return ghc_op_attention_fwd(a->o, a->lse, a->q, a->k, a->v, a->scale, NULL);
+}
+
+static int attn_bwd_call(void *p)
+{
+    struct attn_ctx *a = p;
+    return ghc_op_attention_bwd(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->o, a->lse, a->scale, NULL);
+}
+
+static int attn_fwd_bwd_call(void *p)
+{
+    int rc = attn_fwd_call(p);
+    return rc ? rc : attn_bwd_call(p);
+}
+
+static void bench_attention(int64_t B, int64_t L, int64_t H, int64_t D)
+{
+    struct attn_ctx a;
+    a.q = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.k = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.v = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.o = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.dout = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.dq = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.dk = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.dv = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.lse = GPU(GHC_DTYPE_F32, B, H, L);
+    a.scale = 1.0f / sqrtf((float)D);
+    randn(a.q, 1.0f);
+    randn(a.k, 1.0f);
+    randn(a.v, 1.0f);
+    randn(a.dout, 1.0f);
+    int n = L > 8192 ? (iters < 5 ? iters : 5) : iters;
+    double fwd_flops = 4.0 * B * H * (double)L * L * D;
+    char shape[64];
+    snprintf(shape, sizeof(shape), "B%lld L%lld H%lld D%lld", (long long)B, (long long)L, (long long)H, (long long)D);
+    double ms = time_ms(attn_fwd_call, &a, 2, n);
+    row("attention fwd", shape, ms, fwd_flops, 0);
+    ms = time_ms(attn_bwd_call, &a, 1, n);
+    row("attention bwd", shape, ms, 2.5 * fwd_flops, 0);
+    ms = time_ms(attn_fwd_bwd_call, &a, 1, n);
+    row("attention fwd+bwd", shape, ms, 3.5 * fwd_flops, 0);
+    ghc_tensor_t *all[] = { a.q, a.k, a.v, a.o, a.dout, a.dq, a.dk, a.dv, a.lse };
+    for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
+        ghc_tensor_free(all[i]);
+}
+
+int main(int argc, char **argv)
+{
+    const char *csv_path = NULL;
+    bool quick = false;
+    const char *only = "";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+            csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--csv PATH] [--iters N] [--quick] [--only gemm|attention]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (iters < 1)
+        iters = 1;
+    if (ghc_k_device_count() < 1) {
+        fprintf(stderr, "bench_ops: no CUDA device\n");
+        return 77;
+    }
+    core = ghc_core_init();
+    const char *plugins = getenv("GHC_BUILD_PLUGINS");
+    if (!core || (plugins && ghc_plugin_add_path(core, plugins)) ||
+        ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "bench.cfg", NULL, NULL, 0) ||
+        ghc_run_init(core))
+        die("setup (set GHC_BUILD_PLUGINS to the folder of the device plugin)");
+    if (csv_path) {
+        csv = fopen(csv_path, "w");
+        if (!csv) {
+            perror(csv_path);
+            return EXIT_FAILURE;
+        }
+        fprintf(csv, "impl,op,shape,ms,tflops,gbs\n");
+    }
+    char name[256];
+    int major = 0, minor = 0;
+    size_t fr = 0, tot = 0;
+    cuda_ok((cudaError_t)ghc_k_device_info(0, name, sizeof(name), &major, &minor, &fr, &tot), "device info");
+    printf("GPU: %s (sm_%d%d, %.1f GiB); median of %d timed calls\n", name, major, minor, tot / 1073741824.0, iters);
+    printf("%-24s %-30s %10s %10s %10s %8s\n", "op", "shape", "ms", "TFLOP/s", "GB/s", "of peak");
+
+    bench_peaks();
+    const int64_t tokens[2] = { 4096, 32760 };
+    for (int t = 0; t < (quick ? 1 : 2) && strcmp(only, "attention"); t++) {
+        int64_t M = tokens[t];
+        bench_linear("gemm bf16 qkvo +bias", M, 5120, 5120, GHC_EPI_BIAS, GHC_DTYPE_BF16);
+        bench_linear("gemm bf16 ffn-up +bias", M, 5120, 13824, GHC_EPI_BIAS, GHC_DTYPE_BF16);
+        bench_linear("gemm bf16 ffn-up +gelu", M, 5120, 13824, GHC_EPI_BIAS_GELU, GHC_DTYPE_BF16);
+        bench_linear("gemm bf16 ffn-down +bias", M, 13824, 5120, GHC_EPI_BIAS, GHC_DTYPE_BF16);
+    }
+    if (strcmp(only, "attention"))
+        bench_linear("gemm fp8 qkvo +bias", 4096, 5120, 5120, GHC_EPI_BIAS, GHC_DTYPE_F8_E4M3);
+    if (strcmp(only, "gemm")) {
+        bench_attention(1, 4096, 40, 128);
+        if (!quick)
+            bench_attention(1, 32760, 40, 128);
+    }
+    if (csv)
+        fclose(csv);
+    ghc_run_free(core);
+    ghc_core_free(core);
+    return 0;
+}

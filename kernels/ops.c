@@ -167,13 +167,14 @@ static int check_bcast(const struct op_ctx *c, const char *name, const ghc_tenso
         ghc_tensor_dim(b, 1) == D)
         return 0;
     char ab[160], shp[96];
+    shape_text(nd, ghc_tensor_shape(a), shp, sizeof(shp));
     if (nd >= 3)
-        return bad(c, name, b, "%s's shape, [%lld] or [%lld, %lld] to broadcast over '%s' %s", aname,
-                   (long long)D, (long long)ghc_tensor_dim(a, 0), (long long)D, aname,
+        return bad(c, name, b, "%s, [%lld] or [%lld, %lld] to broadcast over '%s' %s", shp, (long long)D,
+                   (long long)ghc_tensor_dim(a, 0), (long long)D, aname, ghc_tensor_describe(a, ab, sizeof(ab)));
+    if (nd == 2)
+        return bad(c, name, b, "%s or [%lld] to broadcast over '%s' %s", shp, (long long)D, aname,
                    ghc_tensor_describe(a, ab, sizeof(ab)));
-    return bad(c, name, b, "%s or [%lld] to broadcast over '%s' %s",
-               shape_text(nd, ghc_tensor_shape(a), shp, sizeof(shp)), (long long)D, aname,
-               ghc_tensor_describe(a, ab, sizeof(ab)));
+    return bad(c, name, b, "%s like '%s' %s", shp, aname, ghc_tensor_describe(a, ab, sizeof(ab)));
 }
 #define BCAST(c, name, b, aname, a) CHECK(check_bcast(c, name, b, aname, a))
 

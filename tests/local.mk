@@ -174,4 +174,4 @@ EXTRA_DIST += tests/fixtures/README.md tests/fixtures/make_safetensors_fixtures.
 	tests/fixtures/sharded/model.safetensors.index.json \
 	tests/fixtures/sharded/model-00001-of-00002.safetensors \
 	tests/fixtures/sharded/model-00002-of-00002.safetensors \
-	tests/fuzz/fuzz_safetensors.c tests/fuzz/README.md
+	tests/fuzz/fuzz_safetensors.c tests/fuzz/safetensors.dict tests/fuzz/README.md

@@ -49,8 +49,9 @@ GHC_API int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale,
 /* Uniform floats in [0, 1) (24 random bits: u32 >> 8 times 2^-24), or normal N(0, 1) by
  * Box-Muller computed in f64 and rounded: pairs (u1, u2) from lanes (0,1) and (2,3) of one
  * Philox output, z0 = sqrt(-2 ln(1 - u1)) cos(2 pi u2), z1 = ... sin(...), with u the 32-bit
- * lane times 2^-32. `t` is f32 or bf16 (rounded from f32). Element 4b+0 is z0 and 4b+1 is z1
- * of lanes (0,1) of block b; 4b+2 and 4b+3 are z0, z1 of lanes (2,3). */
+ * lane times 2^-32. Element 4b+0 is z0 and 4b+1 is z1 of lanes (0,1) of block b; 4b+2 and
+ * 4b+3 are z0, z1 of lanes (2,3). `t` is f32 or bf16 (rounded from f32 to nearest even, so a
+ * bf16 uniform can be 1.0). */
 GHC_API int ghc_op_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
 GHC_API int ghc_op_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
 /* The raw Philox4x32-10 output block for (counter, key): out[4]. For tests. */

@@ -1,8 +1,12 @@
 /* cpu.h: the CPU reference kernels behind ops.h (kernels/cpu/). Same signatures as the
  * ghc_op_* functions; called by kernels/ops.c after it has validated dtypes, shapes and
- * devices, so these only compute. Plain loops, fp32 accumulation (f64 where ops.h says). */
+ * devices, so these only compute. Plain loops, fp32 accumulation (f64 where ops.h says).
+ * Each returns 0, or GHC_ENOMEM (message set on the tensors' core) when a work buffer cannot
+ * be allocated. The helpers at the end are internal to kernels/cpu/. */
 #ifndef GHC_KERNELS_CPU_H
 #define GHC_KERNELS_CPU_H
+
+#include <string.h>   /* defines: memcpy (for the kernels) */
 
 #include <gh200core/ops.h>
 
@@ -37,8 +41,6 @@ int ghc_cpu_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x);
 int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target);
 
 /* ---- internal helpers (kernels/cpu/) ------------------------------------------------------ */
-
-#include <string.h>
 
 /* Element i of float data `p` of dtype `dt`, as f32. */
 static inline float ghc_cpu_load(const void *p, enum ghc_dtype dt, int64_t i)

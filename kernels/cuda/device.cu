@@ -1,7 +1,9 @@
-/* device.cu: CUDA device queries and a smoke kernel (see device.h). */
+/* device.cu: CUDA device queries and a smoke kernel (see device.h), and the memory entries
+ * of kernels.h: copies between any two devices and stream synchronisation. */
 #include <cuda_runtime.h>
 
 #include "device.h"
+#include "kernels.h"   /* defines: ghc_k_copy, ghc_k_sync, ghc_tensor_t */
 
 extern "C" int ghc_k_device_count(void)
 {
@@ -51,4 +53,41 @@ extern "C" int ghc_k_axpy_f32(float *y, const float *x, float a, size_t n, void 
 extern "C" const char *ghc_k_error_string(int err)
 {
     return cudaGetErrorString((cudaError_t)err);
+}
+
+/* ---- copies and synchronisation (kernels.h) ----------------------------------------------- */
+
+/* Make `dev` current while in scope (a CUDA ordinal; the CPU, -1, changes nothing). */
+struct dev_scope {
+    int prev = -1;
+    explicit dev_scope(int dev)
+    {
+        if (dev < 0 || cudaGetDevice(&prev) != cudaSuccess || prev == dev || cudaSetDevice(dev) != cudaSuccess)
+            prev = -1;
+    }
+    ~dev_scope()
+    {
+        if (prev >= 0)
+            cudaSetDevice(prev);
+    }
+};
+
+extern "C" int ghc_k_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream)
+{
+    size_t n = ghc_tensor_nbytes(src);
+    void *d = ghc_tensor_data(dst);
+    const void *s = ghc_tensor_cdata(src);
+    if (n == 0 || d == s)
+        return 0;
+    /* the stream belongs to the GPU side (the destination's when both are GPUs); unified
+     * addressing tells cudaMemcpyDefault the direction */
+    int dev = ghc_tensor_device(dst) >= 0 ? ghc_tensor_device(dst) : ghc_tensor_device(src);
+    dev_scope scope(dev);
+    return (int)cudaMemcpyAsync(d, s, n, cudaMemcpyDefault, (cudaStream_t)stream);
+}
+
+extern "C" int ghc_k_sync(int device, void *stream)
+{
+    dev_scope scope(device);
+    return (int)cudaStreamSynchronize((cudaStream_t)stream);
 }

@@ -1,1 +1,449 @@
-/* kernels/cuda/norm.cu: placeholder (being written). */
+/* norm.cu: LayerNorm (optional affine, optional shift/scale modulation) and RMSNorm, forward
+ * and input backward, as kernels/cpu/norm.c computes them: fp32 row statistics in two passes
+ * (mean, then the centred sum of squares). One block per row; the row's values are kept in
+ * shared memory between passes when they fit (else read again, from L2). Loads are 4-wide when
+ * D and the pointers allow. */
+#include "common.cuh"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* V consecutive elements (V = 1 or 4) at p + i. */
+template <int V, typename T>
+GHC_D void ld_v(const T *p, int64_t i, float v[V])
+{
+    if constexpr (V == 4)
+        ghc_ld4(p, i, v);
+    else
+        v[0] = ghc_ld(p, i);
+}
+
+template <int V, typename T>
+GHC_D void st_v(T *p, int64_t i, const float v[V])
+{
+    if constexpr (V == 4)
+        ghc_st4(p, i, v);
+    else
+        ghc_st(p, i, v[0]);
+}
+
+/* A small operand of runtime dtype (f32 or bf16): weights [D] and modulation rows. */
+struct param {
+    const void *p;
+    int         bf16;
+};
+
+static param param_of(const ghc_tensor_t *t)
+{
+    return param{ t ? ghc_tensor_cdata(t) : NULL, t && ghc_tensor_dtype(t) == GHC_DTYPE_BF16 };
+}
+
+/* Where the modulation row of row r of x starts (kernels/cpu's broadcast rule): b like x
+ * (mode 0), [D] (mode 1) or [B, D] for x of [B, ..., D] (mode 2, rows_per_sample rows each). */
+struct rowmod {
+    param   t;
+    int     mode;
+    int64_t rows_per_sample;
+};
+
+static rowmod rowmod_of(const ghc_tensor_t *x, const ghc_tensor_t *b)
+{
+    rowmod m = { param_of(b), 0, 1 };
+    if (!b || ghc_tensor_same_shape(x, b))
+        return m;
+    if (ghc_tensor_ndim(b) == 1) {
+        m.mode = 1;
+    } else {
+        int64_t D = ghc_tensor_dim(x, -1), B = ghc_tensor_dim(x, 0);
+        int64_t rows = D ? ghc_tensor_numel(x) / D : 0;
+        m.mode = 2;
+        m.rows_per_sample = B ? rows / B : 1;
+        if (m.rows_per_sample < 1)
+            m.rows_per_sample = 1;
+    }
+    return m;
+}
+
+GHC_D int64_t rowmod_base(const rowmod &m, int64_t row, int64_t D)
+{
+    return m.mode == 0 ? row * D : m.mode == 1 ? 0 : (row / m.rows_per_sample) * D;
+}
+
+/* Threads per row block for `work` items of one row: a multiple of 32 in [32, 256]. */
+static int row_threads(int64_t work)
+{
+    int64_t t = (work + 31) / 32 * 32;
+    return (int)(t < 32 ? 32 : t > 256 ? 256 : t);
+}
+
+/* Shared memory for `floats` cached values per row, or 0 (no cache) above the default
+ * 48 KiB that needs no opt-in. */
+static size_t cache_bytes(int64_t floats)
+{
+    size_t b = (size_t)floats * sizeof(float);
+    return b <= 48 * 1024 ? b : 0;
+}
+
+/* 4-wide when D is a multiple of 4 and every row pointer is 4-element aligned. */
+static bool rows_vec4(int64_t D, const void *a, size_t sa, const void *b, size_t sb, const void *c, size_t sc)
+{
+    return D % 4 == 0 && ghc_k_aligned(a, sa, 4) && ghc_k_aligned(b, sb, 4) && ghc_k_aligned(c, sc, 4);
+}
+
+/* ---- LayerNorm forward -------------------------------------------------------------------- */
+
+template <typename TX, typename TY, int V, bool CACHE>
+static __global__ void k_ln_fwd(TY *y, float *stats, const TX *x, param w, param bias, rowmod shift, rowmod scale,
+                                int64_t D, float eps)
+{
+    extern __shared__ float cache[];
+    __shared__ float red[32];
+    int64_t row = blockIdx.x, o = row * D, W = D / V;
+    float s = 0.0f;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float v[V];
+        ld_v<V>(x, o + k * V, v);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            s += v[u];
+            if (CACHE)
+                cache[k * V + u] = v[u];
+        }
+    }
+    float mean = ghc_block_sum(s, red) / (float)D;
+    float q = 0.0f;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float v[V];
+        if (CACHE) {
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                v[u] = cache[k * V + u];
+        } else {
+            ld_v<V>(x, o + k * V, v);
+        }
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            float d = v[u] - mean;
+            q += d * d;
+        }
+    }
+    float rstd = 1.0f / sqrtf(ghc_block_sum(q, red) / (float)D + eps);
+    if (stats && threadIdx.x == 0) {
+        stats[2 * row] = mean;
+        stats[2 * row + 1] = rstd;
+    }
+    int64_t sh0 = rowmod_base(shift, row, D), sc0 = rowmod_base(scale, row, D);
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float v[V];
+        if (CACHE) {
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                v[u] = cache[k * V + u];
+        } else {
+            ld_v<V>(x, o + k * V, v);
+        }
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            int64_t j = k * V + u;
+            float r = (v[u] - mean) * rstd;
+            if (w.p)
+                r *= ghc_ld_dt(w.p, w.bf16, j);
+            if (bias.p)
+                r += ghc_ld_dt(bias.p, bias.bf16, j);
+            if (scale.t.p)
+                r *= 1.0f + ghc_ld_dt(scale.t.p, scale.t.bf16, sc0 + j);
+            if (shift.t.p)
+                r += ghc_ld_dt(shift.t.p, shift.t.bf16, sh0 + j);
+            v[u] = r;
+        }
+        st_v<V>(y, o + k * V, v);
+    }
+}
+
+extern "C" int ghc_k_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x,
+                                   const ghc_tensor_t *weight, const ghc_tensor_t *bias, const ghc_tensor_t *shift,
+                                   const ghc_tensor_t *scale, float eps, void *stream)
+{
+    ghc_k_device_guard guard(x);
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    if (rows == 0)
+        return 0;
+    param w = param_of(weight), b = param_of(bias);
+    rowmod sh = rowmod_of(x, shift), sc = rowmod_of(x, scale);
+    float *st = ghc_k_ptr<float>(stats);
+    void *yp = ghc_tensor_data(y);
+    const void *xp = ghc_tensor_cdata(x);
+    size_t smem = cache_bytes(D);
+    return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx) {
+        using TX = decltype(tx);
+        return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
+            using TY = decltype(ty);
+            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
+            int threads = row_threads(v4 ? D / 4 : D);
+            auto go = [&](auto kernel) {
+                kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, st, (const TX *)xp, w, b, sh, sc, D, eps);
+                return (int)cudaGetLastError();
+            };
+            if (v4)
+                return smem ? go(k_ln_fwd<TX, TY, 4, true>) : go(k_ln_fwd<TX, TY, 4, false>);
+            return smem ? go(k_ln_fwd<TX, TY, 1, true>) : go(k_ln_fwd<TX, TY, 1, false>);
+        });
+    });
+}
+
+/* ---- LayerNorm backward ------------------------------------------------------------------- */
+
+/* With da = dy (1 + scale) weight and xhat = (x - mean) rstd:
+ * dx (+)= rstd (da - mean(da) - xhat mean(da xhat)). The cache holds da, then xhat. */
+template <typename TX, typename TDY, typename TDX, int V, bool CACHE>
+static __global__ void k_ln_bwd(TDX *dx, const TDY *dy, const TX *x, const float *stats, param w, rowmod scale,
+                                int64_t D, bool accumulate)
+{
+    extern __shared__ float cache[];
+    __shared__ float2 red[32];
+    int64_t row = blockIdx.x, o = row * D, W = D / V;
+    float mean = stats[2 * row], rstd = stats[2 * row + 1];
+    int64_t sc0 = rowmod_base(scale, row, D);
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float g[V], xv[V];
+        ld_v<V>(dy, o + k * V, g);
+        ld_v<V>(x, o + k * V, xv);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            int64_t j = k * V + u;
+            if (scale.t.p)
+                g[u] *= 1.0f + ghc_ld_dt(scale.t.p, scale.t.bf16, sc0 + j);
+            if (w.p)
+                g[u] *= ghc_ld_dt(w.p, w.bf16, j);
+            float xh = (xv[u] - mean) * rstd;
+            s1 += g[u];
+            s2 += g[u] * xh;
+            if (CACHE) {
+                cache[j] = g[u];
+                cache[D + j] = xh;
+            }
+        }
+    }
+    float2 sums = ghc_block_sum2(s1, s2, red);
+    float m_da = sums.x / (float)D, m_dax = sums.y / (float)D;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float g[V], xh[V];
+        if (CACHE) {
+#pragma unroll
+            for (int u = 0; u < V; u++) {
+                g[u] = cache[k * V + u];
+                xh[u] = cache[D + k * V + u];
+            }
+        } else {
+            ld_v<V>(dy, o + k * V, g);
+            ld_v<V>(x, o + k * V, xh);
+#pragma unroll
+            for (int u = 0; u < V; u++) {
+                int64_t j = k * V + u;
+                if (scale.t.p)
+                    g[u] *= 1.0f + ghc_ld_dt(scale.t.p, scale.t.bf16, sc0 + j);
+                if (w.p)
+                    g[u] *= ghc_ld_dt(w.p, w.bf16, j);
+                xh[u] = (xh[u] - mean) * rstd;
+            }
+        }
+        float out[V];
+        if (accumulate)
+            ld_v<V>((const TDX *)dx, o + k * V, out);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            float v = rstd * (g[u] - m_da - xh[u] * m_dax);
+            out[u] = accumulate ? v + out[u] : v;
+        }
+        st_v<V>(dx, o + k * V, out);
+    }
+}
+
+extern "C" int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                   const ghc_tensor_t *stats, const ghc_tensor_t *weight, const ghc_tensor_t *scale,
+                                   bool accumulate, void *stream)
+{
+    ghc_k_device_guard guard(x);
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    if (rows == 0)
+        return 0;
+    param w = param_of(weight);
+    rowmod sc = rowmod_of(x, scale);
+    const float *st = ghc_k_cptr<float>(stats);
+    void *dxp = ghc_tensor_data(dx);
+    const void *dyp = ghc_tensor_cdata(dy), *xp = ghc_tensor_cdata(x);
+    size_t smem = cache_bytes(2 * D);
+    return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx) {
+        using TX = decltype(tx);
+        return ghc_k_dispatch(ghc_tensor_dtype(dy), [&](auto tdy) {
+            using TDY = decltype(tdy);
+            return ghc_k_dispatch(ghc_tensor_dtype(dx), [&](auto tdx) {
+                using TDX = decltype(tdx);
+                bool v4 = rows_vec4(D, xp, sizeof(TX), dyp, sizeof(TDY), dxp, sizeof(TDX));
+                int threads = row_threads(v4 ? D / 4 : D);
+                auto go = [&](auto kernel) {
+                    kernel<<<(unsigned)rows, threads, smem, s>>>((TDX *)dxp, (const TDY *)dyp, (const TX *)xp, st, w,
+                                                                 sc, D, accumulate);
+                    return (int)cudaGetLastError();
+                };
+                if (v4)
+                    return smem ? go(k_ln_bwd<TX, TDY, TDX, 4, true>) : go(k_ln_bwd<TX, TDY, TDX, 4, false>);
+                return smem ? go(k_ln_bwd<TX, TDY, TDX, 1, true>) : go(k_ln_bwd<TX, TDY, TDX, 1, false>);
+            });
+        });
+    });
+}
+
+/* ---- RMSNorm forward ---------------------------------------------------------------------- */
+
+/* y = cast_y(x rstd) * weight, rstd = (mean(x^2) + eps)^-1/2. */
+template <typename TX, typename TY, int V, bool CACHE>
+static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64_t D, float eps)
+{
+    extern __shared__ float cache[];
+    __shared__ float red[32];
+    int64_t row = blockIdx.x, o = row * D, W = D / V;
+    float q = 0.0f;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float v[V];
+        ld_v<V>(x, o + k * V, v);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            q += v[u] * v[u];
+            if (CACHE)
+                cache[k * V + u] = v[u];
+        }
+    }
+    float r = 1.0f / sqrtf(ghc_block_sum(q, red) / (float)D + eps);
+    if (rstd && threadIdx.x == 0)
+        rstd[row] = r;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float v[V];
+        if (CACHE) {
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                v[u] = cache[k * V + u];
+        } else {
+            ld_v<V>(x, o + k * V, v);
+        }
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            v[u] = ghc_round_to(v[u] * r, (const TY *)0) * ghc_ld_dt(w.p, w.bf16, k * V + u);
+        st_v<V>(y, o + k * V, v);
+    }
+}
+
+extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                                 float eps, void *stream)
+{
+    ghc_k_device_guard guard(x);
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    if (rows == 0)
+        return 0;
+    param w = param_of(weight);
+    float *rs = ghc_k_ptr<float>(rstd);
+    void *yp = ghc_tensor_data(y);
+    const void *xp = ghc_tensor_cdata(x);
+    size_t smem = cache_bytes(D);
+    return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx) {
+        using TX = decltype(tx);
+        return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
+            using TY = decltype(ty);
+            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
+            int threads = row_threads(v4 ? D / 4 : D);
+            auto go = [&](auto kernel) {
+                kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, rs, (const TX *)xp, w, D, eps);
+                return (int)cudaGetLastError();
+            };
+            if (v4)
+                return smem ? go(k_rms_fwd<TX, TY, 4, true>) : go(k_rms_fwd<TX, TY, 4, false>);
+            return smem ? go(k_rms_fwd<TX, TY, 1, true>) : go(k_rms_fwd<TX, TY, 1, false>);
+        });
+    });
+}
+
+/* ---- RMSNorm backward --------------------------------------------------------------------- */
+
+/* With G = weight dy: dx = rstd G - x rstd^3 mean(x G). The cache holds G, then x. */
+template <typename TX, typename TDY, typename TDX, int V, bool CACHE>
+static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const float *rstd, param w, int64_t D)
+{
+    extern __shared__ float cache[];
+    __shared__ float red[32];
+    int64_t row = blockIdx.x, o = row * D, W = D / V;
+    float r = rstd[row], m = 0.0f;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float g[V], xv[V];
+        ld_v<V>(dy, o + k * V, g);
+        ld_v<V>(x, o + k * V, xv);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            int64_t j = k * V + u;
+            g[u] *= ghc_ld_dt(w.p, w.bf16, j);
+            m += xv[u] * g[u];
+            if (CACHE) {
+                cache[j] = g[u];
+                cache[D + j] = xv[u];
+            }
+        }
+    }
+    m = ghc_block_sum(m, red) / (float)D;
+    float r3 = r * r * r;
+    for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
+        float g[V], xv[V];
+        if (CACHE) {
+#pragma unroll
+            for (int u = 0; u < V; u++) {
+                g[u] = cache[k * V + u];
+                xv[u] = cache[D + k * V + u];
+            }
+        } else {
+            ld_v<V>(dy, o + k * V, g);
+            ld_v<V>(x, o + k * V, xv);
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                g[u] *= ghc_ld_dt(w.p, w.bf16, k * V + u);
+        }
+        float out[V];
+#pragma unroll
+        for (int u = 0; u < V; u++)
+            out[u] = r * g[u] - xv[u] * r3 * m;
+        st_v<V>(dx, o + k * V, out);
+    }
+}
+
+extern "C" int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                 const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
+{
+    ghc_k_device_guard guard(x);
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    if (rows == 0)
+        return 0;
+    param w = param_of(weight);
+    const float *rs = ghc_k_cptr<float>(rstd);
+    void *dxp = ghc_tensor_data(dx);
+    const void *dyp = ghc_tensor_cdata(dy), *xp = ghc_tensor_cdata(x);
+    size_t smem = cache_bytes(2 * D);
+    return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx) {
+        using TX = decltype(tx);
+        return ghc_k_dispatch(ghc_tensor_dtype(dy), [&](auto tdy) {
+            using TDY = decltype(tdy);
+            return ghc_k_dispatch(ghc_tensor_dtype(dx), [&](auto tdx) {
+                using TDX = decltype(tdx);
+                bool v4 = rows_vec4(D, xp, sizeof(TX), dyp, sizeof(TDY), dxp, sizeof(TDX));
+                int threads = row_threads(v4 ? D / 4 : D);
+                auto go = [&](auto kernel) {
+                    kernel<<<(unsigned)rows, threads, smem, s>>>((TDX *)dxp, (const TDY *)dyp, (const TX *)xp, rs, w, D);
+                    return (int)cudaGetLastError();
+                };
+                if (v4)
+                    return smem ? go(k_rms_bwd<TX, TDY, TDX, 4, true>) : go(k_rms_bwd<TX, TDY, TDX, 4, false>);
+                return smem ? go(k_rms_bwd<TX, TDY, TDX, 1, true>) : go(k_rms_bwd<TX, TDY, TDX, 1, false>);
+            });
+        });
+    });
+}

@@ -1,1 +1,82 @@
-/* kernels/cuda/rope.cu: placeholder (being written). */
+/* rope.cu: Wan's 3-D rotary position embedding (spec/wan22.md §5.6), as kernels/cpu/rope.c
+ * computes it: adjacent pairs of each head rotate by pos * 10000^(-2j/d_axis) (angles, cos
+ * and sin in f64, rounded to f32; the rotation in fp32). One block per token: its Dh/2
+ * cos/sin pairs go to shared memory once and serve all H heads. */
+#include "common.cuh"
+
+template <typename TX, typename TY>
+static __global__ void k_rope(TY *y, const TX *x, int64_t L, int64_t H, int Dh, int64_t hh, int64_t ww,
+                              bool inverse, bool vec)
+{
+    extern __shared__ float cs[];   /* [P][2]: cos, +-sin */
+    int64_t tok = blockIdx.x;       /* b * L + l */
+    int64_t l = tok % L;
+    int64_t pos_t = l / (hh * ww), pos_h = (l / ww) % hh, pos_w = l % ww;
+    int P = Dh / 2, d_hw = 2 * (Dh / 6), d_t = Dh - 2 * d_hw;
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        int j, d_axis;
+        int64_t pos;
+        if (2 * p < d_t) {
+            j = p, d_axis = d_t, pos = pos_t;
+        } else if (2 * p < d_t + d_hw) {
+            j = p - d_t / 2, d_axis = d_hw, pos = pos_h;
+        } else {
+            j = p - (d_t + d_hw) / 2, d_axis = d_hw, pos = pos_w;
+        }
+        double theta = (double)pos * pow(10000.0, -2.0 * (double)j / (double)d_axis);
+        double sn, cn;
+        sincos(theta, &sn, &cn);
+        cs[2 * p] = (float)cn;
+        cs[2 * p + 1] = (float)(inverse ? -sn : sn);
+    }
+    __syncthreads();
+    /* pair k of the token (head k / P, pair k % P) holds elements 2k, 2k + 1 */
+    int64_t base = tok * H * Dh;
+    int npairs = (int)H * P;
+    for (int k = threadIdx.x; k < npairs; k += blockDim.x) {
+        int p = k % P;
+        int64_t i = base + 2 * (int64_t)k;
+        float v[2];
+        if (vec) {
+            ghc_ld2(x, i, v);
+        } else {
+            v[0] = ghc_ld(x, i);
+            v[1] = ghc_ld(x, i + 1);
+        }
+        float c = cs[2 * p], s = cs[2 * p + 1];
+        float out[2] = { v[0] * c - v[1] * s, v[0] * s + v[1] * c };
+        if (vec) {
+            ghc_st2(y, i, out);
+        } else {
+            ghc_st(y, i, out[0]);
+            ghc_st(y, i + 1, out[1]);
+        }
+    }
+}
+
+extern "C" int ghc_k_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse,
+                          void *stream)
+{
+    ghc_k_device_guard guard(x);
+    cudaStream_t s = (cudaStream_t)stream;
+    int64_t B = ghc_tensor_dim(x, 0), L = ghc_tensor_dim(x, 1), H = ghc_tensor_dim(x, 2);
+    int64_t Dh = ghc_tensor_dim(x, 3);
+    (void)f;
+    if (B * L == 0 || H * Dh == 0)
+        return 0;
+    void *yp = ghc_tensor_data(y);
+    const void *xp = ghc_tensor_cdata(x);
+    int64_t npairs = H * (Dh / 2);
+    int threads = npairs >= 256 ? 256 : (int)((npairs + 31) / 32 * 32);
+    size_t smem = (size_t)Dh * sizeof(float);
+    return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx) {
+        using TX = decltype(tx);
+        return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
+            using TY = decltype(ty);
+            bool vec = ghc_k_aligned(xp, sizeof(TX), 2) && ghc_k_aligned(yp, sizeof(TY), 2);
+            k_rope<TX, TY><<<(unsigned)(B * L), threads, smem, s>>>((TY *)yp, (const TX *)xp, L, H, (int)Dh, h, w,
+                                                                    inverse, vec);
+            return (int)cudaGetLastError();
+        });
+    });
+}
