@@ -5,8 +5,8 @@
  *   bench_ops [--csv PATH] [--iters N] [--quick] [--only gemm|attention]
  *
  * Needs GHC_BUILD_PLUGINS (or GHC_PLUGIN_PATH) pointing at the folder with the `device`
- * memory-policy plugin. Times with CUDA events around each call, after warm-up, and reports the
- * median. Inputs are random normal (Philox on the GPU), never zeros. FLOP counts: GEMM 2 M N K;
+ * memory-policy plugin. Times with CUDA events around each call, after warm-up (a few calls, then
+ * about 250 ms more of them), and reports the median. Inputs are random normal (Philox on the GPU), never zeros. FLOP counts: GEMM 2 M N K;
  * attention forward 4 B H L^2 Dh, backward 2.5x that, forward+backward 3.5x. */
 #include <math.h>
 #include <stdio.h>
@@ -68,10 +68,28 @@ static int cmp_f(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median milliseconds of `n` timed calls after `warm` untimed ones. */
+/* Median milliseconds of `n` timed calls after `warm` untimed ones and then enough more to
+ * keep the GPU busy for about 250 ms (so that clocks settle as they will for the timed calls,
+ * whatever ran before). */
 static double time_ms(bench_fn fn, void *ctx, int warm, int n)
 {
     for (int i = 0; i < warm; i++)
+        if (fn(ctx))
+            die("warm-up call");
+    cudaEvent_t w0, w1;
+    cuda_ok(cudaEventCreate(&w0), "event");
+    cuda_ok(cudaEventCreate(&w1), "event");
+    cuda_ok(cudaEventRecord(w0, NULL), "record");
+    if (fn(ctx))
+        die("warm-up call");
+    cuda_ok(cudaEventRecord(w1, NULL), "record");
+    cuda_ok(cudaEventSynchronize(w1), "synchronize");
+    float one = 1;
+    cuda_ok(cudaEventElapsedTime(&one, w0, w1), "elapsed");
+    cudaEventDestroy(w0);
+    cudaEventDestroy(w1);
+    int extra = one > 0 ? (int)(250.0f / one) : 0;
+    for (int i = 0; i < (extra < 1000 ? extra : 1000); i++)
         if (fn(ctx))
             die("warm-up call");
     cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * 2 * (size_t)n);

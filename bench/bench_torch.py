@@ -7,7 +7,7 @@
 Attention: torch.nn.functional.scaled_dot_product_attention on [B, L, H, Dh] tensors viewed as
 [B, H, L, Dh] (the layout of our kernels), once with the cuDNN backend and once with the
 FlashAttention-2 backend. GEMMs: F.linear (cuBLASLt with a bias epilogue). Timing: CUDA
-events around each call after warm-up, median. FLOPs counted as in bench_ops.c.
+events around each call after warm-up (a few calls, then about 250 ms more), median. FLOPs counted as in bench_ops.c.
 """
 import argparse
 import csv
@@ -21,7 +21,16 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def time_ms(fn, warm, n):
+    """Median ms of n calls after `warm` calls and about 250 ms more (as bench_ops.c)."""
     for _ in range(warm):
+        fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    one = s.elapsed_time(e)
+    for _ in range(min(int(250.0 / one), 1000) if one > 0 else 0):
         fn()
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
     for s, e in ev:

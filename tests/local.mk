@@ -137,7 +137,7 @@ tests_test_gemm_attn_cuda_CFLAGS = $(TEST_CFLAGS)
 tests_test_gemm_attn_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
 TESTS += tests/test_ops_cuda tests/test_gemm_attn_cuda
 endif
-EXTRA_DIST += tests/test_ops_cuda.c tests/test_gemm_attn_cuda.c
+EXTRA_DIST += tests/test_ops_cuda.c tests/test_gemm_attn_cuda.c tests/gpu-suite.sh
 
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_device

@@ -1,2 +1,1049 @@
-/* test_ops_cuda.c: placeholder (being written). */
-int main(void) { return 77; }
+/* test_ops_cuda.c: the CUDA kernels of kernels/cuda/ other than GEMM and attention (casts and
+ * random numbers, fills, copies, LayerNorm, RMSNorm, RoPE, activations, elementwise ops,
+ * reductions and the MSE loss) against the CPU reference ops, through the public ops of
+ * ops.h, on the same fresh random inputs.
+ *
+ * Every GPU output is poisoned with NaN first, so an element left unwritten fails. Float ops
+ * are judged by the relative error norm ||gpu - cpu|| / ||cpu|| against per-op tolerances
+ * (f32 outputs 1e-6 .. 1e-5; bf16 outputs 1e-2, a few bf16 roundings); the generator, fills,
+ * copies and casts (stochastic rounding included) must match bit for bit, normals within one
+ * ulp (the device's f64 log/sin/cos may differ from libm in the last f64 bit). Shapes include
+ * odd sizes (scalar tails), misaligned views (the non-vector paths) and Wan2.2 A14B shapes:
+ * 4096 tokens x dim 5120 for norms and elementwise ops with [1, 5120] modulation, RoPE on
+ * [1, 4096, 40, 128] with f, h, w = 16, 16, 16, and the loss on [16, 21, 60, 104] latents.
+ * Each case prints one line: op, shape, dtypes and error. GHC_TEST_SEED picks other inputs.
+ *
+ * Exits 77 (automake SKIP) without a device; runs with CK_NOFORK (CUDA does not survive fork). */
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+
+#include "../kernels/cuda/device.h"
+#include "testutil.h"
+
+#define F32  GHC_DTYPE_F32
+#define BF16 GHC_DTYPE_BF16
+#define CPUD GHC_DEVICE_CPU
+
+static ghc_core_t *core;
+static uint64_t seed_base = 20250601, seed_next;
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+
+/* Every tensor a test makes, freed at the end of its case (pool_release back to a mark) or
+ * after the test, also after a failure (pool_free). */
+#define POOL_MAX 4096
+static ghc_tensor_t *pool[POOL_MAX];
+static int npool;
+
+static void pool_release(int mark)
+{
+    ghc_op_sync(core, 0, NULL);
+    while (npool > mark)
+        ghc_tensor_free(pool[--npool]);
+}
+
+static void pool_free(void) { pool_release(0); }
+
+static ghc_tensor_t *keep(ghc_tensor_t *t)
+{
+    ck_assert_msg(t != NULL, "tensor: %s", ghc_error_message(core));
+    ck_assert_msg(npool < POOL_MAX, "test tensor pool full");
+    pool[npool++] = t;
+    return t;
+}
+
+static ghc_tensor_t *mk(enum ghc_dtype dt, int device, int nd, const int64_t *shape)
+{
+    return keep(ghc_tensor_init(core, dt, nd, shape, device, GHC_ROLE_ACTIVATIONS));
+}
+#define NARG(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t))
+#define SHP(...) NARG(__VA_ARGS__), (const int64_t[]){ __VA_ARGS__ }
+
+static ghc_tensor_t *like(const ghc_tensor_t *t, enum ghc_dtype dt, int device)
+{
+    return mk(dt, device, ghc_tensor_ndim(t), ghc_tensor_shape(t));
+}
+
+static void ok_(int rc, const char *what, int line)
+{
+    ck_assert_msg(rc == 0, "line %d: %s failed (%d): %s", line, what, rc, ghc_error_message(core));
+}
+#define OK(expr) ok_((expr), #expr, __LINE__)
+
+static void sync0(void) { OK(ghc_op_sync(core, 0, NULL)); }
+
+/* A GPU tensor of dtype dt and t's shape; misaligned: a view one element into a larger
+ * buffer, so that no vector path applies. */
+static ghc_tensor_t *gpu_like(const ghc_tensor_t *t, enum ghc_dtype dt, bool misaligned)
+{
+    if (!misaligned)
+        return like(t, dt, 0);
+    int64_t n = ghc_tensor_numel(t) + 1;
+    ghc_tensor_t *buf = mk(dt, 0, 1, &n);
+    char *p = (char *)ghc_tensor_data(buf) + ghc_dtype_size(dt);
+    return keep(ghc_tensor_wrap(core, dt, ghc_tensor_ndim(t), ghc_tensor_shape(t), 0, p));
+}
+
+/* The GPU copy of a CPU tensor, complete on return (the CPU side may change next: in-place
+ * ops, accumulation). */
+static ghc_tensor_t *up_(const ghc_tensor_t *c, bool misaligned)
+{
+    ghc_tensor_t *g = gpu_like(c, ghc_tensor_dtype(c), misaligned);
+    OK(ghc_op_copy(g, c, NULL));
+    sync0();
+    return g;
+}
+#define up(c) up_((c), false)
+
+/* The CPU copy of a GPU tensor, after the stream is done. */
+static ghc_tensor_t *down(const ghc_tensor_t *g)
+{
+    ghc_tensor_t *c = like(g, ghc_tensor_dtype(g), CPUD);
+    OK(ghc_op_copy(c, g, NULL));
+    sync0();
+    return c;
+}
+
+static void poison(ghc_tensor_t *g) { OK(ghc_op_fill(g, NAN, NULL)); }
+
+/* A poisoned GPU output like t. */
+static ghc_tensor_t *gout(const ghc_tensor_t *t, enum ghc_dtype dt, bool misaligned)
+{
+    ghc_tensor_t *g = gpu_like(t, dt, misaligned);
+    poison(g);
+    return g;
+}
+
+static double get(const ghc_tensor_t *t, int64_t i)
+{
+    const void *p = ghc_tensor_cdata(t);
+    switch (ghc_tensor_dtype(t)) {
+    case GHC_DTYPE_F32:  return ((const float *)p)[i];
+    case GHC_DTYPE_BF16: return ghc_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:             ck_abort_msg("get: dtype %s", ghc_dtype_name(ghc_tensor_dtype(t)));
+    }
+    return 0;
+}
+
+static void set(ghc_tensor_t *t, int64_t i, double v)
+{
+    void *p = ghc_tensor_data(t);
+    switch (ghc_tensor_dtype(t)) {
+    case GHC_DTYPE_F32:  ((float *)p)[i] = (float)v; break;
+    case GHC_DTYPE_BF16: ((uint16_t *)p)[i] = ghc_f32_to_bf16((float)v); break;
+    default:             ck_abort_msg("set: dtype %s", ghc_dtype_name(ghc_tensor_dtype(t)));
+    }
+}
+
+static struct ghc_rng fresh_rng(void) { return (struct ghc_rng){ seed_base * 1000003u + seed_next++, 0 }; }
+
+/* A CPU tensor of N(bias, amp^2) values, fresh for every call. */
+static ghc_tensor_t *randn(enum ghc_dtype dt, double amp, double bias, int nd, const int64_t *shape)
+{
+    ghc_tensor_t *t = mk(dt, CPUD, nd, shape);
+    struct ghc_rng r = fresh_rng();
+    OK(ghc_op_rand_normal(t, &r, NULL));
+    if (amp != 1.0 || bias != 0.0)
+        for (int64_t i = 0; i < ghc_tensor_numel(t); i++)
+            set(t, i, get(t, i) * amp + bias);
+    return t;
+}
+
+static const char *dn(enum ghc_dtype dt) { return dt == F32 ? "f32" : dt == BF16 ? "bf16" : ghc_dtype_name(dt); }
+
+static const char *shape_str(const ghc_tensor_t *t, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ghc_tensor_ndim(t); i++)
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s%" PRId64, i ? ", " : "", ghc_tensor_dim(t, i));
+    snprintf(buf + n, len > n ? len - n : 0, "]");
+    return buf;
+}
+
+/* ---- comparisons -------------------------------------------------------------------------- */
+
+/* Compare the GPU tensor `g` with the CPU reference `ref` (f32 or bf16 each): the relative
+ * error norm must be <= tol and `g` free of NaN and inf where `ref` is finite. `what` names the
+ * op and case; the line printed and any failure add the shape and the worst element. */
+static void expect_close(const char *what, const ghc_tensor_t *g, const ghc_tensor_t *ref, double tol)
+{
+    ghc_tensor_t *got = down(g);
+    int64_t n = ghc_tensor_numel(ref), bad = 0, first_bad = -1, worst = 0;
+    ck_assert_int_eq(ghc_tensor_numel(got), n);
+    double num = 0, den = 0, wd = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double a = get(got, i), b = get(ref, i);
+        if (!isfinite(a) && isfinite(b)) {
+            if (first_bad < 0)
+                first_bad = i;
+            bad++;
+            continue;
+        }
+        if (!isfinite(b))
+            continue;
+        double d = fabs(a - b);
+        num += d * d;
+        den += b * b;
+        if (d > wd) {
+            wd = d;
+            worst = i;
+        }
+    }
+    double e = den > 0 ? sqrt(num / den) : sqrt(num);
+    char sh[96];
+    shape_str(ref, sh, sizeof(sh));
+    printf("  %-58s %-22s %s rel err %.2e (tol %.0e)%s\n", what, sh, dn(ghc_tensor_dtype(g)), e, tol,
+           bad ? "  NON-FINITE" : "");
+    fflush(stdout);
+    ck_assert_msg(bad == 0, "%s %s: %" PRId64 " of %" PRId64 " GPU elements are NaN/inf (unwritten?), first [%" PRId64
+                  "] = %g, cpu %g", what, sh, bad, n, first_bad, get(got, first_bad), get(ref, first_bad));
+    ck_assert_msg(e <= tol, "%s %s (%s): relative error %.3e > %.0e; worst [%" PRId64 "]: gpu %.9g cpu %.9g", what, sh,
+                  dn(ghc_tensor_dtype(g)), e, tol, worst, get(got, worst), get(ref, worst));
+}
+
+/* Bit-identical bytes. On a mismatch, report the count and the first element. */
+static void expect_bits(const char *what, const ghc_tensor_t *g, const ghc_tensor_t *ref)
+{
+    ghc_tensor_t *got = down(g);
+    size_t es = ghc_dtype_size(ghc_tensor_dtype(ref));
+    int64_t n = ghc_tensor_numel(ref), diff = 0, first = -1;
+    const unsigned char *a = ghc_tensor_cdata(got), *b = ghc_tensor_cdata(ref);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + (size_t)i * es, b + (size_t)i * es, es)) {
+            if (first < 0)
+                first = i;
+            diff++;
+        }
+    char sh[96];
+    shape_str(ref, sh, sizeof(sh));
+    printf("  %-58s %-22s %s %s\n", what, sh, ghc_dtype_name(ghc_tensor_dtype(ref)),
+           diff ? "DIFFERENT" : "bit-identical");
+    fflush(stdout);
+    if (diff) {
+        uint64_t ga = 0, rb = 0;
+        memcpy(&ga, a + (size_t)first * es, es);
+        memcpy(&rb, b + (size_t)first * es, es);
+        ck_abort_msg("%s %s %s: %" PRId64 " of %" PRId64 " elements differ; first [%" PRId64 "]: gpu 0x%0*" PRIx64
+                     " cpu 0x%0*" PRIx64, what, sh, ghc_dtype_name(ghc_tensor_dtype(ref)), diff, n, first,
+                     (int)(2 * es), ga, (int)(2 * es), rb);
+    }
+}
+
+/* Within `ulps` units in the last place (f32 or bf16 bit patterns as ordered integers). */
+static int64_t ordered(const ghc_tensor_t *t, int64_t i)
+{
+    int64_t v;
+    if (ghc_tensor_dtype(t) == F32) {
+        int32_t u;
+        memcpy(&u, (const float *)ghc_tensor_cdata(t) + i, 4);
+        v = u;
+        return v < 0 ? INT32_MIN - v : v;
+    }
+    int16_t h = ((const int16_t *)ghc_tensor_cdata(t))[i];
+    v = h;
+    return v < 0 ? INT16_MIN - v : v;
+}
+
+static void expect_ulps(const char *what, const ghc_tensor_t *g, const ghc_tensor_t *ref, int64_t ulps)
+{
+    ghc_tensor_t *got = down(g);
+    int64_t n = ghc_tensor_numel(ref), off = 0, worst = 0, wi = 0, nonfinite = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = get(got, i);
+        if (!isfinite(a))
+            nonfinite++;
+        int64_t d = llabs(ordered(got, i) - ordered(ref, i));
+        if (d) {
+            off++;
+            if (d > worst) {
+                worst = d;
+                wi = i;
+            }
+        }
+    }
+    char sh[96];
+    shape_str(ref, sh, sizeof(sh));
+    printf("  %-58s %-22s %s %" PRId64 " of %" PRId64 " differ, by <= %" PRId64 " ulp (allowed %" PRId64 ")\n", what, sh,
+           dn(ghc_tensor_dtype(ref)), off, n, worst, ulps);
+    fflush(stdout);
+    ck_assert_msg(nonfinite == 0, "%s %s: %" PRId64 " non-finite values", what, sh, nonfinite);
+    ck_assert_msg(worst <= ulps, "%s %s: element [%" PRId64 "] is %" PRId64 " ulp off: gpu %.9g cpu %.9g", what, sh, wi,
+                  worst, get(got, wi), get(ref, wi));
+}
+
+/* ---- random numbers ----------------------------------------------------------------------- */
+
+/* The CPU generator against the Random123 known answers (the GPU is compared with it below). */
+START_TEST(philox_known_answers)
+{
+    static const struct {
+        uint32_t ctr[4], key[2], out[4];
+    } kat[] = {
+        { { 0, 0, 0, 0 }, { 0, 0 }, { 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8 } },
+        { { ~0u, ~0u, ~0u, ~0u }, { ~0u, ~0u }, { 0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd } },
+        { { 0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344 }, { 0xa4093822, 0x299f31d0 },
+          { 0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1 } },
+    };
+    for (size_t k = 0; k < sizeof(kat) / sizeof(*kat); k++) {
+        uint32_t out[4];
+        ghc_philox4x32(kat[k].ctr, kat[k].key, out);
+        for (int l = 0; l < 4; l++)
+            ck_assert_msg(out[l] == kat[k].out[l], "philox KAT %zu lane %d: 0x%08x, expected 0x%08x", k, l, out[l],
+                          kat[k].out[l]);
+    }
+}
+END_TEST
+
+static const int64_t rng_sizes[] = { 1, 3, 4, 5, 1000, 4097, (1 << 20) + 3 };
+static const struct ghc_rng rng_streams[] = {
+    { 0, 0 },
+    { 0xdeadbeefcafef00dull, 12345 },
+    { 42, 0xfffffffeull },           /* block counters cross 2^32: the high counter word */
+    { 7, 0x123456789abcull },
+};
+
+static void rand_cases(bool normal)
+{
+    enum ghc_dtype dts[] = { F32, BF16 };
+    for (size_t d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof(rng_sizes) / sizeof(*rng_sizes); s++)
+            for (size_t r = 0; r < sizeof(rng_streams) / sizeof(*rng_streams); r++) {
+                int64_t n = rng_sizes[s];
+                int mark = npool;
+                ghc_tensor_t *c = mk(dts[d], CPUD, 1, &n);
+                ghc_tensor_t *g = gout(c, dts[d], s == 5 && r == 1);   /* one misaligned case */
+                OK(normal ? ghc_op_rand_normal(c, &rng_streams[r], NULL) : ghc_op_rand_uniform(c, &rng_streams[r], NULL));
+                OK(normal ? ghc_op_rand_normal(g, &rng_streams[r], NULL) : ghc_op_rand_uniform(g, &rng_streams[r], NULL));
+                char what[192];
+                snprintf(what, sizeof(what), "%s seed %#" PRIx64 " offset %#" PRIx64, normal ? "rand_normal" : "rand_uniform",
+                         rng_streams[r].seed, rng_streams[r].offset);
+                if (normal)
+                    expect_ulps(what, g, c, 1);
+                else
+                    expect_bits(what, g, c);
+                pool_release(mark);
+            }
+}
+
+START_TEST(rand_uniform_bits)
+{
+    rand_cases(false);
+}
+END_TEST
+
+START_TEST(rand_normal_ulps)
+{
+    rand_cases(true);
+}
+END_TEST
+
+/* Moments of a large GPU normal sample (summed on the host in f64): the stream is not
+ * degenerate. */
+START_TEST(rand_normal_moments)
+{
+    int64_t n = 1 << 22;
+    ghc_tensor_t *g = mk(F32, 0, 1, &n);
+    struct ghc_rng r = fresh_rng();
+    OK(ghc_op_rand_normal(g, &r, NULL));
+    ghc_tensor_t *c = down(g);
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double z = get(c, i);
+        s1 += z;
+        s2 += z * z;
+    }
+    double mean = s1 / (double)n, var = s2 / (double)n;
+    printf("  rand_normal moments over %" PRId64 ": mean %.2e, E[z^2] %.5f\n", n, mean, var);
+    ck_assert_msg(fabs(mean) < 5.0 / sqrt((double)n) && fabs(var - 1.0) < 5.0 * sqrt(2.0 / (double)n),
+                  "normal moments off: mean %g, E[z^2] %g", mean, var);
+}
+END_TEST
+
+/* ---- fill, copy, cast --------------------------------------------------------------------- */
+
+static const enum ghc_dtype float_dts[] = { GHC_DTYPE_F32, GHC_DTYPE_BF16, GHC_DTYPE_F16, GHC_DTYPE_F8_E4M3,
+                                            GHC_DTYPE_F8_E5M2 };
+#define N_FLOAT_DTS 5
+
+START_TEST(fill_bits)
+{
+    static const double values[] = { 0.0, -0.0, 1.5, -3.25, 1.0 / 3.0, 1e30, -70000.0, 1e-40, INFINITY, NAN };
+    static const int64_t sizes[] = { 1, 7, 1000, 65537 };
+    for (int d = 0; d < N_FLOAT_DTS; d++)
+        for (size_t v = 0; v < sizeof(values) / sizeof(*values); v++)
+            for (size_t s = 0; s < sizeof(sizes) / sizeof(*sizes); s++) {
+                int mark = npool;
+                ghc_tensor_t *c = mk(float_dts[d], CPUD, 1, &sizes[s]);
+                ghc_tensor_t *g = gpu_like(c, float_dts[d], s == 3 && v == 2);
+                OK(ghc_op_fill(c, values[v], NULL));
+                OK(ghc_op_fill(g, values[v], NULL));
+                char what[192];
+                snprintf(what, sizeof(what), "fill %g", values[v]);
+                if (sizes[s] == 65537 || v == 0)
+                    expect_bits(what, g, c);
+                else {   /* quietly: 200 cases */
+                    ghc_tensor_t *got = down(g);
+                    ck_assert_msg(!memcmp(ghc_tensor_cdata(got), ghc_tensor_cdata(c), ghc_tensor_nbytes(c)),
+                                  "fill %g %s numel %" PRId64 ": GPU bytes differ from the CPU's", values[v],
+                                  ghc_dtype_name(float_dts[d]), sizes[s]);
+                }
+                pool_release(mark);
+            }
+}
+END_TEST
+
+/* Random bytes: every bit pattern of the narrow formats, NaN and inf included. */
+static ghc_tensor_t *random_bits(enum ghc_dtype dt, int64_t n)
+{
+    ghc_tensor_t *t = mk(dt, CPUD, 1, &n);
+    size_t bytes = ghc_tensor_nbytes(t);
+    unsigned char *p = ghc_tensor_data(t);
+    struct ghc_rng r = fresh_rng();
+    uint32_t key[2] = { (uint32_t)r.seed, (uint32_t)(r.seed >> 32) };
+    for (size_t o = 0; o < bytes; o += 16) {
+        uint32_t ctr[4] = { (uint32_t)(o / 16), (uint32_t)((uint64_t)o >> 36), 0, 0 }, out[4];
+        ghc_philox4x32(ctr, key, out);
+        memcpy(p + o, out, bytes - o < 16 ? bytes - o : 16);
+    }
+    return t;
+}
+
+START_TEST(copy_roundtrip)
+{
+    static const enum ghc_dtype dts[] = { GHC_DTYPE_F32, GHC_DTYPE_BF16, GHC_DTYPE_F8_E4M3, GHC_DTYPE_I64,
+                                          GHC_DTYPE_U8 };
+    for (size_t d = 0; d < sizeof(dts) / sizeof(*dts); d++) {
+        ghc_tensor_t *c = random_bits(dts[d], 100003);
+        ghc_tensor_t *g1 = up(c), *g2 = up_(c, true);
+        if (ghc_dtype_is_float(dts[d]))
+            poison(g2);
+        OK(ghc_op_copy(g2, g1, NULL));   /* device to device */
+        expect_bits("copy cpu -> gpu -> gpu -> cpu", g2, c);
+    }
+}
+END_TEST
+
+START_TEST(cast_bits)
+{
+    static const float scales[] = { 1.0f, 0.37f, 300.0f };
+    const int64_t n = 100003;
+    for (int s = 0; s < N_FLOAT_DTS; s++) {
+        ghc_tensor_t *src = random_bits(float_dts[s], n);
+        ghc_tensor_t *gsrc = up(src);
+        for (int d = 0; d < N_FLOAT_DTS; d++)
+            for (size_t k = 0; k < sizeof(scales) / sizeof(*scales); k++) {
+                int mark = npool;
+                ghc_tensor_t *ref = like(src, float_dts[d], CPUD);
+                ghc_tensor_t *g = gpu_like(src, float_dts[d], d == 1 && k == 1);
+                OK(ghc_op_cast(ref, src, scales[k], NULL, NULL));
+                OK(ghc_op_cast(g, gsrc, scales[k], NULL, NULL));
+                char what[192];
+                snprintf(what, sizeof(what), "cast %s -> %s x %g", ghc_dtype_name(float_dts[s]),
+                         ghc_dtype_name(float_dts[d]), (double)scales[k]);
+                expect_bits(what, g, ref);
+                pool_release(mark);
+            }
+    }
+}
+END_TEST
+
+START_TEST(cast_stochastic_bits)
+{
+    static const float scales[] = { 1.0f, 0.37f };
+    for (int s = 0; s < N_FLOAT_DTS; s++)
+        for (size_t k = 0; k < 2; k++)
+            for (size_t r = 0; r < sizeof(rng_streams) / sizeof(*rng_streams); r++) {
+                int64_t n = r == 0 ? 5 : 100003;
+                int mark = npool;
+                /* finite random values at several scales, plus raw bit patterns (NaN, inf) */
+                ghc_tensor_t *src = s <= 1 && r % 2 ? randn(float_dts[s], 1e3, 0, 1, &n) : random_bits(float_dts[s], n);
+                ghc_tensor_t *gsrc = up(src);
+                ghc_tensor_t *ref = like(src, BF16, CPUD), *g = gpu_like(src, BF16, r == 3);
+                poison(g);
+                OK(ghc_op_cast(ref, src, scales[k], &rng_streams[r], NULL));
+                OK(ghc_op_cast(g, gsrc, scales[k], &rng_streams[r], NULL));
+                char what[192];
+                snprintf(what, sizeof(what), "cast %s -> BF16 x %g stochastic, seed %#" PRIx64,
+                         ghc_dtype_name(float_dts[s]), (double)scales[k], rng_streams[r].seed);
+                expect_bits(what, g, ref);
+                pool_release(mark);
+            }
+}
+END_TEST
+
+/* Stochastic rounding is unbiased: x = 1 + 2^-10 (an eighth of a bf16 ulp above 1) rounds
+ * up an eighth of the time, so the mean stays x (nearest-even rounding would give 1). The
+ * mean is taken on the host in f64. */
+START_TEST(cast_stochastic_unbiased)
+{
+    int64_t n = 1 << 22;
+    ghc_tensor_t *x = mk(F32, 0, 1, &n), *y = mk(BF16, 0, 1, &n);
+    const double want = 1.0 + ldexp(1.0, -10), ulp = ldexp(1.0, -7), p = 0.125;
+    OK(ghc_op_fill(x, want, NULL));
+    struct ghc_rng r = fresh_rng();
+    OK(ghc_op_cast(y, x, 1.0f, &r, NULL));
+    ghc_tensor_t *c = down(y);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++)
+        sum += get(c, i);
+    double mean = sum / (double)n, sd = ulp * sqrt(p * (1 - p) / (double)n);
+    printf("  stochastic rounding of %.10f to bf16: mean %.10f (%.1f sd off)\n", want, mean, (mean - want) / sd);
+    ck_assert_msg(fabs(mean - want) < 6 * sd, "stochastic rounding biased: mean %.10f, want %.10f", mean, want);
+}
+END_TEST
+
+/* ---- LayerNorm ---------------------------------------------------------------------------- */
+
+enum { AFFINE = 1, MODULATED = 2, STATS = 4, MISALIGNED = 8, PARAMS_BF16 = 16, ACCUMULATE = 32 };
+
+static void layernorm_case(enum ghc_dtype xdt, enum ghc_dtype ydt, int nd, const int64_t *shape, int flags)
+{
+    int mark = npool;
+    const float eps = 1e-6f;
+    int64_t D = shape[nd - 1], B = shape[0], rows = 1;
+    for (int i = 0; i < nd - 1; i++)
+        rows *= shape[i];
+    enum ghc_dtype pdt = flags & PARAMS_BF16 ? BF16 : F32;
+    bool mis = flags & MISALIGNED;
+    ghc_tensor_t *x = randn(xdt, 2.0, 0.5, nd, shape);
+    ghc_tensor_t *w = NULL, *b = NULL, *sh = NULL, *sc = NULL, *gw = NULL, *gb = NULL, *gsh = NULL, *gsc = NULL;
+    if (flags & AFFINE) {
+        w = randn(pdt, 0.5, 1.0, 1, &D);
+        b = randn(pdt, 0.3, 0.0, 1, &D);
+        gw = up(w);
+        gb = up(b);
+    }
+    if (flags & MODULATED) {
+        /* [B, D] per sample (x [B, L, D]), else [D] */
+        sh = nd >= 3 ? randn(pdt, 0.5, 0.0, SHP(B, D)) : randn(pdt, 0.5, 0.0, 1, &D);
+        sc = nd >= 3 ? randn(pdt, 0.5, 0.0, SHP(B, D)) : randn(pdt, 0.5, 0.0, 1, &D);
+        gsh = up(sh);
+        gsc = up(sc);
+    }
+    ghc_tensor_t *y = like(x, ydt, CPUD), *st = mk(F32, CPUD, SHP(rows, 2));
+    ghc_tensor_t *gx = up_(x, mis), *gy = gout(x, ydt, mis), *gst = NULL;
+    if (flags & STATS) {
+        gst = mk(F32, 0, SHP(rows, 2));
+        poison(gst);
+    }
+    OK(ghc_op_layernorm_fwd(y, st, x, w, b, sh, sc, eps, NULL));
+    OK(ghc_op_layernorm_fwd(gy, gst, gx, gw, gb, gsh, gsc, eps, NULL));
+    char what[192];
+    snprintf(what, sizeof(what), "layernorm_fwd x %s%s%s%s%s", dn(xdt), flags & AFFINE ? " affine" : "",
+             flags & MODULATED ? " modulated" : "", flags & PARAMS_BF16 ? " (bf16 params)" : "", mis ? " misaligned" : "");
+    expect_close(what, gy, y, ydt == F32 ? 1e-5 : 1e-2);
+    if (gst) {
+        snprintf(what, sizeof(what), "layernorm_fwd stats x %s", dn(xdt));
+        expect_close(what, gst, st, 1e-5);
+    }
+
+    /* backward from the CPU's stats, into a dx of each dtype */
+    ghc_tensor_t *dy = randn(ydt, 1.0, 0.0, nd, shape), *gdy = up_(dy, mis), *gst2 = up(st);
+    for (int dxd = 0; dxd < 2; dxd++) {
+        enum ghc_dtype dxdt = dxd ? BF16 : F32;
+        bool acc = flags & ACCUMULATE;
+        ghc_tensor_t *dx = acc ? randn(dxdt, 1.0, 0.0, nd, shape) : like(x, dxdt, CPUD);
+        ghc_tensor_t *gdx = acc ? up_(dx, mis) : gout(x, dxdt, mis);
+        OK(ghc_op_layernorm_bwd(dx, dy, x, st, w, sc, acc, NULL));
+        OK(ghc_op_layernorm_bwd(gdx, gdy, gx, gst2, gw, gsc, acc, NULL));
+        snprintf(what, sizeof(what), "layernorm_bwd x %s dy %s%s%s%s", dn(xdt), dn(ydt), flags & AFFINE ? " affine" : "",
+                 flags & MODULATED ? " modulated" : "", acc ? " accumulate" : "");
+        expect_close(what, gdx, dx, dxdt == F32 ? 1e-5 : 1e-2);
+    }
+    pool_release(mark);
+}
+
+START_TEST(layernorm_small)
+{
+    for (int xd = 0; xd < 2; xd++)
+        for (int yd = 0; yd < 2; yd++) {
+            enum ghc_dtype xdt = xd ? BF16 : F32, ydt = yd ? BF16 : F32;
+            layernorm_case(xdt, ydt, SHP(2, 7, 64), STATS);
+            layernorm_case(xdt, ydt, SHP(3, 5, 33), AFFINE | MODULATED | STATS);          /* odd D: scalar path */
+            layernorm_case(xdt, ydt, SHP(2, 9, 96), AFFINE | MODULATED | PARAMS_BF16 | ACCUMULATE);
+            layernorm_case(xdt, ydt, SHP(6, 40), MODULATED | STATS | MISALIGNED);          /* [D] modulation */
+        }
+    layernorm_case(F32, F32, SHP(3, 1), STATS);                                              /* D = 1 */
+    layernorm_case(F32, F32, SHP(2, 3, 1000), AFFINE | MODULATED | STATS | ACCUMULATE);
+}
+END_TEST
+
+/* Rows too long for the shared-memory cache (f32 forward > 12288, backward > 6144). */
+START_TEST(layernorm_long_rows)
+{
+    layernorm_case(F32, F32, SHP(1, 5, 16384), AFFINE | MODULATED | STATS);
+    layernorm_case(BF16, BF16, SHP(1, 3, 8192), MODULATED | STATS | ACCUMULATE);
+    layernorm_case(F32, BF16, SHP(4, 12289), STATS);
+}
+END_TEST
+
+/* Wan2.2 A14B: 4096 tokens x 5120, the modulated norms (shift/scale [1, 5120]) on the fp32
+ * residual, the affine norm3, and bf16 in and out. */
+START_TEST(layernorm_wan)
+{
+    layernorm_case(F32, F32, SHP(1, 4096, 5120), MODULATED | STATS);
+    layernorm_case(F32, BF16, SHP(1, 4096, 5120), MODULATED | STATS | ACCUMULATE);
+    layernorm_case(F32, F32, SHP(1, 4096, 5120), AFFINE | STATS);
+    layernorm_case(BF16, BF16, SHP(1, 4096, 5120), MODULATED | PARAMS_BF16 | STATS);
+}
+END_TEST
+
+/* ---- RMSNorm ------------------------------------------------------------------------------ */
+
+static void rmsnorm_case(enum ghc_dtype xdt, enum ghc_dtype ydt, enum ghc_dtype wdt, int nd, const int64_t *shape,
+                         bool mis)
+{
+    int mark = npool;
+    const float eps = 1e-6f;
+    int64_t D = shape[nd - 1], rows = 1;
+    for (int i = 0; i < nd - 1; i++)
+        rows *= shape[i];
+    ghc_tensor_t *x = randn(xdt, 3.0, 0.2, nd, shape), *w = randn(wdt, 0.5, 1.0, 1, &D);
+    ghc_tensor_t *y = like(x, ydt, CPUD), *rs = mk(F32, CPUD, 1, &rows);
+    ghc_tensor_t *gx = up_(x, mis), *gw = up(w), *gy = gout(x, ydt, mis), *grs = mk(F32, 0, 1, &rows);
+    poison(grs);
+    OK(ghc_op_rmsnorm_fwd(y, rs, x, w, eps, NULL));
+    OK(ghc_op_rmsnorm_fwd(gy, grs, gx, gw, eps, NULL));
+    char what[192];
+    snprintf(what, sizeof(what), "rmsnorm_fwd x %s w %s%s", dn(xdt), dn(wdt), mis ? " misaligned" : "");
+    expect_close(what, gy, y, ydt == F32 ? 1e-5 : 1e-2);
+    expect_close("rmsnorm_fwd rstd", grs, rs, 1e-5);
+    /* rstd NULL is allowed */
+    poison(gy);
+    OK(ghc_op_rmsnorm_fwd(gy, NULL, gx, gw, eps, NULL));
+    expect_close("rmsnorm_fwd (no rstd)", gy, y, ydt == F32 ? 1e-5 : 1e-2);
+
+    ghc_tensor_t *dy = randn(ydt, 1.0, 0.0, nd, shape), *gdy = up_(dy, mis), *grs2 = up(rs);
+    for (int dxd = 0; dxd < 2; dxd++) {
+        enum ghc_dtype dxdt = dxd ? BF16 : F32;
+        ghc_tensor_t *dx = like(x, dxdt, CPUD), *gdx = gout(x, dxdt, mis);
+        OK(ghc_op_rmsnorm_bwd(dx, dy, x, rs, w, NULL));
+        OK(ghc_op_rmsnorm_bwd(gdx, gdy, gx, grs2, gw, NULL));
+        snprintf(what, sizeof(what), "rmsnorm_bwd x %s dy %s w %s", dn(xdt), dn(ydt), dn(wdt));
+        expect_close(what, gdx, dx, dxdt == F32 ? 1e-5 : 1e-2);
+    }
+    pool_release(mark);
+}
+
+START_TEST(rmsnorm_small)
+{
+    for (int xd = 0; xd < 2; xd++)
+        for (int yd = 0; yd < 2; yd++) {
+            enum ghc_dtype xdt = xd ? BF16 : F32, ydt = yd ? BF16 : F32;
+            rmsnorm_case(xdt, ydt, F32, SHP(3, 5, 64), false);
+            rmsnorm_case(xdt, ydt, BF16, SHP(2, 3, 37), false);
+            rmsnorm_case(xdt, ydt, F32, SHP(7, 128), true);
+        }
+    rmsnorm_case(F32, F32, F32, SHP(3, 16384), false);   /* no cache */
+    rmsnorm_case(BF16, BF16, F32, SHP(2, 8192), false);  /* backward without cache */
+}
+END_TEST
+
+/* Wan's q/k norms: RMSNorm over all 5120 features of 4096 tokens, bf16 activations. */
+START_TEST(rmsnorm_wan)
+{
+    rmsnorm_case(BF16, BF16, F32, SHP(1, 4096, 5120), false);
+    rmsnorm_case(BF16, BF16, BF16, SHP(1, 4096, 5120), false);
+    rmsnorm_case(F32, F32, F32, SHP(1, 4096, 5120), false);
+}
+END_TEST
+
+/* ---- RoPE --------------------------------------------------------------------------------- */
+
+static void rope_case(enum ghc_dtype xdt, enum ghc_dtype ydt, int64_t B, int64_t f, int64_t h, int64_t w, int64_t H,
+                      int64_t Dh, bool mis)
+{
+    int mark = npool;
+    ghc_tensor_t *x = randn(xdt, 1.0, 0.0, SHP(B, f * h * w, H, Dh)), *gx = up_(x, mis);
+    for (int inv = 0; inv < 2; inv++) {
+        ghc_tensor_t *y = like(x, ydt, CPUD), *gy = gout(x, ydt, mis);
+        OK(ghc_op_rope(y, x, f, h, w, inv, NULL));
+        OK(ghc_op_rope(gy, gx, f, h, w, inv, NULL));
+        char what[192];
+        snprintf(what, sizeof(what), "rope%s x %s f,h,w %" PRId64 ",%" PRId64 ",%" PRId64 "%s", inv ? " inverse" : "",
+                 dn(xdt), f, h, w, mis ? " misaligned" : "");
+        expect_close(what, gy, y, ydt == F32 ? 1e-6 : 1e-2);
+    }
+    pool_release(mark);
+}
+
+START_TEST(rope_small)
+{
+    for (int xd = 0; xd < 2; xd++)
+        for (int yd = 0; yd < 2; yd++) {
+            enum ghc_dtype xdt = xd ? BF16 : F32, ydt = yd ? BF16 : F32;
+            rope_case(xdt, ydt, 2, 2, 3, 4, 3, 12, false);     /* d_t 4, d_h = d_w = 4 */
+            rope_case(xdt, ydt, 1, 3, 5, 2, 2, 128, false);    /* 44 / 42 / 42 */
+            rope_case(xdt, ydt, 2, 1, 1, 7, 5, 16, true);      /* 8 / 4 / 4 */
+        }
+    rope_case(F32, F32, 1, 2, 2, 2, 1, 2, false);              /* Dh 2: all time */
+    rope_case(F32, F32, 1, 4, 33, 60, 1, 128, false);          /* positions up to 59 */
+}
+END_TEST
+
+/* In place (y = x), and inverse(rope(x)) = x. */
+START_TEST(rope_in_place)
+{
+    ghc_tensor_t *x = randn(F32, 1.0, 0.0, SHP(1, 2 * 4 * 6, 4, 128));
+    ghc_tensor_t *y = like(x, F32, CPUD), *g = up(x);
+    OK(ghc_op_rope(y, x, 2, 4, 6, false, NULL));
+    OK(ghc_op_rope(g, g, 2, 4, 6, false, NULL));
+    expect_close("rope in place", g, y, 1e-6);
+    OK(ghc_op_rope(g, g, 2, 4, 6, true, NULL));
+    expect_close("rope then inverse rope = x", g, x, 1e-6);
+}
+END_TEST
+
+/* Wan2.2 A14B self-attention q/k: [1, 4096, 40, 128], 16 x 16 x 16 latent tokens. */
+START_TEST(rope_wan)
+{
+    rope_case(BF16, BF16, 1, 16, 16, 16, 40, 128, false);
+    rope_case(F32, F32, 1, 16, 16, 16, 40, 128, false);
+}
+END_TEST
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+static void unary_case(const char *op, enum ghc_dtype xdt, enum ghc_dtype ydt, int nd, const int64_t *shape, bool mis)
+{
+    int mark = npool;
+    ghc_tensor_t *x = randn(xdt, 3.0, 0.0, nd, shape), *gx = up_(x, mis);
+    ghc_tensor_t *y = like(x, ydt, CPUD), *gy = gout(x, ydt, mis);
+    double tol = ydt == F32 ? 2e-6 : 1e-2;
+    bool bwd = strstr(op, "_bwd") != NULL;
+    ghc_tensor_t *dy = NULL, *gdy = NULL;
+    if (bwd) {
+        dy = randn(xdt, 1.0, 0.0, nd, shape);
+        gdy = up_(dy, mis);
+    }
+    if (!strcmp(op, "gelu_tanh")) {
+        OK(ghc_op_gelu_tanh(y, x, NULL));
+        OK(ghc_op_gelu_tanh(gy, gx, NULL));
+    } else if (!strcmp(op, "gelu_tanh_bwd")) {
+        OK(ghc_op_gelu_tanh_bwd(y, dy, x, NULL));
+        OK(ghc_op_gelu_tanh_bwd(gy, gdy, gx, NULL));
+    } else if (!strcmp(op, "silu")) {
+        OK(ghc_op_silu(y, x, NULL));
+        OK(ghc_op_silu(gy, gx, NULL));
+    } else if (!strcmp(op, "silu_bwd")) {
+        OK(ghc_op_silu_bwd(y, dy, x, NULL));
+        OK(ghc_op_silu_bwd(gy, gdy, gx, NULL));
+    } else if (!strcmp(op, "scale")) {
+        OK(ghc_op_scale(y, x, -0.375f, NULL));
+        OK(ghc_op_scale(gy, gx, -0.375f, NULL));
+        tol = ydt == F32 ? 1e-7 : 1e-2;
+    } else {
+        ck_abort_msg("unknown op %s", op);
+    }
+    char what[192];
+    snprintf(what, sizeof(what), "%s x %s%s", op, dn(xdt), mis ? " misaligned" : "");
+    expect_close(what, gy, y, tol);
+    pool_release(mark);
+}
+
+static const char *const unary_ops[] = { "gelu_tanh", "gelu_tanh_bwd", "silu", "silu_bwd", "scale" };
+
+START_TEST(activations_small)
+{
+    for (size_t o = 0; o < 5; o++)
+        for (int xd = 0; xd < 2; xd++)
+            for (int yd = 0; yd < 2; yd++) {
+                enum ghc_dtype xdt = xd ? BF16 : F32, ydt = yd ? BF16 : F32;
+                unary_case(unary_ops[o], xdt, ydt, SHP(1000003), false);   /* scalar tail */
+                unary_case(unary_ops[o], xdt, ydt, SHP(3, 7, 64), true);
+                unary_case(unary_ops[o], xdt, ydt, SHP(1), false);
+            }
+}
+END_TEST
+
+/* The FFN activations of A14B (4096 x 13824) and the time-path SiLU sizes. */
+START_TEST(activations_wan)
+{
+    unary_case("gelu_tanh", BF16, BF16, SHP(4096, 13824), false);
+    unary_case("gelu_tanh_bwd", BF16, BF16, SHP(4096, 13824), false);
+    unary_case("gelu_tanh", F32, F32, SHP(1, 4096, 5120), false);
+    unary_case("silu", F32, F32, SHP(1, 4096, 5120), false);
+    unary_case("silu_bwd", F32, F32, SHP(1, 4096, 5120), false);
+    unary_case("scale", F32, F32, SHP(1, 4096, 5120), false);
+}
+END_TEST
+
+/* ---- binary ops and the gated residual ---------------------------------------------------- */
+
+enum bshape { B_FULL, B_ROW, B_SAMPLE };
+
+static ghc_tensor_t *bcast_operand(enum ghc_dtype dt, enum bshape bs, int nd, const int64_t *shape)
+{
+    switch (bs) {
+    case B_ROW:    return randn(dt, 1.0, 0.5, 1, &shape[nd - 1]);
+    case B_SAMPLE: return randn(dt, 1.0, 0.5, SHP(shape[0], shape[nd - 1]));
+    default:       return randn(dt, 1.0, 0.0, nd, shape);
+    }
+}
+
+static const char *bs_name(enum bshape bs) { return bs == B_ROW ? "b [D]" : bs == B_SAMPLE ? "b [B, D]" : "b full"; }
+
+static void binary_case(bool mul, enum ghc_dtype ydt, enum ghc_dtype adt, enum ghc_dtype bdt, enum bshape bs, int nd,
+                        const int64_t *shape, bool in_place, bool mis)
+{
+    int mark = npool;
+    const float alpha = 0.75f, beta = -1.25f;
+    ghc_tensor_t *a = randn(adt, 1.0, 0.0, nd, shape), *b = bcast_operand(bdt, bs, nd, shape);
+    ghc_tensor_t *ga = up_(a, mis), *gb = up(b);
+    ghc_tensor_t *y, *gy;
+    if (in_place) {   /* y = a: the CPU works on its own copy of a */
+        ck_assert_int_eq(ydt, adt);
+        y = like(a, adt, CPUD);
+        OK(ghc_op_copy(y, a, NULL));
+        gy = ga;
+        OK(mul ? ghc_op_mul(y, y, b, NULL) : ghc_op_add(y, y, b, alpha, beta, NULL));
+        OK(mul ? ghc_op_mul(gy, gy, gb, NULL) : ghc_op_add(gy, gy, gb, alpha, beta, NULL));
+    } else {
+        y = like(a, ydt, CPUD);
+        gy = gout(a, ydt, mis);
+        OK(mul ? ghc_op_mul(y, a, b, NULL) : ghc_op_add(y, a, b, alpha, beta, NULL));
+        OK(mul ? ghc_op_mul(gy, ga, gb, NULL) : ghc_op_add(gy, ga, gb, alpha, beta, NULL));
+    }
+    char what[192];
+    snprintf(what, sizeof(what), "%s a %s %s %s%s%s", mul ? "mul" : "add", dn(adt), bs_name(bs), dn(bdt),
+             in_place ? " in place" : "", mis ? " misaligned" : "");
+    expect_close(what, gy, y, ydt == F32 ? 1e-6 : 1e-2);
+    pool_release(mark);
+}
+
+START_TEST(binary_small)
+{
+    for (int m = 0; m < 2; m++)
+        for (int bs = 0; bs < 3; bs++)
+            for (int yd = 0; yd < 2; yd++)
+                for (int ad = 0; ad < 2; ad++)
+                    for (int bd = 0; bd < 2; bd++) {
+                        enum ghc_dtype ydt = yd ? BF16 : F32, adt = ad ? BF16 : F32, bdt = bd ? BF16 : F32;
+                        binary_case(m, ydt, adt, bdt, (enum bshape)bs, SHP(3, 5, 64), false, false);
+                        binary_case(m, ydt, adt, bdt, (enum bshape)bs, SHP(2, 7, 33), false, false);   /* odd D */
+                        binary_case(m, ydt, adt, bdt, (enum bshape)bs, SHP(2, 4, 64), false, true);
+                    }
+    binary_case(false, F32, F32, F32, B_FULL, SHP(1000003), true, false);
+    binary_case(true, BF16, BF16, F32, B_ROW, SHP(5, 6, 128), true, false);
+    binary_case(false, F32, F32, BF16, B_SAMPLE, SHP(4, 3, 2, 128), false, false);   /* 4-D a */
+}
+END_TEST
+
+static void gated_case(enum ghc_dtype ydt, enum ghc_dtype gdt, enum bshape bs, bool gated, int nd, const int64_t *shape,
+                       bool mis)
+{
+    int mark = npool;
+    ghc_tensor_t *x = randn(F32, 1.0, 0.0, nd, shape), *y = randn(ydt, 1.0, 0.0, nd, shape);
+    ghc_tensor_t *gate = gated ? bcast_operand(gdt, bs, nd, shape) : NULL;
+    ghc_tensor_t *gx = up_(x, mis), *gy = up_(y, mis), *gg = gate ? up(gate) : NULL;
+    OK(ghc_op_gated_residual(x, y, gate, NULL));
+    OK(ghc_op_gated_residual(gx, gy, gg, NULL));
+    char what[192];
+    snprintf(what, sizeof(what), "gated_residual y %s gate %s%s", dn(ydt),
+             gated ? (bs == B_ROW ? "[D]" : bs == B_SAMPLE ? "[B, D]" : "full") : "none", mis ? " misaligned" : "");
+    expect_close(what, gx, x, 1e-6);
+    pool_release(mark);
+}
+
+START_TEST(gated_residual_small)
+{
+    for (int yd = 0; yd < 2; yd++)
+        for (int gd = 0; gd < 2; gd++)
+            for (int bs = 0; bs < 3; bs++) {
+                enum ghc_dtype ydt = yd ? BF16 : F32, gdt = gd ? BF16 : F32;
+                gated_case(ydt, gdt, (enum bshape)bs, true, SHP(2, 5, 64), false);
+                gated_case(ydt, gdt, (enum bshape)bs, true, SHP(3, 3, 17), false);
+                gated_case(ydt, gdt, (enum bshape)bs, true, SHP(2, 4, 32), true);
+            }
+    gated_case(F32, F32, B_FULL, false, SHP(2, 5, 64), false);
+    gated_case(BF16, F32, B_FULL, false, SHP(1001), true);
+}
+END_TEST
+
+/* Wan2.2 A14B: x [1, 4096, 5120] f32 residual; modulation and gates [1, 5120] f32. */
+START_TEST(elementwise_wan)
+{
+    const int64_t s[] = { 1, 4096, 5120 };
+    gated_case(BF16, F32, B_SAMPLE, true, 3, s, false);
+    gated_case(F32, F32, B_SAMPLE, true, 3, s, false);
+    gated_case(BF16, F32, B_FULL, false, 3, s, false);
+    binary_case(false, F32, F32, F32, B_SAMPLE, 3, s, false, false);
+    binary_case(false, BF16, BF16, BF16, B_FULL, 3, s, false, false);
+    binary_case(true, BF16, BF16, F32, B_SAMPLE, 3, s, false, false);
+    binary_case(true, F32, F32, F32, B_FULL, 3, s, true, false);
+}
+END_TEST
+
+/* ---- reductions and the loss -------------------------------------------------------------- */
+
+/* |gpu - cpu| <= tol * sum |x| (the condition of the sum), for sum and mean. */
+static void sum_case(enum ghc_dtype dt, int nd, const int64_t *shape, bool mis)
+{
+    int mark = npool;
+    ghc_tensor_t *x = randn(dt, 1.0, 0.1, nd, shape), *gx = up_(x, mis);
+    int64_t n = ghc_tensor_numel(x);
+    double l1 = 0;
+    for (int64_t i = 0; i < n; i++)
+        l1 += fabs(get(x, i));
+    for (int mean = 0; mean < 2; mean++) {
+        ghc_tensor_t *o = mk(F32, CPUD, 1, (const int64_t[]){ 1 }), *go = mk(F32, 0, 1, (const int64_t[]){ 1 });
+        poison(go);
+        OK(mean ? ghc_op_mean(o, x, NULL) : ghc_op_sum(o, x, NULL));
+        OK(mean ? ghc_op_mean(go, gx, NULL) : ghc_op_sum(go, gx, NULL));
+        double g = get(down(go), 0), c = get(o, 0), scale = mean ? l1 / (double)n : l1;
+        double err = fabs(g - c) / (scale > 0 ? scale : 1);
+        char sh[96];
+        shape_str(x, sh, sizeof(sh));
+        printf("  %-58s %-22s %s gpu %.9g cpu %.9g err/cond %.2e (tol 1e-6)\n", mean ? "mean" : "sum", sh, dn(dt), g, c,
+               err);
+        ck_assert_msg(isfinite(g) && err <= 1e-6, "%s %s %s: gpu %.9g cpu %.9g (error %.3e of sum |x|)",
+                      mean ? "mean" : "sum", sh, dn(dt), g, c, err);
+    }
+    pool_release(mark);
+}
+
+START_TEST(sum_mean)
+{
+    for (int d = 0; d < 2; d++) {
+        enum ghc_dtype dt = d ? BF16 : F32;
+        sum_case(dt, SHP(1), false);
+        sum_case(dt, SHP(7), true);
+        sum_case(dt, SHP(1000003), false);
+        sum_case(dt, SHP(3, 5, 64), true);
+        sum_case(dt, SHP(16, 21, 60, 104), false);   /* A14B latents */
+    }
+}
+END_TEST
+
+static void sum_rows_case(enum ghc_dtype xdt, enum ghc_dtype odt, int nd, const int64_t *shape, bool mis)
+{
+    int mark = npool;
+    int64_t D = shape[nd - 1];
+    ghc_tensor_t *x = randn(xdt, 1.0, 0.3, nd, shape), *gx = up_(x, mis);
+    ghc_tensor_t *o = mk(odt, CPUD, 1, &D), *go = mk(odt, 0, 1, &D);
+    poison(go);
+    OK(ghc_op_sum_rows(o, x, NULL));
+    OK(ghc_op_sum_rows(go, gx, NULL));
+    char what[192];
+    char sh[96];
+    snprintf(what, sizeof(what), "sum_rows x %s %s%s", shape_str(x, sh, sizeof(sh)), dn(xdt), mis ? " misaligned" : "");
+    expect_close(what, go, o, odt == F32 ? 1e-5 : 1e-2);
+    pool_release(mark);
+}
+
+START_TEST(sum_rows)
+{
+    for (int xd = 0; xd < 2; xd++)
+        for (int od = 0; od < 2; od++) {
+            enum ghc_dtype xdt = xd ? BF16 : F32, odt = od ? BF16 : F32;
+            sum_rows_case(xdt, odt, SHP(3, 5, 7), false);
+            sum_rows_case(xdt, odt, SHP(100000, 3), true);
+            sum_rows_case(xdt, odt, SHP(1, 70), false);
+            sum_rows_case(xdt, odt, SHP(1, 4096, 5120), false);   /* bias gradients of A14B */
+        }
+}
+END_TEST
+
+static void mse_case(enum ghc_dtype pdt, enum ghc_dtype tdt, int gmode, int nd, const int64_t *shape, bool mis)
+{
+    int mark = npool;
+    ghc_tensor_t *p = randn(pdt, 1.0, 0.0, nd, shape), *t = randn(tdt, 1.0, 0.2, nd, shape);
+    ghc_tensor_t *gp = up_(p, mis), *gt = up(t);
+    enum ghc_dtype gdt = gmode == 2 ? BF16 : F32;
+    ghc_tensor_t *l = mk(F32, CPUD, 1, (const int64_t[]){ 1 }), *gl = mk(F32, 0, 1, (const int64_t[]){ 1 });
+    ghc_tensor_t *g = gmode ? like(p, gdt, CPUD) : NULL, *gg = gmode ? gout(p, gdt, mis) : NULL;
+    poison(gl);
+    OK(ghc_op_mse_loss(l, g, p, t, NULL));
+    OK(ghc_op_mse_loss(gl, gg, gp, gt, NULL));
+    char what[192];
+    char sh[96];
+    shape_str(p, sh, sizeof(sh));
+    snprintf(what, sizeof(what), "mse_loss %s pred %s target %s%s", sh, dn(pdt), dn(tdt), mis ? " misaligned" : "");
+    expect_close(what, gl, l, 1e-5);
+    if (gmode) {
+        snprintf(what, sizeof(what), "mse_loss grad pred %s target %s%s", dn(pdt), dn(tdt), mis ? " misaligned" : "");
+        expect_close(what, gg, g, gdt == F32 ? 1e-6 : 1e-2);
+    }
+    pool_release(mark);
+}
+
+START_TEST(mse_loss)
+{
+    for (int pd = 0; pd < 2; pd++)
+        for (int td = 0; td < 2; td++)
+            for (int gm = 0; gm < 3; gm++) {
+                enum ghc_dtype pdt = pd ? BF16 : F32, tdt = td ? BF16 : F32;
+                mse_case(pdt, tdt, gm, SHP(1), false);
+                mse_case(pdt, tdt, gm, SHP(3, 5, 33), gm == 1);
+                mse_case(pdt, tdt, gm, SHP(16, 21, 60, 104), false);   /* A14B latents */
+            }
+}
+END_TEST
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+int main(void)
+{
+    if (ghc_k_device_count() < 1) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    const char *plugins = getenv("GHC_BUILD_PLUGINS");
+    if (!plugins) {
+        fprintf(stderr, "GHC_BUILD_PLUGINS is not set: run through `make check`\n");
+        return EXIT_FAILURE;
+    }
+    const char *seed = getenv("GHC_TEST_SEED");
+    if (seed && *seed)
+        seed_base = strtoull(seed, NULL, 0);
+    core = ghc_core_init();
+    if (!core || ghc_plugin_add_path(core, plugins) ||
+        ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "t.cfg", NULL, NULL, 0) ||
+        ghc_run_init(core)) {
+        fprintf(stderr, "setup: %s\n", core ? ghc_error_message(core) : "no core");
+        return EXIT_FAILURE;
+    }
+    char name[256];
+    int major = 0, minor = 0;
+    size_t fr = 0, tot = 0;
+    if (ghc_k_device_info(0, name, sizeof(name), &major, &minor, &fr, &tot) == 0)
+        printf("device 0: %s, sm_%d%d; GHC_TEST_SEED=%" PRIu64 "\n", name, major, minor, seed_base);
+
+    Suite *s = suite_create("ops_cuda");
+    struct {
+        const char *name;
+        const TTest *tests[12];
+    } groups[] = {
+        { "random", { philox_known_answers, rand_uniform_bits, rand_normal_ulps, rand_normal_moments } },
+        { "memory_cast", { fill_bits, copy_roundtrip, cast_bits, cast_stochastic_bits, cast_stochastic_unbiased } },
+        { "layernorm", { layernorm_small, layernorm_long_rows, layernorm_wan } },
+        { "rmsnorm", { rmsnorm_small, rmsnorm_wan } },
+        { "rope", { rope_small, rope_in_place, rope_wan } },
+        { "elementwise", { activations_small, activations_wan, binary_small, gated_residual_small, elementwise_wan } },
+        { "reduce", { sum_mean, sum_rows, mse_loss } },
+    };
+    for (size_t g = 0; g < sizeof(groups) / sizeof(*groups); g++) {
+        TCase *tc = tcase_create(groups[g].name);
+        tcase_set_timeout(tc, 900);
+        tcase_add_checked_fixture(tc, NULL, pool_free);
+        for (int i = 0; i < 12 && groups[g].tests[i]; i++)
+            tcase_add_test(tc, groups[g].tests[i]);
+        suite_add_tcase(s, tc);
+    }
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    ghc_run_free(core);
+    ghc_core_free(core);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -14,9 +14,11 @@
  *    tiles of 64, K and V loads overlapped with the math (FA2's schedule).
  *    Backward: D = rowsum(dO o O) first; then a block of 8 warps owns 128 keys (16 per warp),
  *    keeps dK and dV in registers, walks the queries in tiles of 64 (Q, dO double-buffered)
- *    and adds dQ in fp32 with atomics into a scratch accumulator, converted to dq's dtype at
- *    the end. S^T = K Q^T is computed (keys as rows) so that P^T and dS^T feed the dV and dK
- *    products straight from registers; dS goes through shared memory once for dQ.
+ *    and adds dQ in fp32 with 16-byte atomics into a scratch accumulator, converted to dq's
+ *    dtype at the end. S^T = K Q^T is computed (keys as rows) so that P^T and dS^T feed the dV
+ *    and dK products straight from registers; dS goes through shared memory once for dQ.
+ *    Exponentials are ex2.approx on scores pre-scaled by scale log2(e). Figures against
+ *    FlashAttention-2 and cuDNN: bench/README.md.
  *  - everything else (f32, other head sizes, unaligned data): a simple fp32 path, one warp per
  *    row, online softmax; the backward computes dq per query row and dk, dv per key row, so
  *    it needs no atomics.
@@ -29,7 +31,6 @@
 #include <math.h>
 #include <mutex>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "kernels.h"
 
@@ -161,9 +162,6 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
     constexpr int NT = kFwdBN / 8;  /* key n-tiles of S */
     constexpr int DT = D / 8;       /* d n-tiles of O */
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);
-    bf16 *sK = sQ + kFwdBM * S;
-    bf16 *sV = sK + kFwdBN * S;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -172,13 +170,15 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
     const bf16 *qg = p.q + ((int64_t)b * p.Lq + m0) * row_stride + (int64_t)h * D;
     const bf16 *kg = p.k + (int64_t)b * p.Lk * row_stride + (int64_t)h * D;
     const bf16 *vg = p.v + (int64_t)b * p.Lk * row_stride + (int64_t)h * D;
-    const uint32_t aQ = smem_addr(sQ) + lane_a(lane, S) + warp * 32 * S * 2;
-    const uint32_t aK = smem_addr(sK) + lane_bn(lane, S);
-    const uint32_t aV = smem_addr(sV) + lane_bt(lane, S);
+    const uint32_t base = smem_addr(smem_raw);   /* sQ at 0, sK, sV at constant offsets */
+    constexpr uint32_t oK = kFwdBM * S * 2, oV = (kFwdBM + kFwdBN) * S * 2;
+    const uint32_t aQ = base + lane_a(lane, S) + warp * 32 * S * 2;
+    const uint32_t aK = base + lane_bn(lane, S);
+    const uint32_t aV = base + lane_bt(lane, S);
     const float sl = p.scale_log2;   /* > 0 on this path */
 
-    load_tile<kFwdBM, D, kFwdThreads>(smem_addr(sQ), qg, row_stride, p.Lq - m0, tid);
-    load_tile<kFwdBN, D, kFwdThreads>(smem_addr(sK), kg, row_stride, p.Lk, tid);
+    load_tile<kFwdBM, D, kFwdThreads>(base, qg, row_stride, p.Lq - m0, tid);
+    load_tile<kFwdBN, D, kFwdThreads>(base + oK, kg, row_stride, p.Lk, tid);
     cp_async_commit();
 
     float acc[2][DT][4];
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
         const int n0 = j * kFwdBN;
         cp_async_wait_all();
         __syncthreads();                   /* K_j here; every warp is done with V_{j-1} */
-        load_tile<kFwdBN, D, kFwdThreads>(smem_addr(sV), vg + (int64_t)n0 * row_stride, row_stride, p.Lk - n0, tid);
+        load_tile<kFwdBN, D, kFwdThreads>(base + oV, vg + (int64_t)n0 * row_stride, row_stride, p.Lk - n0, tid);
         cp_async_commit();
 
         float s[2][NT][4];
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t kb[4];
-                ldsm_x4(kb, aK + (np * 16 * S + kk * 16) * 2);
+                ldsm_x4(kb, aK + oK + (np * 16 * S + kk * 16) * 2);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     mma16816(s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
         cp_async_wait_all();
         __syncthreads();                   /* V_j here; every warp is done with K_j */
         if (j + 1 < nblocks) {
-            load_tile<kFwdBN, D, kFwdThreads>(smem_addr(sK), kg + (int64_t)(n0 + kFwdBN) * row_stride, row_stride,
+            load_tile<kFwdBN, D, kFwdThreads>(base + oK, kg + (int64_t)(n0 + kFwdBN) * row_stride, row_stride,
                                               p.Lk - n0 - kFwdBN, tid);
             cp_async_commit();
         }
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t vb[4];
-                ldsm_x4_t(vb, aV + (kk * 16 * S + dp * 16) * 2);
+                ldsm_x4_t(vb, aV + oV + (kk * 16 * S + dp * 16) * 2);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     mma16816(acc[mt][2 * dp], pa[mt], vb[0], vb[1]);
@@ -357,11 +357,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_tc(const bwd_params p
     constexpr int DQT = DQ_WD / 8;
     static_assert(DQT >= 2 && DQT % 2 == 0, "dQ tile too narrow");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *sK = reinterpret_cast<bf16 *>(smem_raw);
-    bf16 *sV = sK + kBwdBN * S;
-    bf16 *sQ = sV + kBwdBN * S;          /* [2][BM][S] */
-    bf16 *sdO = sQ + 2 * BM * S;         /* [2][BM][S] */
-    bf16 *sdS = sdO + 2 * BM * S;        /* [kBwdBN][SS]: dS^T, keys as rows */
+    /* shared memory: K [128][S], V [128][S], Q [2][BM][S], dO [2][BM][S], dS^T [128][SS], lse, D */
+    bf16 *sdS = reinterpret_cast<bf16 *>(smem_raw) + (2 * kBwdBN + 4 * BM) * S;   /* keys as rows */
     float *sLse = reinterpret_cast<float *>(sdS + kBwdBN * SS);   /* [2][BM], times log2 e */
     float *sDs = sLse + 2 * BM;                                    /* [2][BM] */
 
@@ -375,20 +372,21 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_tc(const bwd_params p
     const int mg = warp % WM, dg = warp / WM;   /* dQ tile of this warp: rows mg*16.., cols dg*DQ_WD.. */
 
     /* ldmatrix addresses (bytes, shared window) */
-    const uint32_t aKa = smem_addr(sK) + lane_a(lane, S) + warp * 16 * S * 2;    /* K_w as A */
-    const uint32_t aVa = smem_addr(sV) + lane_a(lane, S) + warp * 16 * S * 2;    /* V_w as A */
-    const uint32_t aQn = smem_addr(sQ) + lane_bn(lane, S);                        /* Q as B of S^T */
-    const uint32_t aOn = smem_addr(sdO) + lane_bn(lane, S);                       /* dO as B of dP^T */
-    const uint32_t aQt = smem_addr(sQ) + lane_bt(lane, S);                        /* Q as B of dK */
-    const uint32_t aOt = smem_addr(sdO) + lane_bt(lane, S);                       /* dO as B of dV */
-    const uint32_t aSa = smem_addr(sdS) + lane_at(lane, SS) + mg * 16 * 2;        /* dS as A of dQ */
-    const uint32_t aKt = smem_addr(sK) + lane_bt(lane, S) + dg * DQ_WD * 2;       /* K as B of dQ */
+    /* one base register per ldmatrix lane pattern; the tiles sit at constant offsets from it */
+    constexpr uint32_t oV = kBwdBN * S * 2, oQ = 2 * kBwdBN * S * 2, oO = oQ + 2 * BM * S * 2;
+    constexpr uint32_t oS = oO + 2 * BM * S * 2;
+    const uint32_t base = smem_addr(smem_raw);
+    const uint32_t aA = base + lane_a(lane, S) + warp * 16 * S * 2;      /* K_w, V_w as A */
+    const uint32_t aN = base + lane_bn(lane, S);                          /* Q, dO as B of S^T, dP^T */
+    const uint32_t aT = base + lane_bt(lane, S);                          /* Q, dO as B of dK, dV */
+    const uint32_t aSa = base + oS + lane_at(lane, SS) + mg * 16 * 2;    /* dS as A of dQ */
+    const uint32_t aKt = aT + dg * DQ_WD * 2;                             /* K as B of dQ */
     const float sl = p.scale_log2;
 
-    load_tile<kBwdBN, D, kBwdThreads>(smem_addr(sK), p.k + kv_off, row_stride, p.Lk - n0, tid);
-    load_tile<kBwdBN, D, kBwdThreads>(smem_addr(sV), p.v + kv_off, row_stride, p.Lk - n0, tid);
-    load_tile<BM, D, kBwdThreads>(smem_addr(sQ), p.q + q_off, row_stride, p.Lq, tid);
-    load_tile<BM, D, kBwdThreads>(smem_addr(sdO), p.dout + q_off, row_stride, p.Lq, tid);
+    load_tile<kBwdBN, D, kBwdThreads>(base, p.k + kv_off, row_stride, p.Lk - n0, tid);
+    load_tile<kBwdBN, D, kBwdThreads>(base + oV, p.v + kv_off, row_stride, p.Lk - n0, tid);
+    load_tile<BM, D, kBwdThreads>(base + oQ, p.q + q_off, row_stride, p.Lq, tid);
+    load_tile<BM, D, kBwdThreads>(base + oO, p.dout + q_off, row_stride, p.Lq, tid);
     cp_async_commit();
     if (tid < BM) {
         bool ok = tid < p.Lq;
@@ -414,9 +412,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_tc(const bwd_params p
         __syncthreads();                   /* Q_i, dO_i here; every warp is done with step i - 1 */
         if (i + 1 < nm) {
             const int m1 = m0 + BM;
-            load_tile<BM, D, kBwdThreads>(smem_addr(sQ + (buf ^ 1) * BM * S), p.q + q_off + (int64_t)m1 * row_stride, row_stride,
+            load_tile<BM, D, kBwdThreads>(base + oQ + (buf ^ 1) * BM * S * 2, p.q + q_off + (int64_t)m1 * row_stride, row_stride,
                                           p.Lq - m1, tid);
-            load_tile<BM, D, kBwdThreads>(smem_addr(sdO + (buf ^ 1) * BM * S), p.dout + q_off + (int64_t)m1 * row_stride,
+            load_tile<BM, D, kBwdThreads>(base + oO + (buf ^ 1) * BM * S * 2, p.dout + q_off + (int64_t)m1 * row_stride,
                                           row_stride, p.Lq - m1, tid);
             cp_async_commit();
             if (tid < BM) {
@@ -436,14 +434,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_tc(const bwd_params p
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t ka[4], va[4];
-            ldsm_x4(ka, aKa + kk * 32);
-            ldsm_x4(va, aVa + kk * 32);
+            ldsm_x4(ka, aA + kk * 32);
+            ldsm_x4(va, aA + oV + kk * 32);
 #pragma unroll
             for (int np = 0; np < MT / 2; np++) {
                 uint32_t qb[4], ob[4];
                 const uint32_t off = boff + (np * 16 * S + kk * 16) * 2;
-                ldsm_x4(qb, aQn + off);
-                ldsm_x4(ob, aOn + off);
+                ldsm_x4(qb, aN + oQ + off);
+                ldsm_x4(ob, aN + oO + off);
                 mma16816(st[2 * np], ka, qb[0], qb[1]);
                 mma16816(st[2 * np + 1], ka, qb[2], qb[3]);
                 mma16816(dpt[2 * np], va, ob[0], ob[1]);
@@ -478,8 +476,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attn_bwd_tc(const bwd_params p
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t ob[4], qb[4];
                 const uint32_t off = boff + (kk * 16 * S + dp * 16) * 2;
-                ldsm_x4_t(ob, aOt + off);
-                ldsm_x4_t(qb, aQt + off);
+                ldsm_x4_t(ob, aT + oO + off);
+                ldsm_x4_t(qb, aT + oQ + off);
                 mma16816(dv[2 * dp], pa, ob[0], ob[1]);
                 mma16816(dv[2 * dp + 1], pa, ob[2], ob[3]);
                 mma16816(dk[2 * dp], da, qb[0], qb[1]);
@@ -850,23 +848,13 @@ int fwd_smem_for(int D)
     }
 }
 
-/* Query tile of the Dh = 128 backward: 64 (default) or 32 (GHC_ATTN_BWD_BM=32, for tuning). */
-int bwd_bm128()
-{
-    static int bm = -1;
-    if (bm < 0) {
-        const char *e = getenv("GHC_ATTN_BWD_BM");
-        bm = e && atoi(e) == 32 ? 32 : 64;
-    }
-    return bm;
-}
 
 int bwd_smem_for(int D)
 {
     switch (D) {
     case 32: return bwd_smem_bytes<32, 64>();
     case 64: return bwd_smem_bytes<64, 64>();
-    default: return bwd_bm128() == 32 ? bwd_smem_bytes<128, 32>() : bwd_smem_bytes<128, 64>();
+    default: return bwd_smem_bytes<128, 64>();
     }
 }
 
@@ -1026,7 +1014,7 @@ extern "C" int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tenso
         switch (D) {
         case 32: e = launch_bwd_tc<32, 64>(p, st); break;
         case 64: e = launch_bwd_tc<64, 64>(p, st); break;
-        default: e = bwd_bm128() == 32 ? launch_bwd_tc<128, 32>(p, st) : launch_bwd_tc<128, 64>(p, st); break;
+        default: e = launch_bwd_tc<128, 64>(p, st); break;
         }
         if (e != cudaSuccess || !dq)
             return e;

@@ -10,3 +10,8 @@ noinst_LTLIBRARIES += kernels/libghc_cuda.la
 kernels_libghc_cuda_la_SOURCES = $(CUDA_KERNEL_SOURCES)
 kernels_libghc_cuda_la_LIBADD = $(CUDA_LIBS) -lcublasLt
 endif
+# The .cu.lo rule has no automatic header dependencies: name them.
+if HAVE_CUDA
+$(kernels_libghc_cuda_la_OBJECTS): kernels/cuda/common.cuh kernels/cuda/kernels.h kernels/cuda/device.h \
+	include/gh200core/ops.h include/gh200core/tensor.h
+endif

@@ -26,6 +26,27 @@ GHC_D void st_v(T *p, int64_t i, const float v[V])
         ghc_st(p, i, v[0]);
 }
 
+/* V values to / from the row cache in shared memory at element j (4-aligned when V = 4). */
+template <int V>
+GHC_D void cache_st(float *c, int64_t j, const float v[V])
+{
+    if constexpr (V == 4)
+        *(float4 *)(c + j) = make_float4(v[0], v[1], v[2], v[3]);
+    else
+        c[j] = v[0];
+}
+
+template <int V>
+GHC_D void cache_ld(const float *c, int64_t j, float v[V])
+{
+    if constexpr (V == 4) {
+        float4 q = *(const float4 *)(c + j);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else {
+        v[0] = c[j];
+    }
+}
+
 /* A small operand of runtime dtype (f32 or bf16): weights [D] and modulation rows. */
 struct param {
     const void *p;
@@ -95,7 +116,7 @@ template <typename TX, typename TY, int V, bool CACHE>
 static __global__ void k_ln_fwd(TY *y, float *stats, const TX *x, param w, param bias, rowmod shift, rowmod scale,
                                 int64_t D, float eps)
 {
-    extern __shared__ float cache[];
+    extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
     float s = 0.0f;
@@ -103,23 +124,19 @@ static __global__ void k_ln_fwd(TY *y, float *stats, const TX *x, param w, param
         float v[V];
         ld_v<V>(x, o + k * V, v);
 #pragma unroll
-        for (int u = 0; u < V; u++) {
+        for (int u = 0; u < V; u++)
             s += v[u];
-            if (CACHE)
-                cache[k * V + u] = v[u];
-        }
+        if (CACHE)
+            cache_st<V>(cache, k * V, v);
     }
     float mean = ghc_block_sum(s, red) / (float)D;
     float q = 0.0f;
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float v[V];
-        if (CACHE) {
-#pragma unroll
-            for (int u = 0; u < V; u++)
-                v[u] = cache[k * V + u];
-        } else {
+        if (CACHE)
+            cache_ld<V>(cache, k * V, v);
+        else
             ld_v<V>(x, o + k * V, v);
-        }
 #pragma unroll
         for (int u = 0; u < V; u++) {
             float d = v[u] - mean;
@@ -134,13 +151,10 @@ static __global__ void k_ln_fwd(TY *y, float *stats, const TX *x, param w, param
     int64_t sh0 = rowmod_base(shift, row, D), sc0 = rowmod_base(scale, row, D);
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float v[V];
-        if (CACHE) {
-#pragma unroll
-            for (int u = 0; u < V; u++)
-                v[u] = cache[k * V + u];
-        } else {
+        if (CACHE)
+            cache_ld<V>(cache, k * V, v);
+        else
             ld_v<V>(x, o + k * V, v);
-        }
 #pragma unroll
         for (int u = 0; u < V; u++) {
             int64_t j = k * V + u;
@@ -199,7 +213,7 @@ template <typename TX, typename TDY, typename TDX, int V, bool CACHE>
 static __global__ void k_ln_bwd(TDX *dx, const TDY *dy, const TX *x, const float *stats, param w, rowmod scale,
                                 int64_t D, bool accumulate)
 {
-    extern __shared__ float cache[];
+    extern __shared__ __align__(16) float cache[];
     __shared__ float2 red[32];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
     float mean = stats[2 * row], rstd = stats[2 * row + 1];
@@ -216,13 +230,13 @@ static __global__ void k_ln_bwd(TDX *dx, const TDY *dy, const TX *x, const float
                 g[u] *= 1.0f + ghc_ld_dt(scale.t.p, scale.t.bf16, sc0 + j);
             if (w.p)
                 g[u] *= ghc_ld_dt(w.p, w.bf16, j);
-            float xh = (xv[u] - mean) * rstd;
+            xv[u] = (xv[u] - mean) * rstd;   /* xhat */
             s1 += g[u];
-            s2 += g[u] * xh;
-            if (CACHE) {
-                cache[j] = g[u];
-                cache[D + j] = xh;
-            }
+            s2 += g[u] * xv[u];
+        }
+        if (CACHE) {
+            cache_st<V>(cache, k * V, g);
+            cache_st<V>(cache, D + k * V, xv);
         }
     }
     float2 sums = ghc_block_sum2(s1, s2, red);
@@ -230,11 +244,8 @@ static __global__ void k_ln_bwd(TDX *dx, const TDY *dy, const TX *x, const float
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float g[V], xh[V];
         if (CACHE) {
-#pragma unroll
-            for (int u = 0; u < V; u++) {
-                g[u] = cache[k * V + u];
-                xh[u] = cache[D + k * V + u];
-            }
+            cache_ld<V>(cache, k * V, g);
+            cache_ld<V>(cache, D + k * V, xh);
         } else {
             ld_v<V>(dy, o + k * V, g);
             ld_v<V>(x, o + k * V, xh);
@@ -302,7 +313,7 @@ extern "C" int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, con
 template <typename TX, typename TY, int V, bool CACHE>
 static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64_t D, float eps)
 {
-    extern __shared__ float cache[];
+    extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
     float q = 0.0f;
@@ -310,24 +321,20 @@ static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64
         float v[V];
         ld_v<V>(x, o + k * V, v);
 #pragma unroll
-        for (int u = 0; u < V; u++) {
+        for (int u = 0; u < V; u++)
             q += v[u] * v[u];
-            if (CACHE)
-                cache[k * V + u] = v[u];
-        }
+        if (CACHE)
+            cache_st<V>(cache, k * V, v);
     }
     float r = 1.0f / sqrtf(ghc_block_sum(q, red) / (float)D + eps);
     if (rstd && threadIdx.x == 0)
         rstd[row] = r;
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float v[V];
-        if (CACHE) {
-#pragma unroll
-            for (int u = 0; u < V; u++)
-                v[u] = cache[k * V + u];
-        } else {
+        if (CACHE)
+            cache_ld<V>(cache, k * V, v);
+        else
             ld_v<V>(x, o + k * V, v);
-        }
 #pragma unroll
         for (int u = 0; u < V; u++)
             v[u] = ghc_round_to(v[u] * r, (const TY *)0) * ghc_ld_dt(w.p, w.bf16, k * V + u);
@@ -371,7 +378,7 @@ extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_
 template <typename TX, typename TDY, typename TDX, int V, bool CACHE>
 static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const float *rstd, param w, int64_t D)
 {
-    extern __shared__ float cache[];
+    extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
     float r = rstd[row], m = 0.0f;
@@ -384,10 +391,10 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
             int64_t j = k * V + u;
             g[u] *= ghc_ld_dt(w.p, w.bf16, j);
             m += xv[u] * g[u];
-            if (CACHE) {
-                cache[j] = g[u];
-                cache[D + j] = xv[u];
-            }
+        }
+        if (CACHE) {
+            cache_st<V>(cache, k * V, g);
+            cache_st<V>(cache, D + k * V, xv);
         }
     }
     m = ghc_block_sum(m, red) / (float)D;
@@ -395,11 +402,8 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float g[V], xv[V];
         if (CACHE) {
-#pragma unroll
-            for (int u = 0; u < V; u++) {
-                g[u] = cache[k * V + u];
-                xv[u] = cache[D + k * V + u];
-            }
+            cache_ld<V>(cache, k * V, g);
+            cache_ld<V>(cache, D + k * V, xv);
         } else {
             ld_v<V>(dy, o + k * V, g);
             ld_v<V>(x, o + k * V, xv);
