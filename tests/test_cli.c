@@ -239,9 +239,5 @@ int main(void)
     tcase_add_test(tc, train_writes_resolved_once);
     tcase_add_test(tc, resolved_reruns_elsewhere);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s, false);
 }

@@ -599,12 +599,8 @@ int main(void)
     tcase_add_test(ta, attention_small_f32);
     tcase_add_test(ta, attention_wan_shape);
     suite_add_tcase(s, ta);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = tu_run_suite(s, true);
     ghc_run_free(core);
     ghc_core_free(core);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

@@ -1038,12 +1038,8 @@ int main(void)
             tcase_add_test(tc, groups[g].tests[i]);
         suite_add_tcase(s, tc);
     }
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = tu_run_suite(s, true);
     ghc_run_free(core);
     ghc_core_free(core);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return status;
 }

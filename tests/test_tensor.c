@@ -242,9 +242,5 @@ int main(void)
     tcase_add_test(tc, tensor_basics);
     tcase_add_test(tc, tensor_through_mempolicy);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s, false);
 }

@@ -5,6 +5,7 @@
 #define GHC_TESTUTIL_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,19 @@ static inline int tu_lines(const char *s)
     for (size_t i = 0; i < len; i++)
         n += s[i] == '\n';
     return n + (len && s[len - 1] != '\n');
+}
+
+/* Run a suite; returns the program's exit status. nofork: run in-process (CUDA suites:
+ * CUDA does not survive fork()). */
+static inline int tu_run_suite(Suite *s, bool nofork)
+{
+    SRunner *sr = srunner_create(s);
+    if (nofork)
+        srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif /* GHC_TESTUTIL_H */

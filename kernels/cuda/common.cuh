@@ -376,20 +376,21 @@ static inline unsigned ghc_k_blocks(int64_t work, int threads)
     return (unsigned)(need < 1 ? 1 : need);
 }
 
-/* Make the device of a tensor current for the launches of one entry, and restore the
- * previous one on exit. */
+/* Make a device (or a tensor's device) current for the launches of one entry, and restore the
+ * previous one on exit. `err` holds the failure of switching, if any. */
 struct ghc_k_device_guard {
     int prev = -1;
-    explicit ghc_k_device_guard(const ghc_tensor_t *t)
+    cudaError_t err = cudaSuccess;
+    explicit ghc_k_device_guard(int dev)
     {
-        int dev = ghc_tensor_device(t);
-        if (dev < 0 || cudaGetDevice(&prev) != cudaSuccess) {
+        if (dev < 0 || (err = cudaGetDevice(&prev)) != cudaSuccess) {
             prev = -1;
             return;
         }
-        if (prev == dev || cudaSetDevice(dev) != cudaSuccess)
+        if (prev == dev || (err = cudaSetDevice(dev)) != cudaSuccess)
             prev = -1;
     }
+    explicit ghc_k_device_guard(const ghc_tensor_t *t) : ghc_k_device_guard(ghc_tensor_device(t)) {}
     ~ghc_k_device_guard()
     {
         if (prev >= 0)

@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "common.cuh"   /* defines: ghc_k_device_guard; includes kernels.h */
 
 namespace {
 
@@ -70,26 +70,6 @@ struct algo_entry {
 algo_entry g_algo[kAlgoCacheSize];
 unsigned g_algo_next;
 
-/* Makes `dev` the current device for the scope of a call and restores the caller's. */
-struct device_guard {
-    int prev = -1;
-    bool changed = false;
-    cudaError_t err = cudaSuccess;
-    explicit device_guard(int dev)
-    {
-        if ((err = cudaGetDevice(&prev)) != cudaSuccess)
-            return;
-        if (prev != dev) {
-            err = cudaSetDevice(dev);
-            changed = err == cudaSuccess;
-        }
-    }
-    ~device_guard()
-    {
-        if (changed)
-            cudaSetDevice(prev);
-    }
-};
 
 int cuda_of_cublas(cublasStatus_t s)
 {
@@ -409,7 +389,7 @@ extern "C" int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tens
         return cudaErrorNotSupported;
     }
 
-    device_guard dg(ghc_tensor_device(c));
+    ghc_k_device_guard dg(c);
     if (dg.err != cudaSuccess)
         return dg.err;
 
