@@ -175,3 +175,23 @@ EXTRA_DIST += tests/fixtures/README.md tests/fixtures/make_safetensors_fixtures.
 	tests/fixtures/sharded/model-00001-of-00002.safetensors \
 	tests/fixtures/sharded/model-00002-of-00002.safetensors \
 	tests/fuzz/fuzz_safetensors.c tests/fuzz/safetensors.dict tests/fuzz/README.md
+
+# ---- wan22 fixtures ----
+# Golden fixtures for the Wan2.2 transformer, written by diffusers + peft through the committed
+# script (tests/fixtures/README.md, section "wan22"); the C tests read them, Python is not needed.
+EXTRA_DIST += tests/fixtures/make_wan22_fixtures.py \
+	tests/fixtures/wan22/weights_diffusers.safetensors \
+	tests/fixtures/wan22/weights_official.safetensors \
+	tests/fixtures/wan22/case.safetensors
+
+# ---- wan22 model plugin (issue 4) ----
+# The suite loads plugins/.libs/ghc_wan22.so through a run and also links the plugin's sources
+# to reach config detection and intermediates; its GPU case runs only with a CUDA device.
+check_PROGRAMS += tests/test_wan22
+tests_test_wan22_SOURCES = tests/test_wan22.c tests/testutil.h \
+	plugins/wan22/detect.c plugins/wan22/load.c plugins/wan22/forward.c plugins/wan22/backward.c \
+	plugins/wan22/wan22_impl.h
+tests_test_wan22_CFLAGS = $(TEST_CFLAGS)
+tests_test_wan22_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+TESTS += tests/test_wan22
+# ---- end wan22 ----

@@ -17,18 +17,30 @@ struct ghc_model_target {
     int32_t     block;       /* transformer block index, -1 outside blocks */
 };
 
-/* One batch. Tensors are borrowed for the call. */
+/* One batch. Tensors are borrowed for the call; any float dtype, on the model's device or on
+ * the CPU (the model moves what it needs). */
 struct ghc_model_batch {
     ghc_tensor_t *noisy;       /* x_sigma, [B, C, F, H, W] */
-    ghc_tensor_t *timesteps;   /* t = 1000 sigma, [B], f32 */
-    ghc_tensor_t *text_embed;  /* [B, L, text_dim] */
-    ghc_tensor_t *text_mask;   /* [B, L] or NULL */
-    ghc_tensor_t *cond;        /* I2V conditioning or NULL */
+    ghc_tensor_t *timesteps;   /* t = 1000 sigma, [B] */
+    ghc_tensor_t *text_embed;  /* [B, L, text_dim], L <= 512; the model zero-pads to 512 rows */
+    ghc_tensor_t *text_mask;   /* [B, L] (float) or NULL: rows where it is 0 count as padding */
+    ghc_tensor_t *cond;        /* NULL, or channels appended after noisy's up to the model's input
+                                  channels (Wan2.2 I2V: [B, 20, F, H, W] = mask 4 + image latent 16) */
 };
 
-/* Adapter hooks the network installs. `target` indexes the model's targets. forward adds
- * the adapter's contribution to y = base(x); backward gets the linear's input x and output
- * gradient dy, computes the adapter's own gradients and adds its part to dx. */
+/* Adapter hooks the network installs. `target` indexes the model's targets. Tensors are
+ * borrowed for the call and [B, rows, features]: rows = the video tokens, or the text
+ * context rows for a linear whose input is the context (Wan: cross_attn.k and .v).
+ *
+ * forward: y (f32) holds x W^T + b of the frozen linear; add the adapter's contribution.
+ *   x is the linear's input in the model's GEMM operand dtype (bf16, or f32).
+ *   With gradient checkpointing a block's forward runs again right before its backward, with
+ *   the same inputs: the hook must then give the same y (seed any dropout per step).
+ * backward: dy (f32) = d loss / d y; x as in forward; dx (f32) already holds the frozen part
+ *   dy W: add the adapter's input gradient to it, and accumulate the adapter's own parameter
+ *   gradients. dx is NULL where the model needs no input gradient (the text context).
+ *   Called once per target per model backward, blocks in reverse order.
+ * Both return 0 or GHC_E* (message set with ghc_error_set). */
 struct ghc_adapter_hook {
     void *user;
     int (*forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
@@ -46,26 +58,45 @@ struct ghc_model_ops {
     int32_t (*experts)(void *self);
     /* required; the expert that serves timestep t (0 .. experts-1). */
     int32_t (*expert_for)(void *self, float t);
-    /* required; the adapter targets (the same list for every expert). Borrowed. */
+    /* required; the adapter targets (the same list for every expert). Borrowed until free. */
     int (*targets)(void *self, const struct ghc_model_target **out, int32_t *n);
-    /* required; install (or with NULL remove) the adapter hooks. Copied. */
+    /* required; install (or with NULL remove) the adapter hooks, used by every later forward
+     * and backward (of any expert: install the active expert's hooks). Copied. */
     int (*set_hook)(void *self, const struct ghc_adapter_hook *hook);
-    /* required; prediction of the flow-matching velocity for `batch` with `expert` into `out`. */
+    /* required; prediction of the flow-matching velocity for `batch` with `expert` into `out`
+     * ([B, C_out, F, H, W], f32 or bf16, on the model's device or the CPU). keep: keep what
+     * backward needs (training); false for inference and validation. */
     int (*forward)(void *self, int32_t expert, const struct ghc_model_batch *batch,
-                   ghc_tensor_t *out, void *stream);
-    /* required; after forward: backpropagate d(loss)/d(out) through the frozen base, calling
-     * the hook's backward on every target. */
-    int (*backward)(void *self, int32_t expert, const ghc_tensor_t *dout, void *stream);
+                   ghc_tensor_t *out, bool keep, void *stream);
+    /* required; once after a forward with keep: backpropagate dout = d(loss)/d(out) through the
+     * frozen base, calling the hook's backward on every target. dnoisy: NULL, or it receives
+     * d(loss)/d(batch.noisy) (like batch.noisy; f32 or bf16). */
+    int (*backward)(void *self, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy,
+                    void *stream);
     /* optional; make `expert` the active one (placement of the inactive one is the policy's). */
     int (*activate)(void *self, int32_t expert);
     /* optional; once, last. */
     void (*free)(void *self);
 };
 
+/* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
+
 typedef struct ghc_model ghc_model_t;
 
 /* The run's model, or NULL. Borrowed. */
 GHC_API ghc_model_t *ghc_model_get(ghc_core_t *core);
+/* The wrappers below call the ops of the same name. Those taking an expert check it against
+ * ghc_model_experts() first (GHC_EINVAL). Returns 0 or GHC_E*, reason in ghc_error_message. */
+GHC_API int32_t ghc_model_experts(ghc_model_t *model);
+GHC_API int32_t ghc_model_expert_for(ghc_model_t *model, float t);
+/* *out is borrowed from the model; valid until the run is freed. */
+GHC_API int ghc_model_targets(ghc_model_t *model, const struct ghc_model_target **out, int32_t *n);
+GHC_API int ghc_model_set_hook(ghc_model_t *model, const struct ghc_adapter_hook *hook);
+GHC_API int ghc_model_forward(ghc_model_t *model, int32_t expert, const struct ghc_model_batch *batch,
+                              ghc_tensor_t *out, bool keep, void *stream);
+GHC_API int ghc_model_backward(ghc_model_t *model, int32_t expert, const ghc_tensor_t *dout,
+                               ghc_tensor_t *dnoisy, void *stream);
+GHC_API int ghc_model_activate(ghc_model_t *model, int32_t expert);
 
 GHC_END_DECLS
 

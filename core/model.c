@@ -1,0 +1,79 @@
+/* model.c: the core wrappers of the run's model instance (model.h): each calls the member of
+ * the same name, checks the expert index first, and turns a failure without a message into
+ * one that names the model. */
+#include <config.h>
+
+#include "core_impl.h"
+
+#define M_INST(m) ((struct ghc_instance *)(m))
+#define M_OPS(m)  ((const struct ghc_model_ops *)M_INST(m)->ops)
+#define M_SELF(m) (M_INST(m)->self)
+#define M_NAME(m) (M_OPS(m)->name)
+
+/* A message for a failure the plugin did not explain. */
+static int failed(ghc_model_t *m, int rc, const char *what)
+{
+    ghc_core_t *core = M_INST(m)->core;
+    if (rc < 0 && !*ghc_error_message(core))
+        ghc_error_set(core, rc, "model \"%s\": %s failed: %s", M_NAME(m), what, ghc_status_string(rc));
+    return rc;
+}
+
+static int check_expert(ghc_model_t *m, int32_t expert, const char *what)
+{
+    int32_t n = M_OPS(m)->experts(M_SELF(m));
+    if (expert < 0 || expert >= n)
+        return ghc_error_set(M_INST(m)->core, GHC_EINVAL, "model \"%s\": %s: expert %d out of range (the model has %d)",
+                             M_NAME(m), what, (int)expert, (int)n);
+    return 0;
+}
+
+int32_t ghc_model_experts(ghc_model_t *m)
+{
+    return M_OPS(m)->experts(M_SELF(m));
+}
+
+int32_t ghc_model_expert_for(ghc_model_t *m, float t)
+{
+    return M_OPS(m)->expert_for(M_SELF(m), t);
+}
+
+int ghc_model_targets(ghc_model_t *m, const struct ghc_model_target **out, int32_t *n)
+{
+    ghc_error_clear(M_INST(m)->core);
+    return failed(m, M_OPS(m)->targets(M_SELF(m), out, n), "targets");
+}
+
+int ghc_model_set_hook(ghc_model_t *m, const struct ghc_adapter_hook *hook)
+{
+    ghc_error_clear(M_INST(m)->core);
+    return failed(m, M_OPS(m)->set_hook(M_SELF(m), hook), "set_hook");
+}
+
+int ghc_model_forward(ghc_model_t *m, int32_t expert, const struct ghc_model_batch *batch, ghc_tensor_t *out,
+                      bool keep, void *stream)
+{
+    int rc = check_expert(m, expert, "forward");
+    if (rc < 0)
+        return rc;
+    ghc_error_clear(M_INST(m)->core);
+    return failed(m, M_OPS(m)->forward(M_SELF(m), expert, batch, out, keep, stream), "forward");
+}
+
+int ghc_model_backward(ghc_model_t *m, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy, void *stream)
+{
+    int rc = check_expert(m, expert, "backward");
+    if (rc < 0)
+        return rc;
+    ghc_error_clear(M_INST(m)->core);
+    return failed(m, M_OPS(m)->backward(M_SELF(m), expert, dout, dnoisy, stream), "backward");
+}
+
+int ghc_model_activate(ghc_model_t *m, int32_t expert)
+{
+    int rc = check_expert(m, expert, "activate");
+    if (rc < 0 || !M_OPS(m)->activate)
+        return rc;
+    ghc_error_clear(M_INST(m)->core);
+    return failed(m, M_OPS(m)->activate(M_SELF(m), expert), "activate");
+}

@@ -1,0 +1,258 @@
+/* backward.c: the backward of a frozen Wan2.2 DiT (spec/wan22.md §7): from d(loss)/d(output)
+ * through unpatchify, the head and the blocks in reverse to d(loss)/d(input latent), calling
+ * the adapter hook's backward on every target linear with the linear's input x and output
+ * gradient dy, and letting it add to dx. Nothing of the base gets a gradient; m0..m5, the
+ * head's shift/scale and the text context are constants.
+ *
+ * With checkpointing "block" the forward kept only each block's input, and each block's
+ * forward runs again (hooks included) right before its backward; with "off" every block's
+ * activations were kept. Gradients stay f32; a frozen linear's dx = dy W takes dy cast to the
+ * base dtype (GEMM operands), attention gradients are in the base dtype like q, k, v. */
+#include <config.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wan22_impl.h"
+
+#define TRY(expr) do { if ((rc = (expr)) < 0) goto out; } while (0)
+#define SH(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+static int mk(struct wan22 *m, ghc_tensor_t **t, enum ghc_dtype dt, int ndim, const int64_t *shape)
+{
+    *t = wan22_tensor(m, dt, ndim, shape, GHC_ROLE_ACTIVATIONS);
+    return *t ? 0 : (ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM);
+}
+
+static int mkview(struct wan22 *m, ghc_tensor_t **v, ghc_tensor_t *t, int ndim, const int64_t *shape)
+{
+    *v = wan22_view(m, t, 0, ndim, shape);
+    return *v ? 0 : GHC_ENOMEM;
+}
+
+/* The backward scratch for the state's B and L (kept between steps of the same shape). */
+static int grad_prepare(struct wan22 *m)
+{
+    struct wan22_state *s = &m->st;
+    struct wan22_grad *g = &s->grad;
+    int rc = 0;
+    if (s->grad_ready)
+        return 0;
+    const int64_t B = s->B, L = s->L, D = m->d.dim, F = m->d.ffn_dim, H = m->d.heads, Dh = D / H;
+    const int64_t Lc = WAN22_TEXT_LEN, P = WAN22_PATCH;
+    const enum ghc_dtype b = m->base, f = GHC_DTYPE_F32;
+    TRY(mk(m, &g->G, f, SH(B, L, D)));
+    TRY(mk(m, &g->dy, f, SH(B, L, D)));
+    TRY(mk(m, &g->du, f, SH(B, L, D)));
+    TRY(mk(m, &g->dF, f, SH(B, L, F)));
+    TRY(mk(m, &g->dF2, f, SH(B, L, F)));
+    TRY(mk(m, &g->cD, b, SH(B, L, D)));
+    TRY(mkview(m, &g->cD4, g->cD, SH(B, L, H, Dh)));
+    TRY(mk(m, &g->cF, b, SH(B, L, F)));
+    TRY(mk(m, &g->dq, b, SH(B, L, D)));
+    TRY(mk(m, &g->dk, b, SH(B, L, D)));
+    TRY(mk(m, &g->dv, b, SH(B, L, D)));
+    TRY(mkview(m, &g->dq4, g->dq, SH(B, L, H, Dh)));
+    TRY(mkview(m, &g->dk4, g->dk, SH(B, L, H, Dh)));
+    TRY(mkview(m, &g->dv4, g->dv, SH(B, L, H, Dh)));
+    TRY(mk(m, &g->dqp, f, SH(B, L, D)));
+    TRY(mk(m, &g->dkp, f, SH(B, L, D)));
+    TRY(mk(m, &g->dvp, f, SH(B, L, D)));
+    TRY(mk(m, &g->dkc, b, SH(B, Lc, D)));
+    TRY(mk(m, &g->dvc, b, SH(B, Lc, D)));
+    TRY(mkview(m, &g->dkc4, g->dkc, SH(B, Lc, H, Dh)));
+    TRY(mkview(m, &g->dvc4, g->dvc, SH(B, Lc, H, Dh)));
+    TRY(mk(m, &g->dkcp, f, SH(B, Lc, D)));
+    TRY(mk(m, &g->dvcp, f, SH(B, Lc, D)));
+    TRY(mk(m, &g->dhead, f, SH(B, L, P * m->d.out_ch)));
+    TRY(mk(m, &g->dpatch, f, SH(B, L, P * m->d.in_ch)));
+    s->grad_ready = true;
+out:
+    if (rc < 0) {
+        ghc_tensor_t **p = (ghc_tensor_t **)g;
+        for (size_t i = 0; i < sizeof(*g) / sizeof(ghc_tensor_t *); i++)
+            ghc_tensor_free(p[i]);
+        memset(g, 0, sizeof(*g));
+    }
+    return rc;
+}
+
+static bool hook_bwd(const struct wan22 *m) { return m->has_hook && m->hook.backward; }
+
+static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
+                     void *stream)
+{
+    ghc_error_clear(m->core);
+    int rc = m->hook.backward(m->hook.user, target, x, dy, dx, stream);
+    if (rc < 0 && !*ghc_error_message(m->core))
+        ghc_error_set(m->core, rc, "wan22: adapter hook backward failed on %s", m->targets[target].name);
+    return rc;
+}
+
+/* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
+ * dtype in `cast`; then the hook of `target` adds its part and takes its own gradients. dx
+ * NULL: no input gradient (the text context). */
+static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                      const ghc_tensor_t *w, float wscale, ghc_tensor_t *cast, bool accumulate, void *stream)
+{
+    int rc = 0;
+    ghc_tensor_t *view = NULL;
+    if (dx) {
+        const ghc_tensor_t *g = dy, *wd = wan22_weight(m, w, wscale, &view, stream);
+        if (!wd) {
+            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+            goto out;
+        }
+        if (ghc_tensor_dtype(wd) != GHC_DTYPE_F32) {
+            TRY(ghc_op_cast(cast, dy, 1.0f, NULL, stream));
+            g = cast;
+        }
+        struct ghc_gemm gm = { .beta = accumulate ? 1.0f : 0.0f };
+        TRY(ghc_op_gemm(dx, g, wd, &gm, stream));
+    }
+    if (target >= 0 && hook_bwd(m))
+        rc = call_hook(m, target, x, dy, dx, stream);
+out:
+    ghc_tensor_free(view);
+    return rc;
+}
+
+/* Block linear j of bw. */
+#define LBWD(j, dx, x, dy, cast, acc) \
+    linear_bwd(m, t0 + (j), (dx), (x), (dy), bw->w[j], bw->wscale[j], (cast), (acc), stream)
+
+/* One block: G holds d loss / d block output on entry and d loss / d block input on return. */
+static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
+                          struct wan22_act *a, void *stream)
+{
+    int rc = 0;
+    struct wan22_state *s = &m->st;
+    struct wan22_grad *g = &s->grad;
+    const float scale = 1.0f / sqrtf((float)(m->d.dim / m->d.heads));
+    const int32_t t0 = block * WAN22_TARGETS;
+    const bool hb = hook_bwd(m);
+
+    /* FFN: x3 = x2 + y2 m5 */
+    TRY(ghc_op_mul(g->dy, g->G, a->m[5], stream));
+    TRY(LBWD(WAN22_FFN_2, g->dF, a->g, g->dy, g->cD, false));
+    TRY(ghc_op_gelu_tanh_bwd(g->dF2, g->dF, a->h1, stream));
+    TRY(LBWD(WAN22_FFN_0, g->du, a->u2, g->dF2, g->cF, false));
+    TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x2, a->st2, NULL, a->m[4], true, stream));
+
+    /* cross-attention: x2 = x1 + o_c Woc^T + boc (ungated); dq path, dk/dv for the hook */
+    TRY(LBWD(WAN22_CA_O, g->du, a->oc, g->G, g->cD, false));
+    TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
+    TRY(ghc_op_attention_bwd(g->dq4, hb ? g->dkc4 : NULL, hb ? g->dvc4 : NULL, g->cD4, a->qc4, a->kc4, a->vc4,
+                             a->oc4, a->lsec, scale, stream));
+    TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));
+    TRY(LBWD(WAN22_CA_Q, g->du, a->c, g->dqp, g->cD, false));
+    if (hb) {   /* the context is a constant: only the adapters of k and v learn from it */
+        TRY(ghc_op_rmsnorm_bwd(g->dkcp, g->dkc, a->kcp, a->rkc, bw->cnorm_k, stream));
+        TRY(ghc_op_cast(g->dvcp, g->dvc, 1.0f, NULL, stream));
+        TRY(call_hook(m, t0 + WAN22_CA_K, s->ctx, g->dkcp, NULL, stream));
+        TRY(call_hook(m, t0 + WAN22_CA_V, s->ctx, g->dvcp, NULL, stream));
+    }
+    TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x1, a->st3, bw->norm3_w, NULL, true, stream));
+
+    /* self-attention: x1 = x + (o Wo^T + bo) m2 */
+    TRY(ghc_op_mul(g->dy, g->G, a->m[2], stream));
+    TRY(LBWD(WAN22_SA_O, g->du, a->o, g->dy, g->cD, false));
+    TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
+    TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o4, a->lse, scale, stream));
+    TRY(ghc_op_rope(g->dq4, g->dq4, s->f, s->h, s->w, true, stream));
+    TRY(ghc_op_rope(g->dk4, g->dk4, s->f, s->h, s->w, true, stream));
+    TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qp, a->rq, bw->norm_q, stream));
+    TRY(ghc_op_rmsnorm_bwd(g->dkp, g->dk, a->kp, a->rk, bw->norm_k, stream));
+    TRY(ghc_op_cast(g->dvp, g->dv, 1.0f, NULL, stream));
+    TRY(LBWD(WAN22_SA_Q, g->du, a->u, g->dqp, g->cD, false));
+    TRY(LBWD(WAN22_SA_K, g->du, a->u, g->dkp, g->cD, true));
+    TRY(LBWD(WAN22_SA_V, g->du, a->u, g->dvp, g->cD, true));
+    TRY(ghc_op_layernorm_bwd(g->G, g->du, x, a->st1, NULL, a->m[1], true, stream));
+out:
+    return rc;
+}
+
+int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy, void *stream)
+{
+    int rc = 0;
+    char buf[160];
+    struct wan22_state *s = &m->st;
+    const struct wan22_weights *w = &m->experts[expert];
+    const int64_t N = m->d.layers, D = m->d.dim, P = WAN22_PATCH;
+    float *rows = NULL, *lat = NULL;
+    ghc_tensor_t *pe = NULL;
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(m->core);
+
+    if (!s->valid)
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: backward without a forward that kept its activations "
+                             "(forward with keep = true, once per backward)");
+    if (s->expert != expert)
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: backward for expert %d after a forward of expert %d",
+                             (int)expert, (int)s->expert);
+    if (!dout || ghc_tensor_ndim(dout) != 5 || ghc_tensor_dim(dout, 0) != s->B ||
+        ghc_tensor_dim(dout, 1) != m->d.out_ch || ghc_tensor_dim(dout, 2) != s->T ||
+        ghc_tensor_dim(dout, 3) != s->Hl || ghc_tensor_dim(dout, 4) != s->Wl || !ghc_dtype_is_float(ghc_tensor_dtype(dout)))
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: backward: dout is %s, expected [%lld, %lld, %lld, %lld, %lld]",
+                             dout ? ghc_tensor_describe(dout, buf, sizeof(buf)) : "NULL", (long long)s->B,
+                             (long long)m->d.out_ch, (long long)s->T, (long long)s->Hl, (long long)s->Wl);
+    if (dnoisy && (ghc_tensor_ndim(dnoisy) != 5 || ghc_tensor_dim(dnoisy, 0) != s->B ||
+                   ghc_tensor_dim(dnoisy, 1) != s->c_noisy || ghc_tensor_dim(dnoisy, 2) != s->T ||
+                   ghc_tensor_dim(dnoisy, 3) != s->Hl || ghc_tensor_dim(dnoisy, 4) != s->Wl ||
+                   (ghc_tensor_dtype(dnoisy) != GHC_DTYPE_F32 && ghc_tensor_dtype(dnoisy) != GHC_DTYPE_BF16)))
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: backward: dnoisy is %s, expected [%lld, %lld, %lld, %lld, %lld] "
+                             "f32 like batch.noisy", ghc_tensor_describe(dnoisy, buf, sizeof(buf)), (long long)s->B,
+                             (long long)s->c_noisy, (long long)s->T, (long long)s->Hl, (long long)s->Wl);
+    s->valid = false;
+    TRY(grad_prepare(m));
+    struct wan22_grad *g = &s->grad;
+
+    /* unpatchify^-1 and the head: out = (LN(x) (1 + scale) + shift) Wh^T + bh */
+    if (!(lat = wan22_host_f32(m, dout, stream)) ||
+        !(rows = malloc((size_t)ghc_tensor_numel(g->dhead) * sizeof(float)))) {
+        rc = lat ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
+        goto out;
+    }
+    wan22_patch_permute(s, lat, m->d.out_ch, rows, m->d.out_ch, 0, true, true);
+    TRY(wan22_store_f32(m, g->dhead, rows, stream));
+    free(rows);
+    free(lat);
+    rows = lat = NULL;
+    struct ghc_gemm plain = { 0 };
+    TRY(ghc_op_gemm(g->du, g->dhead, w->head_w, &plain, stream));
+    TRY(ghc_op_layernorm_bwd(g->G, g->du, s->xs[N], s->hst, NULL, s->hscale, false, stream));
+
+    /* blocks in reverse */
+    for (int64_t i = N - 1; i >= 0; i--) {
+        struct wan22_act *a = &s->acts[m->ckpt ? 0 : i];
+        if (mp)
+            TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
+        if (m->ckpt)   /* recompute; xs[i + 1] gets the same values again */
+            TRY(wan22_block_forward(m, &w->blocks[i], (int32_t)i, s->xs[i], s->xs[i + 1], a, stream));
+        TRY(block_backward(m, &w->blocks[i], (int32_t)i, s->xs[i], a, stream));
+        if (mp)
+            TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_END, i));
+    }
+
+    /* the input latent, through the (frozen) patch embedding */
+    if (dnoisy) {
+        if (!(pe = wan22_view(m, w->pe_w, 0, SH(D, P * m->d.in_ch)))) {
+            rc = GHC_ENOMEM;
+            goto out;
+        }
+        TRY(ghc_op_gemm(g->dpatch, g->G, pe, &plain, stream));
+        if (!(rows = wan22_host_f32(m, g->dpatch, stream)) ||
+            !(lat = malloc((size_t)ghc_tensor_numel(dnoisy) * sizeof(float)))) {
+            rc = rows ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
+            goto out;
+        }
+        wan22_patch_permute(s, lat, s->c_noisy, rows, m->d.in_ch, 0, false, false);
+        TRY(wan22_store_f32(m, dnoisy, lat, stream));
+    }
+out:
+    ghc_tensor_free(pe);
+    free(rows);
+    free(lat);
+    return rc;
+}

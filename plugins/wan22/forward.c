@@ -1,0 +1,620 @@
+/* forward.c: the Wan2.2 DiT forward of spec/wan22.md §5 with the precision of §6: patch
+ * embedding, text MLP over all 512 (zero-padded) rows, sinusoidal time embedding and
+ * projection, the blocks (modulated LayerNorms, self-attention with RMSNorm q/k and 3-D RoPE,
+ * cross-attention, GELU-tanh FFN, gated residuals), the head and unpatchify.
+ *
+ * Only the ops of ops.h compute, so the same code runs on the CPU and on a GPU. The residual
+ * stream, norms, modulation, gates, time path and head are f32; block and text linears take
+ * base-dtype operands (bf16 or f32) with f32 accumulation and write f32 outputs, which the
+ * adapter hook sees and adds to; attention runs in the base dtype with f32 statistics.
+ * Patchify, unpatchify and the sinusoid are small host helpers (f64 sinusoid); on a GPU their
+ * tensors go through the host for now (correctness first; a device permutation kernel is
+ * left for later). */
+#include <config.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wan22_impl.h"
+
+#define TRY(expr) do { if ((rc = (expr)) < 0) goto out; } while (0)
+
+/* ---- tensors ------------------------------------------------------------------------------- */
+
+ghc_tensor_t *wan22_view(struct wan22 *m, ghc_tensor_t *t, int64_t offset_elems, int ndim, const int64_t *shape)
+{
+    char *p = (char *)ghc_tensor_data(t) + (size_t)offset_elems * ghc_dtype_size(ghc_tensor_dtype(t));
+    return ghc_tensor_wrap(m->core, ghc_tensor_dtype(t), ndim, shape, ghc_tensor_device(t), p);
+}
+
+/* Allocate *t on the model's device; returns 0 or the error code. */
+static int mk(struct wan22 *m, ghc_tensor_t **t, enum ghc_dtype dt, int ndim, const int64_t *shape)
+{
+    *t = wan22_tensor(m, dt, ndim, shape, GHC_ROLE_ACTIVATIONS);
+    return *t ? 0 : (ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM);
+}
+
+static int mkview(struct wan22 *m, ghc_tensor_t **v, ghc_tensor_t *t, int ndim, const int64_t *shape)
+{
+    *v = wan22_view(m, t, 0, ndim, shape);
+    return *v ? 0 : GHC_ENOMEM;
+}
+
+#define SH(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+
+static void act_free(struct wan22_act *a)
+{
+    ghc_tensor_t **p = (ghc_tensor_t **)a;
+    for (size_t i = 0; i < sizeof(*a) / sizeof(ghc_tensor_t *); i++)
+        ghc_tensor_free(p[i]);   /* views first or last: a view never owns memory */
+    memset(a, 0, sizeof(*a));
+}
+
+static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
+{
+    int rc = 0;
+    const int64_t D = m->d.dim, F = m->d.ffn_dim, H = m->d.heads, Dh = D / H, Lc = WAN22_TEXT_LEN;
+    const enum ghc_dtype b = m->base, f = GHC_DTYPE_F32;
+    for (int k = 0; k < 6; k++)
+        TRY(mk(m, &a->m[k], f, SH(B, D)));
+    TRY(mk(m, &a->st1, f, SH(B * L, 2)));
+    TRY(mk(m, &a->st3, f, SH(B * L, 2)));
+    TRY(mk(m, &a->st2, f, SH(B * L, 2)));
+    TRY(mk(m, &a->u, b, SH(B, L, D)));
+    TRY(mk(m, &a->qp, f, SH(B, L, D)));
+    TRY(mk(m, &a->kp, f, SH(B, L, D)));
+    TRY(mk(m, &a->vp, f, SH(B, L, D)));
+    TRY(mk(m, &a->rq, f, SH(B * L)));
+    TRY(mk(m, &a->rk, f, SH(B * L)));
+    TRY(mk(m, &a->q, b, SH(B, L, D)));
+    TRY(mk(m, &a->k, b, SH(B, L, D)));
+    TRY(mk(m, &a->v, b, SH(B, L, D)));
+    TRY(mk(m, &a->o, b, SH(B, L, D)));
+    TRY(mkview(m, &a->q4, a->q, SH(B, L, H, Dh)));
+    TRY(mkview(m, &a->k4, a->k, SH(B, L, H, Dh)));
+    TRY(mkview(m, &a->v4, a->v, SH(B, L, H, Dh)));
+    TRY(mkview(m, &a->o4, a->o, SH(B, L, H, Dh)));
+    TRY(mk(m, &a->lse, f, SH(B, H, L)));
+    TRY(mk(m, &a->y, f, SH(B, L, D)));
+    TRY(mk(m, &a->x1, f, SH(B, L, D)));
+    TRY(mk(m, &a->x2, f, SH(B, L, D)));
+    TRY(mk(m, &a->c, b, SH(B, L, D)));
+    TRY(mk(m, &a->qcp, f, SH(B, L, D)));
+    TRY(mk(m, &a->rqc, f, SH(B * L)));
+    TRY(mk(m, &a->qc, b, SH(B, L, D)));
+    TRY(mkview(m, &a->qc4, a->qc, SH(B, L, H, Dh)));
+    TRY(mk(m, &a->kcp, f, SH(B, Lc, D)));
+    TRY(mk(m, &a->rkc, f, SH(B * Lc)));
+    TRY(mk(m, &a->kc, b, SH(B, Lc, D)));
+    TRY(mkview(m, &a->kc4, a->kc, SH(B, Lc, H, Dh)));
+    TRY(mk(m, &a->vcp, f, SH(B, Lc, D)));
+    TRY(mk(m, &a->vc, b, SH(B, Lc, D)));
+    TRY(mkview(m, &a->vc4, a->vc, SH(B, Lc, H, Dh)));
+    TRY(mk(m, &a->oc, b, SH(B, L, D)));
+    TRY(mkview(m, &a->oc4, a->oc, SH(B, L, H, Dh)));
+    TRY(mk(m, &a->lsec, f, SH(B, H, L)));
+    TRY(mk(m, &a->u2, b, SH(B, L, D)));
+    TRY(mk(m, &a->h1, f, SH(B, L, F)));
+    TRY(mk(m, &a->g, b, SH(B, L, F)));
+out:
+    return rc;
+}
+
+void wan22_state_free(struct wan22 *m)
+{
+    struct wan22_state *s = &m->st;
+    ghc_tensor_t *single[] = { s->ctx, s->ctx_in, s->ctx_h, s->sinus, s->e, s->se, s->th, s->patches,
+                               s->hshift, s->hscale, s->hst, s->hn, s->ho };
+    for (size_t i = 0; i < sizeof(single) / sizeof(single[0]); i++)
+        ghc_tensor_free(single[i]);
+    for (int k = 0; k < 6; k++)
+        ghc_tensor_free(s->e0[k]);
+    if (s->xs)
+        for (int64_t i = 0; i <= m->d.layers; i++)
+            ghc_tensor_free(s->xs[i]);
+    free(s->xs);
+    for (int i = 0; i < s->n_acts; i++)
+        act_free(&s->acts[i]);
+    free(s->acts);
+    ghc_tensor_t **g = (ghc_tensor_t **)&s->grad;
+    for (size_t i = 0; i < sizeof(s->grad) / sizeof(ghc_tensor_t *); i++)
+        ghc_tensor_free(g[i]);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Allocate the state for B samples of L tokens (kept while the shapes stay and, for keep, it
+ * was allocated to keep). */
+static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
+{
+    struct wan22_state *s = &m->st;
+    int rc = 0;
+    if (s->xs && s->B == B && s->L == L && (s->keep || !keep))   /* a training state serves inference */
+        return 0;
+    wan22_state_free(m);
+    const int64_t D = m->d.dim, N = m->d.layers, Lc = WAN22_TEXT_LEN;
+    const enum ghc_dtype b = m->base, f = GHC_DTYPE_F32;
+    s->B = B;
+    s->L = L;
+    s->keep = keep;
+    TRY(mk(m, &s->ctx_in, b, SH(B, Lc, m->d.text_dim)));
+    TRY(mk(m, &s->ctx_h, b, SH(B, Lc, D)));
+    TRY(mk(m, &s->ctx, b, SH(B, Lc, D)));
+    TRY(mk(m, &s->sinus, f, SH(B, m->d.freq_dim)));
+    TRY(mk(m, &s->th, f, SH(B, D)));
+    TRY(mk(m, &s->e, f, SH(B, D)));
+    TRY(mk(m, &s->se, f, SH(B, D)));
+    for (int k = 0; k < 6; k++)
+        TRY(mk(m, &s->e0[k], f, SH(B, D)));
+    TRY(mk(m, &s->patches, f, SH(B, L, WAN22_PATCH * m->d.in_ch)));
+    if (!(s->xs = calloc((size_t)N + 1, sizeof(*s->xs)))) {
+        rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
+        goto out;
+    }
+    for (int64_t i = 0; i <= (keep ? N : 1); i++)
+        TRY(mk(m, &s->xs[i], f, SH(B, L, D)));
+    s->n_acts = keep && !m->ckpt ? (int)N : 1;
+    if (!(s->acts = calloc((size_t)s->n_acts, sizeof(*s->acts)))) {
+        rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < s->n_acts; i++)
+        TRY(act_alloc(m, &s->acts[i], B, L));
+    TRY(mk(m, &s->hshift, f, SH(B, D)));
+    TRY(mk(m, &s->hscale, f, SH(B, D)));
+    TRY(mk(m, &s->hst, f, SH(B * L, 2)));
+    TRY(mk(m, &s->hn, f, SH(B, L, D)));
+    TRY(mk(m, &s->ho, f, SH(B, L, WAN22_PATCH * m->d.out_ch)));
+out:
+    if (rc < 0)
+        wan22_state_free(m);
+    return rc;
+}
+
+/* ---- host helpers ------------------------------------------------------------------------------ */
+
+float *wan22_host_f32(struct wan22 *m, const ghc_tensor_t *t, void *stream)
+{
+    int64_t n = ghc_tensor_numel(t);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof(float));
+    ghc_tensor_t *w = NULL, *h = NULL;
+    const ghc_tensor_t *src = t;
+    if (!v) {
+        ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory for %lld floats", (long long)n);
+        return NULL;
+    }
+    if (!(w = ghc_tensor_wrap(m->core, GHC_DTYPE_F32, ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_DEVICE_CPU, v)))
+        goto fail;
+    if (ghc_tensor_device(t) != GHC_DEVICE_CPU) {
+        if (!(h = ghc_tensor_init(m->core, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
+                                  GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE)))
+            goto fail;
+        if (ghc_op_copy(h, t, stream) < 0 || ghc_op_sync(m->core, ghc_tensor_device(t), stream) < 0)
+            goto fail;
+        src = h;
+    }
+    if (ghc_tensor_convert_cpu(w, src, 1.0f) < 0)
+        goto fail;
+    ghc_tensor_free(h);
+    ghc_tensor_free(w);
+    return v;
+fail:
+    ghc_tensor_free(h);
+    ghc_tensor_free(w);
+    free(v);
+    return NULL;
+}
+
+int wan22_store_f32(struct wan22 *m, ghc_tensor_t *t, const float *v, void *stream)
+{
+    int rc = 0;
+    ghc_tensor_t *w = NULL, *h = NULL;
+    if (!(w = ghc_tensor_wrap(m->core, GHC_DTYPE_F32, ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_DEVICE_CPU,
+                              (void *)v)))
+        return GHC_ENOMEM;
+    if (ghc_tensor_device(t) == GHC_DEVICE_CPU) {
+        rc = ghc_tensor_convert_cpu(t, w, 1.0f);
+        goto out;
+    }
+    const ghc_tensor_t *src = w;
+    if (ghc_tensor_dtype(t) != GHC_DTYPE_F32) {
+        if (!(h = ghc_tensor_init(m->core, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
+                                  GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE))) {
+            rc = ghc_error_code(m->core);
+            goto out;
+        }
+        TRY(ghc_tensor_convert_cpu(h, w, 1.0f));
+        src = h;
+    }
+    TRY(ghc_op_copy(t, src, stream));
+    rc = ghc_op_sync(m->core, ghc_tensor_device(t), stream);   /* the host buffer dies next */
+out:
+    ghc_tensor_free(h);
+    ghc_tensor_free(w);
+    return rc;
+}
+
+void wan22_patch_permute(const struct wan22_state *s, float *lat, int64_t lat_ch, float *rows, int64_t row_ch,
+                         int64_t c0, bool c_fastest, bool to_rows)
+{
+    const int64_t T = s->T, Hl = s->Hl, Wl = s->Wl, h = s->h, w = s->w, L = s->L, P = WAN22_PATCH;
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t c = 0; c < lat_ch; c++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t y = 0; y < Hl; y++)
+                    for (int64_t x = 0; x < Wl; x++) {
+                        int64_t li = (((b * lat_ch + c) * T + t) * Hl + y) * Wl + x;
+                        int64_t tok = (t * h + y / 2) * w + x / 2, k = (y % 2) * 2 + x % 2;
+                        int64_t col = c_fastest ? k * row_ch + c0 + c : (c0 + c) * P + k;
+                        int64_t ri = (b * L + tok) * P * row_ch + col;
+                        if (to_rows)
+                            rows[ri] = lat[li];
+                        else
+                            lat[li] = rows[ri];
+                    }
+}
+
+/* ---- linears and the hook --------------------------------------------------------------------- */
+
+const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float scale, ghc_tensor_t **view,
+                                 void *stream)
+{
+    *view = NULL;
+    if (ghc_tensor_dtype(w) != GHC_DTYPE_F8_E4M3)
+        return w;
+    if (!m->wbuf) {   /* the largest block linear, D x F */
+        int64_t n = m->d.dim * (m->d.ffn_dim > m->d.dim ? m->d.ffn_dim : m->d.dim);
+        if (!(m->wbuf = wan22_tensor(m, m->base, 1, &n, GHC_ROLE_WORKSPACE)))
+            return NULL;
+    }
+    if (!(*view = wan22_view(m, m->wbuf, 0, ghc_tensor_ndim(w), ghc_tensor_shape(w))) ||
+        ghc_op_cast(*view, w, scale, NULL, stream) < 0) {
+        if (!*ghc_error_message(m->core))
+            ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
+        ghc_tensor_free(*view);
+        *view = NULL;
+        return NULL;
+    }
+    return *view;
+}
+
+/* y = x W^T + b (f32 out), then the adapter hook of `target` (-1: none) adds its part. */
+static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,
+                    float wscale, const ghc_tensor_t *b, void *stream)
+{
+    struct ghc_gemm g = { .trans_b = true, .epilogue = b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = b };
+    ghc_tensor_t *view;
+    const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
+    if (!wd)
+        return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+    int rc = ghc_op_gemm(y, x, wd, &g, stream);
+    ghc_tensor_free(view);
+    if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward) {
+        ghc_error_clear(m->core);
+        if ((rc = m->hook.forward(m->hook.user, target, x, y, stream)) < 0 && !*ghc_error_message(m->core))
+            ghc_error_set(m->core, rc, "wan22: adapter hook forward failed on %s", m->targets[target].name);
+    }
+    return rc;
+}
+
+static int linear(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,
+                  const ghc_tensor_t *b, void *stream)
+{
+    return linear_s(m, target, y, x, w, 1.0f, b, stream);
+}
+
+/* A block linear (slot j of block bw). */
+#define BLIN(j, y, x) linear_s(m, t0 + (j), (y), (x), bw->w[j], bw->wscale[j], bw->b[j], stream)
+
+/* ---- one block ---------------------------------------------------------------------------------- */
+
+int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
+                        ghc_tensor_t *xo, struct wan22_act *a, void *stream)
+{
+    int rc = 0;
+    struct wan22_state *s = &m->st;
+    const int64_t D = m->d.dim;
+    const float scale = 1.0f / sqrtf((float)(D / m->d.heads));
+    const int32_t t0 = block * WAN22_TARGETS;
+    ghc_tensor_t *row[6] = { 0 };
+    for (int k = 0; k < 6; k++) {   /* m_k = modulation[0, k] + e0_k */
+        if (!(row[k] = wan22_view(m, bw->mod, k * D, SH(D)))) {
+            rc = GHC_ENOMEM;
+            goto out;
+        }
+        TRY(ghc_op_add(a->m[k], s->e0[k], row[k], 1.0f, 1.0f, stream));
+    }
+    /* self-attention */
+    TRY(ghc_op_layernorm_fwd(a->u, a->st1, x, NULL, NULL, a->m[0], a->m[1], WAN22_EPS, stream));
+    TRY(BLIN(WAN22_SA_Q, a->qp, a->u));
+    TRY(ghc_op_rmsnorm_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, stream));
+    TRY(BLIN(WAN22_SA_K, a->kp, a->u));
+    TRY(ghc_op_rmsnorm_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, stream));
+    TRY(BLIN(WAN22_SA_V, a->vp, a->u));
+    TRY(ghc_op_cast(a->v, a->vp, 1.0f, NULL, stream));
+    TRY(ghc_op_rope(a->q4, a->q4, s->f, s->h, s->w, false, stream));
+    TRY(ghc_op_rope(a->k4, a->k4, s->f, s->h, s->w, false, stream));
+    TRY(ghc_op_attention_fwd(a->o4, a->lse, a->q4, a->k4, a->v4, scale, stream));
+    TRY(BLIN(WAN22_SA_O, a->y, a->o));
+    TRY(ghc_op_copy(a->x1, x, stream));
+    TRY(ghc_op_gated_residual(a->x1, a->y, a->m[2], stream));
+    /* cross-attention: affine pre-norm, no modulation, no gate, no RoPE, all 512 keys */
+    TRY(ghc_op_layernorm_fwd(a->c, a->st3, a->x1, bw->norm3_w, bw->norm3_b, NULL, NULL, WAN22_EPS, stream));
+    TRY(BLIN(WAN22_CA_Q, a->qcp, a->c));
+    TRY(ghc_op_rmsnorm_fwd(a->qc, a->rqc, a->qcp, bw->cnorm_q, WAN22_EPS, stream));
+    TRY(BLIN(WAN22_CA_K, a->kcp, s->ctx));
+    TRY(ghc_op_rmsnorm_fwd(a->kc, a->rkc, a->kcp, bw->cnorm_k, WAN22_EPS, stream));
+    TRY(BLIN(WAN22_CA_V, a->vcp, s->ctx));
+    TRY(ghc_op_cast(a->vc, a->vcp, 1.0f, NULL, stream));
+    TRY(ghc_op_attention_fwd(a->oc4, a->lsec, a->qc4, a->kc4, a->vc4, scale, stream));
+    TRY(BLIN(WAN22_CA_O, a->y, a->oc));
+    TRY(ghc_op_copy(a->x2, a->x1, stream));
+    TRY(ghc_op_gated_residual(a->x2, a->y, NULL, stream));
+    /* FFN */
+    TRY(ghc_op_layernorm_fwd(a->u2, a->st2, a->x2, NULL, NULL, a->m[3], a->m[4], WAN22_EPS, stream));
+    TRY(BLIN(WAN22_FFN_0, a->h1, a->u2));
+    TRY(ghc_op_gelu_tanh(a->g, a->h1, stream));
+    TRY(BLIN(WAN22_FFN_2, a->y, a->g));
+    TRY(ghc_op_copy(xo, a->x2, stream));
+    TRY(ghc_op_gated_residual(xo, a->y, a->m[5], stream));
+out:
+    for (int k = 0; k < 6; k++)
+        ghc_tensor_free(row[k]);
+    return rc;
+}
+
+/* ---- the model ---------------------------------------------------------------------------------- */
+
+/* Checks of the batch against the model; fills the state's geometry. */
+static int check_batch(struct wan22 *m, const struct ghc_model_batch *bt, const ghc_tensor_t *out, int64_t *B_out,
+                       int64_t *L_out, int64_t geo[4])
+{
+    char buf[160];
+    const ghc_tensor_t *x = bt ? bt->noisy : NULL;
+    if (!x || ghc_tensor_ndim(x) != 5)
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: batch.noisy is %s, expected [B, C, T, H, W]",
+                             x ? ghc_tensor_describe(x, buf, sizeof(buf)) : "NULL");
+    int64_t B = ghc_tensor_dim(x, 0), Cn = ghc_tensor_dim(x, 1), T = ghc_tensor_dim(x, 2);
+    int64_t Hl = ghc_tensor_dim(x, 3), Wl = ghc_tensor_dim(x, 4);
+    if (B < 1 || T < 1 || Hl < 2 || Wl < 2 || Hl % 2 || Wl % 2)
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: batch.noisy is %s: H and W must be even (patch 2x2)",
+                             ghc_tensor_describe(x, buf, sizeof(buf)));
+    if (Cn > m->d.in_ch || (Cn < m->d.in_ch && !bt->cond))
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: batch.noisy has %lld channels, the model takes %lld%s",
+                             (long long)Cn, (long long)m->d.in_ch,
+                             Cn < m->d.in_ch ? " (the rest come from batch.cond, which is NULL)" : "");
+    if (Cn < m->d.in_ch) {
+        const ghc_tensor_t *c = bt->cond;
+        if (ghc_tensor_ndim(c) != 5 || ghc_tensor_dim(c, 0) != B || ghc_tensor_dim(c, 1) != m->d.in_ch - Cn ||
+            ghc_tensor_dim(c, 2) != T || ghc_tensor_dim(c, 3) != Hl || ghc_tensor_dim(c, 4) != Wl)
+            return ghc_error_set(m->core, GHC_EINVAL,
+                                 "wan22: forward: batch.cond is %s, expected [%lld, %lld, %lld, %lld, %lld]",
+                                 ghc_tensor_describe(c, buf, sizeof(buf)), (long long)B, (long long)(m->d.in_ch - Cn),
+                                 (long long)T, (long long)Hl, (long long)Wl);
+    }
+    if (!bt->timesteps || ghc_tensor_numel(bt->timesteps) != B || !ghc_dtype_is_float(ghc_tensor_dtype(bt->timesteps)))
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: batch.timesteps is %s, expected [%lld] f32",
+                             bt->timesteps ? ghc_tensor_describe(bt->timesteps, buf, sizeof(buf)) : "NULL", (long long)B);
+    const ghc_tensor_t *te = bt->text_embed;
+    if (!te || ghc_tensor_ndim(te) != 3 || ghc_tensor_dim(te, 0) != B || ghc_tensor_dim(te, 1) > WAN22_TEXT_LEN ||
+        ghc_tensor_dim(te, 2) != m->d.text_dim || !ghc_dtype_is_float(ghc_tensor_dtype(te)))
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: batch.text_embed is %s, expected [%lld, <= 512, %lld]",
+                             te ? ghc_tensor_describe(te, buf, sizeof(buf)) : "NULL", (long long)B,
+                             (long long)m->d.text_dim);
+    if (bt->text_mask && (ghc_tensor_numel(bt->text_mask) != B * ghc_tensor_dim(te, 1) ||
+                          !ghc_dtype_is_float(ghc_tensor_dtype(bt->text_mask))))
+        return ghc_error_set(m->core, GHC_EINVAL,
+                             "wan22: forward: batch.text_mask is %s, expected [%lld, %lld] of a float dtype",
+                             ghc_tensor_describe(bt->text_mask, buf, sizeof(buf)), (long long)B,
+                             (long long)ghc_tensor_dim(te, 1));
+    if (!out || ghc_tensor_ndim(out) != 5 || ghc_tensor_dim(out, 0) != B || ghc_tensor_dim(out, 1) != m->d.out_ch ||
+        ghc_tensor_dim(out, 2) != T || ghc_tensor_dim(out, 3) != Hl || ghc_tensor_dim(out, 4) != Wl ||
+        (ghc_tensor_dtype(out) != GHC_DTYPE_F32 && ghc_tensor_dtype(out) != GHC_DTYPE_BF16))
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: out is %s, expected [%lld, %lld, %lld, %lld, %lld] f32",
+                             out ? ghc_tensor_describe(out, buf, sizeof(buf)) : "NULL", (long long)B,
+                             (long long)m->d.out_ch, (long long)T, (long long)Hl, (long long)Wl);
+    const ghc_tensor_t *dev[] = { x, bt->cond, bt->timesteps, te };
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        if (dev[i] && ghc_tensor_device(dev[i]) != m->device && ghc_tensor_device(dev[i]) != GHC_DEVICE_CPU)
+            return ghc_error_set(m->core, GHC_EINVAL, "wan22: forward: batch tensor %s is on another device than the "
+                                 "model (%d)", ghc_tensor_describe(dev[i], buf, sizeof(buf)), m->device);
+    *B_out = B;
+    *L_out = T * (Hl / 2) * (Wl / 2);
+    geo[0] = T, geo[1] = Hl, geo[2] = Wl, geo[3] = Cn;
+    return 0;
+}
+
+/* The padded text embedding (zero rows past the given rows and where text_mask is 0). */
+static int text_input(struct wan22 *m, const struct ghc_model_batch *bt, void *stream)
+{
+    int rc = 0;
+    struct wan22_state *s = &m->st;
+    const ghc_tensor_t *te = bt->text_embed;
+    const int64_t B = s->B, Lt = ghc_tensor_dim(te, 1), Dt = m->d.text_dim, Lc = WAN22_TEXT_LEN;
+    float *mask = NULL;
+    ghc_tensor_t *src = NULL, *dst = NULL, *moved = NULL;
+    if (Lt == Lc && !bt->text_mask && ghc_tensor_device(te) == m->device)
+        return ghc_op_cast(s->ctx_in, te, 1.0f, NULL, stream);
+    if (ghc_tensor_device(te) != m->device) {   /* a host tensor for a device model: move it over */
+        if (!(moved = wan22_tensor(m, ghc_tensor_dtype(te), 3, ghc_tensor_shape(te), GHC_ROLE_TEXT_EMBEDS))) {
+            rc = ghc_error_code(m->core);
+            goto out;
+        }
+        TRY(ghc_op_copy(moved, te, stream));
+        te = moved;
+    }
+    if (bt->text_mask && !(mask = wan22_host_f32(m, bt->text_mask, stream))) {
+        rc = ghc_error_code(m->core);
+        goto out;
+    }
+    TRY(ghc_op_fill(s->ctx_in, 0.0, stream));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = 0; r < Lt;) {   /* runs of kept rows */
+            if (mask && mask[b * Lt + r] == 0.0f) {
+                r++;
+                continue;
+            }
+            int64_t e = r + 1;
+            while (e < Lt && !(mask && mask[b * Lt + e] == 0.0f))
+                e++;
+            src = wan22_view(m, (ghc_tensor_t *)te, (b * Lt + r) * Dt, SH(e - r, Dt));
+            dst = wan22_view(m, s->ctx_in, (b * Lc + r) * Dt, SH(e - r, Dt));
+            if (!src || !dst) {
+                rc = GHC_ENOMEM;
+                goto out;
+            }
+            TRY(ghc_op_cast(dst, src, 1.0f, NULL, stream));
+            ghc_tensor_free(src);
+            ghc_tensor_free(dst);
+            src = dst = NULL;
+            r = e;
+        }
+    if (moved)
+        rc = ghc_op_sync(m->core, m->device, stream);
+out:
+    ghc_tensor_free(src);
+    ghc_tensor_free(dst);
+    ghc_tensor_free(moved);
+    free(mask);
+    return rc;
+}
+
+/* The sinusoid of spec §5.4 in f64: cos half first, t unscaled. */
+static int time_input(struct wan22 *m, const ghc_tensor_t *timesteps, void *stream)
+{
+    struct wan22_state *s = &m->st;
+    const int64_t half = m->d.freq_dim / 2;
+    float *t = wan22_host_f32(m, timesteps, stream);
+    float *v = malloc((size_t)(s->B * 2 * half) * sizeof(float));
+    int rc = 0;
+    if (!t || !v) {
+        rc = t ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
+        goto out;
+    }
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t k = 0; k < half; k++) {
+            double a = (double)t[b] * pow(10000.0, -(double)k / (double)half);
+            v[b * 2 * half + k] = (float)cos(a);
+            v[b * 2 * half + half + k] = (float)sin(a);
+        }
+    rc = wan22_store_f32(m, s->sinus, v, stream);
+out:
+    free(v);
+    free(t);
+    return rc;
+}
+
+int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch *bt, ghc_tensor_t *out, bool keep,
+                  void *stream)
+{
+    int rc = 0;
+    int64_t B = 0, L = 0, geo[4] = { 0 };
+    float *lat = NULL, *rows = NULL;
+    ghc_tensor_t *pe = NULL, *hrow[2] = { 0 }, *tpw[6] = { 0 }, *tpb[6] = { 0 };
+    struct wan22_state *s = &m->st;
+    const struct wan22_weights *w = &m->experts[expert];
+    const int64_t D = m->d.dim, N = m->d.layers, P = WAN22_PATCH;
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(m->core);
+
+    s->valid = false;
+    TRY(check_batch(m, bt, out, &B, &L, geo));
+    TRY(state_prepare(m, B, L, keep));
+    s->expert = expert;
+    s->T = geo[0], s->Hl = geo[1], s->Wl = geo[2], s->c_noisy = geo[3];
+    s->f = s->T, s->h = s->Hl / 2, s->w = s->Wl / 2;
+
+    /* patch embedding: rows on the host, then one GEMM (f32, as ComfyUI) */
+    if (!(rows = malloc((size_t)(B * L * P * m->d.in_ch) * sizeof(float)))) {
+        rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory for the patches");
+        goto out;
+    }
+    if (!(lat = wan22_host_f32(m, bt->noisy, stream))) {
+        rc = ghc_error_code(m->core);
+        goto out;
+    }
+    wan22_patch_permute(s, lat, s->c_noisy, rows, m->d.in_ch, 0, false, true);
+    free(lat);
+    lat = NULL;
+    if (s->c_noisy < m->d.in_ch) {   /* I2V: mask and image latent after the noisy channels */
+        if (!(lat = wan22_host_f32(m, bt->cond, stream))) {
+            rc = ghc_error_code(m->core);
+            goto out;
+        }
+        wan22_patch_permute(s, lat, m->d.in_ch - s->c_noisy, rows, m->d.in_ch, s->c_noisy, false, true);
+        free(lat);
+        lat = NULL;
+    }
+    TRY(wan22_store_f32(m, s->patches, rows, stream));
+    free(rows);
+    rows = NULL;
+    if (!(pe = wan22_view(m, w->pe_w, 0, SH(D, P * m->d.in_ch)))) {
+        rc = GHC_ENOMEM;
+        goto out;
+    }
+    TRY(linear(m, -1, s->xs[0], s->patches, pe, w->pe_b, stream));
+
+    /* time: e = MLP(sinusoid) (head), e0 = Linear(silu(e)) chunked in 6 (blocks) */
+    TRY(time_input(m, bt->timesteps, stream));
+    TRY(linear(m, -1, s->se, s->sinus, w->t0_w, w->t0_b, stream));
+    TRY(ghc_op_silu(s->th, s->se, stream));
+    TRY(linear(m, -1, s->e, s->th, w->t2_w, w->t2_b, stream));
+    TRY(ghc_op_silu(s->se, s->e, stream));
+    for (int k = 0; k < 6; k++) {
+        if (!(tpw[k] = wan22_view(m, w->tp_w, k * D * D, SH(D, D))) || !(tpb[k] = wan22_view(m, w->tp_b, k * D, SH(D)))) {
+            rc = GHC_ENOMEM;
+            goto out;
+        }
+        TRY(linear(m, -1, s->e0[k], s->se, tpw[k], tpb[k], stream));
+    }
+
+    /* text: gelu_tanh(c W0^T + b0) W2^T + b2 over all 512 rows */
+    TRY(text_input(m, bt, stream));
+    struct ghc_gemm g1 = { .trans_b = true, .epilogue = GHC_EPI_BIAS_GELU, .bias = w->te0_b };
+    TRY(ghc_op_gemm(s->ctx_h, s->ctx_in, w->te0_w, &g1, stream));
+    TRY(linear(m, -1, s->ctx, s->ctx_h, w->te2_w, w->te2_b, stream));
+
+    /* blocks */
+    for (int64_t i = 0; i < N; i++) {
+        struct wan22_act *a = &s->acts[keep && !m->ckpt ? i : 0];
+        ghc_tensor_t *xi = keep ? s->xs[i] : s->xs[i % 2], *xo = keep ? s->xs[i + 1] : s->xs[(i + 1) % 2];
+        if (mp)
+            TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
+        TRY(wan22_block_forward(m, &w->blocks[i], (int32_t)i, xi, xo, a, stream));
+        if (mp)
+            TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_END, i));
+    }
+
+    /* head: shift, scale = head.modulation + e (no SiLU); f32 */
+    ghc_tensor_t *xN = keep ? s->xs[N] : s->xs[N % 2];
+    for (int k = 0; k < 2; k++)
+        if (!(hrow[k] = wan22_view(m, w->head_mod, k * D, SH(D)))) {
+            rc = GHC_ENOMEM;
+            goto out;
+        }
+    TRY(ghc_op_add(s->hshift, s->e, hrow[0], 1.0f, 1.0f, stream));
+    TRY(ghc_op_add(s->hscale, s->e, hrow[1], 1.0f, 1.0f, stream));
+    TRY(ghc_op_layernorm_fwd(s->hn, s->hst, xN, NULL, NULL, s->hshift, s->hscale, WAN22_EPS, stream));
+    TRY(linear(m, -1, s->ho, s->hn, w->head_w, w->head_b, stream));
+
+    /* unpatchify */
+    if (!(rows = wan22_host_f32(m, s->ho, stream)) ||
+        !(lat = malloc((size_t)ghc_tensor_numel(out) * sizeof(float)))) {
+        rc = rows ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
+        goto out;
+    }
+    wan22_patch_permute(s, lat, m->d.out_ch, rows, m->d.out_ch, 0, true, false);
+    TRY(wan22_store_f32(m, out, lat, stream));
+    s->valid = keep;
+out:
+    for (int k = 0; k < 6; k++) {
+        ghc_tensor_free(tpw[k]);
+        ghc_tensor_free(tpb[k]);
+    }
+    ghc_tensor_free(hrow[0]);
+    ghc_tensor_free(hrow[1]);
+    ghc_tensor_free(pe);
+    free(rows);
+    free(lat);
+    return rc;
+}

@@ -1,0 +1,319 @@
+/* wan22.c: the `wan22` model plugin: the Wan2.2 diffusion transformer (A14B T2V/I2V as two
+ * experts, TI2V-5B, Wan2.1 1.3B, any custom shape) with a frozen base and adapter hooks on
+ * the 10 linears of every block. This file is the glue: configuration, experts and routing,
+ * the adapter target list, the ops table and the plugin descriptor. The math lives in
+ * forward.c and backward.c, checkpoints in load.c and detect.c. doc/wan22.md describes the
+ * keys and the behaviour. */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wan22_impl.h"
+
+/* ---- configuration -------------------------------------------------------------------------- */
+
+static const struct ghc_cfg_key wan22_random_keys[] = {
+    { "dim", GHC_CFG_INT },
+    { "ffn_dim", GHC_CFG_INT },
+    { "heads", GHC_CFG_INT },
+    { "layers", GHC_CFG_INT },
+    { "in_channels", GHC_CFG_INT },
+    { "out_channels", GHC_CFG_INT },
+    { "text_dim", GHC_CFG_INT },
+    { "freq_dim", GHC_CFG_INT },
+    { "experts", GHC_CFG_INT },
+    { "seed", GHC_CFG_INT },
+    { NULL, 0 }
+};
+
+static const struct ghc_cfg_key wan22_keys[] = {
+    { "checkpoint", GHC_CFG_STRING },     /* one model: a .safetensors file or an .index.json */
+    { "checkpoints", GHC_CFG_LIST },      /* two experts: [ high noise, low noise ] */
+    { "heads", GHC_CFG_INT },             /* custom head count (default dim / 128) */
+    { "boundary", GHC_CFG_FLOAT },        /* high-noise expert iff t >= boundary * 1000 */
+    { "dtype", GHC_CFG_STRING },          /* "bf16", "f32" or "fp8" (e4m3 block linears) */
+    { "device", GHC_CFG_INT },            /* -1 = CPU, 0.. = CUDA */
+    { "checkpointing", GHC_CFG_STRING },  /* "off" or "block" */
+    { "random", GHC_CFG_GROUP },          /* a randomly initialised model instead */
+    { NULL, 0 }
+};
+
+/* CUDA device 0 when this build has CUDA and the memory policy gives device memory, else CPU. */
+static int default_device(ghc_core_t *core)
+{
+#ifdef GHC_HAVE_CUDA
+    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 }, 0, GHC_ROLE_WORKSPACE);
+    if (t) {
+        ghc_tensor_free(t);
+        return 0;
+    }
+    ghc_error_clear(core);
+#else
+    (void)core;
+#endif
+    return GHC_DEVICE_CPU;
+}
+
+static int read_random(struct wan22 *m, ghc_cfg_t *g, int64_t *experts, int64_t *seed)
+{
+    int rc;
+    struct wan22_dims *d = &m->d;
+    if ((rc = ghc_cfg_get_int(g, "dim", 256, 2, 65536, &d->dim)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "ffn_dim", 704, 1, 1 << 20, &d->ffn_dim)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "heads", d->dim % 128 == 0 ? d->dim / 128 : 1, 1, 4096, &d->heads)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "layers", 3, 1, 1000, &d->layers)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "in_channels", 16, 1, 4096, &d->in_ch)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "out_channels", 16, 1, 4096, &d->out_ch)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "text_dim", 4096, 1, 1 << 20, &d->text_dim)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "freq_dim", 256, 2, 1 << 20, &d->freq_dim)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "experts", 1, 1, 2, experts)) < 0 ||
+        (rc = ghc_cfg_get_int(g, "seed", 0, 0, INT64_MAX, seed)) < 0)
+        return rc;
+    if (d->dim % d->heads || (d->dim / d->heads) % 2 || d->dim / d->heads > 256)
+        return ghc_error_set(m->core, GHC_ECONFIG, "%s: wan22: dim %lld with %lld heads: the head dim must be even "
+                             "and at most 256", ghc_cfg_where(g, "heads"), (long long)d->dim, (long long)d->heads);
+    if (d->freq_dim % 2)
+        return ghc_error_set(m->core, GHC_ECONFIG, "%s: wan22: freq_dim must be even, got %lld",
+                             ghc_cfg_where(g, "freq_dim"), (long long)d->freq_dim);
+    return 0;
+}
+
+/* The adapter targets: 10 per block, official names with diffusers aliases. */
+static int build_targets(struct wan22 *m)
+{
+    static const char *const lin[WAN22_TARGETS] = {
+        "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
+        "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2",
+    };
+    const size_t len = 64;
+    m->n_targets = (int32_t)(m->d.layers * WAN22_TARGETS);
+    m->targets = calloc((size_t)m->n_targets, sizeof(*m->targets));
+    m->target_names = malloc((size_t)m->n_targets * 2 * len);
+    if (!m->targets || !m->target_names)
+        return ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory for the targets");
+    for (int32_t i = 0; i < m->n_targets; i++) {
+        int32_t blk = i / WAN22_TARGETS, j = i % WAN22_TARGETS;
+        char *name = m->target_names + (size_t)i * 2 * len, *alias = name + len, full[96];
+        snprintf(name, len, "blocks.%d.%s", (int)blk, lin[j]);
+        snprintf(full, sizeof(full), "%s.weight", name);
+        wan22_name_diffusers(full, alias, len);
+        alias[strlen(alias) - 7] = '\0';   /* drop ".weight" */
+        m->targets[i] = (struct ghc_model_target){
+            .name = name, .alias = alias, .block = blk,
+            .in_features = j == WAN22_FFN_2 ? m->d.ffn_dim : m->d.dim,
+            .out_features = j == WAN22_FFN_0 ? m->d.ffn_dim : m->d.dim,
+        };
+    }
+    return 0;
+}
+
+static void wan22_free(void *self)
+{
+    struct wan22 *m = self;
+    if (!m)
+        return;
+    wan22_state_free(m);
+    ghc_tensor_free(m->wbuf);
+    for (int32_t e = 0; m->experts && e < m->n_experts; e++)
+        wan22_weights_free(m, &m->experts[e]);
+    free(m->experts);
+    free(m->targets);
+    free(m->target_names);
+    free(m);
+}
+
+static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
+{
+    static const char *const dtypes[] = { "bf16", "f32", "fp8", NULL };
+    static const char *const ckpts[] = { "off", "block", NULL };
+    int rc, dt, ck, nlist = 0;
+    int64_t heads, device, n_random = 1, seed = 0;
+    const char *path = NULL, *paths[2] = { NULL, NULL };
+    ghc_cfg_t *rnd = NULL;
+    struct wan22 *m = calloc(1, sizeof(*m));
+    if (!m)
+        return ghc_error_set(core, GHC_ENOMEM, "wan22: out of memory");
+    m->core = core;
+    if ((rc = ghc_cfg_get_choice(cfg, "dtype", 0, dtypes, &dt)) < 0 ||
+        (rc = ghc_cfg_get_choice(cfg, "checkpointing", 1, ckpts, &ck)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "heads", 0, 0, 4096, &heads)) < 0 ||
+        (rc = ghc_cfg_get_string(cfg, "checkpoint", NULL, &path)) < 0 ||
+        (rc = ghc_cfg_list_len(cfg, "checkpoints", &nlist)) < 0 ||
+        (rc = ghc_cfg_get_group(cfg, "random", wan22_random_keys, &rnd)) < 0)
+        goto fail;
+    m->base = dt == 1 ? GHC_DTYPE_F32 : GHC_DTYPE_BF16;
+    m->fp8 = dt == 2;
+    m->ckpt = ck == 1;
+    if (ghc_cfg_has(cfg, "device")) {
+        if ((rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0)
+            goto fail;
+    } else {
+        device = default_device(core);
+    }
+    m->device = (int)device;
+    if ((path != NULL) + (nlist > 0) + (rnd != NULL) != 1) {
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: give exactly one of 'checkpoint' (one model), "
+                           "'checkpoints' ([high noise, low noise]) or 'random' { ... }", ghc_cfg_where(cfg, NULL));
+        goto fail;
+    }
+    if (nlist) {
+        if (nlist != 2) {
+            rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'checkpoints' takes two files, the high-noise expert "
+                               "then the low-noise one; got %d", ghc_cfg_where(cfg, "checkpoints"), nlist);
+            goto fail;
+        }
+        for (int i = 0; i < 2; i++)
+            if ((rc = ghc_cfg_list_string(cfg, "checkpoints", i, &paths[i])) < 0)
+                goto fail;
+        if (strstr(paths[0], "low_noise") || strstr(paths[0], "transformer_2/"))
+            ghc_log(core, GHC_LOG_WARN, "%s: wan22: the first of 'checkpoints' is the high-noise expert, but '%s' "
+                    "looks like a low-noise one", ghc_cfg_where(cfg, "checkpoints"), paths[0]);
+        if (strstr(paths[1], "high_noise"))
+            ghc_log(core, GHC_LOG_WARN, "%s: wan22: the second of 'checkpoints' is the low-noise expert, but '%s' "
+                    "looks like a high-noise one", ghc_cfg_where(cfg, "checkpoints"), paths[1]);
+        m->n_experts = 2;
+    } else if (rnd) {
+        if ((rc = read_random(m, rnd, &n_random, &seed)) < 0)
+            goto fail;
+        m->n_experts = (int32_t)n_random;
+    } else {
+        paths[0] = path;
+        m->n_experts = 1;
+    }
+    if (!(m->experts = calloc((size_t)m->n_experts, sizeof(*m->experts)))) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "wan22: out of memory");
+        goto fail;
+    }
+    for (int32_t e = 0; e < m->n_experts; e++) {
+        enum ghc_mem_role role = e == 0 ? GHC_ROLE_WEIGHTS : GHC_ROLE_WEIGHTS_INACTIVE;
+        if (rnd) {
+            rc = wan22_random(m, (uint64_t)seed + (uint64_t)e * 0x9e3779b97f4a7c15ull, &m->experts[e], role);
+        } else {
+            struct wan22_detected det;
+            rc = wan22_load(m, paths[e], heads, &m->experts[e], role, &det);
+        }
+        if (rc < 0)
+            goto fail;
+    }
+    double def_boundary = m->d.in_ch == 36 ? 0.9 : 0.875;
+    if ((rc = ghc_cfg_get_float(cfg, "boundary", def_boundary, 0.0, 1.0, &m->boundary)) < 0)
+        goto fail;
+    if ((rc = build_targets(m)) < 0)
+        goto fail;
+    ghc_log(core, GHC_LOG_INFO, "wan22: %d expert%s%s, %s weights, %s, checkpointing %s, %d targets",
+            (int)m->n_experts, m->n_experts > 1 ? "s" : "", m->n_experts > 1 ? " (0 high noise, 1 low noise)" : "",
+            m->fp8 ? "F8_E4M3 (scaled) block" : ghc_dtype_name(m->base),
+            m->device == GHC_DEVICE_CPU ? "cpu" : "cuda", ckpts[ck], (int)m->n_targets);
+    *self = m;
+    return 0;
+fail:
+    wan22_free(m);
+    return rc;
+}
+
+/* ---- experts, targets, hooks ----------------------------------------------------------------- */
+
+static int32_t wan22_experts(void *self)
+{
+    return ((struct wan22 *)self)->n_experts;
+}
+
+static int32_t wan22_expert_for(void *self, float t)
+{
+    struct wan22 *m = self;
+    if (m->n_experts < 2)
+        return 0;
+    return (double)t >= m->boundary * 1000.0 ? 0 : 1;   /* spec §10: t >= boundary is high noise */
+}
+
+static int wan22_targets(void *self, const struct ghc_model_target **out, int32_t *n)
+{
+    struct wan22 *m = self;
+    *out = m->targets;
+    *n = m->n_targets;
+    return 0;
+}
+
+static int wan22_set_hook(void *self, const struct ghc_adapter_hook *hook)
+{
+    struct wan22 *m = self;
+    m->has_hook = hook != NULL;
+    m->hook = hook ? *hook : (struct ghc_adapter_hook){ 0 };
+    return 0;
+}
+
+struct advise_ctx {
+    ghc_mempolicy_t  *mp;
+    enum ghc_mem_role role;
+};
+
+static int advise_one(void *user, ghc_tensor_t *t)
+{
+    struct advise_ctx *c = user;
+    return ghc_mem_advise(c->mp, ghc_tensor_data(t), ghc_tensor_nbytes(t), c->role);
+}
+
+static int wan22_activate(void *self, int32_t expert)
+{
+    struct wan22 *m = self;
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(m->core);
+    int rc = 0;
+    if (expert == m->active || m->n_experts < 2)
+        return 0;
+    if (mp) {
+        struct advise_ctx off = { mp, GHC_ROLE_WEIGHTS_INACTIVE }, on = { mp, GHC_ROLE_WEIGHTS };
+        if ((rc = wan22_weights_each(m, &m->experts[m->active], advise_one, &off)) < 0 ||
+            (rc = wan22_weights_each(m, &m->experts[expert], advise_one, &on)) < 0 ||
+            (rc = ghc_mem_phase(mp, GHC_PHASE_EXPERT_SWITCH, expert)) < 0)
+            return rc;
+    }
+    m->active = expert;
+    m->st.valid = false;
+    return 0;
+}
+
+static int wan22_fwd(void *self, int32_t expert, const struct ghc_model_batch *batch, ghc_tensor_t *out, bool keep,
+                     void *stream)
+{
+    return wan22_forward(self, expert, batch, out, keep, stream);
+}
+
+static int wan22_bwd(void *self, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy, void *stream)
+{
+    return wan22_backward(self, expert, dout, dnoisy, stream);
+}
+
+/* ---- registration ----------------------------------------------------------------------------- */
+
+static const struct ghc_model_ops wan22_ops = {
+    .struct_size = sizeof(struct ghc_model_ops),
+    .name = "wan22",
+    .keys = wan22_keys,
+    .init = wan22_init,
+    .experts = wan22_experts,
+    .expert_for = wan22_expert_for,
+    .targets = wan22_targets,
+    .set_hook = wan22_set_hook,
+    .forward = wan22_fwd,
+    .backward = wan22_bwd,
+    .activate = wan22_activate,
+    .free = wan22_free,
+};
+
+static int wan22_plugin_init(ghc_core_t *core)
+{
+    return ghc_register_model(core, &wan22_ops);
+}
+
+GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_wan22 = {
+    .abi = GHC_PLUGIN_ABI,
+    .api = GHC_API_VERSION,
+    .struct_size = sizeof(struct ghc_plugin),
+    .kinds = GHC_KIND_BIT(GHC_KIND_MODEL),
+    .name = "wan22",
+    .version = GHC_VERSION,
+    .description = "Wan2.2 diffusion transformer (A14B experts, 5B, 1.3B, custom): forward, backward, adapter hooks",
+    .init = wan22_plugin_init,
+};

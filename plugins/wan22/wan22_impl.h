@@ -1,0 +1,268 @@
+/* wan22_impl.h: the wan22 model plugin's internal types and functions, shared by its files:
+ * wan22.c (plugin glue, configuration, targets, experts), detect.c (tensor names and shapes,
+ * official <-> diffusers names, config detection), load.c (checkpoints and random weights),
+ * forward.c and backward.c (the math of spec/wan22.md §5-§7 on the ops of ops.h).
+ * Never installed; nothing here crosses the plugin ABI (the plugin exports only its
+ * descriptor). tests/test_wan22.c links these sources to check detection without giant files
+ * and to read the intermediates of a forward. */
+#ifndef GHC_WAN22_IMPL_H
+#define GHC_WAN22_IMPL_H
+
+#include <gh200core/model.h>   /* defines: struct ghc_model_ops, ghc_adapter_hook, batch */
+#include <gh200core/ops.h>     /* defines: ghc_op_*, ghc_tensor_t */
+
+#define WAN22_TEXT_LEN   512      /* context rows the DiT always attends to (zero padded) */
+#define WAN22_EPS        1e-6f    /* every LayerNorm and RMSNorm */
+#define WAN22_TARGETS    10       /* adapter targets per block */
+#define WAN22_PATCH      4        /* patch volume 1 x 2 x 2 */
+
+/* ---- configuration ------------------------------------------------------------------------- */
+
+struct wan22_dims {
+    int64_t dim;        /* D */
+    int64_t ffn_dim;    /* F */
+    int64_t heads;      /* H; head_dim = D / H */
+    int64_t layers;     /* N */
+    int64_t in_ch;      /* C_in (16, 36 for I2V, 48 for the 5B) */
+    int64_t out_ch;     /* C_out */
+    int64_t text_dim;   /* 4096 for umT5 */
+    int64_t freq_dim;   /* 256 */
+};
+
+enum wan22_variant {
+    WAN22_CUSTOM = 0,       /* any other shape set (tiny test models) */
+    WAN22_A14B_T2V,         /* an A14B T2V expert (same shapes as Wan2.1 T2V-14B) */
+    WAN22_A14B_I2V,         /* an A14B I2V expert (C_in 36) */
+    WAN22_TI2V_5B,
+    WAN21_T2V_1_3B,
+};
+
+enum wan22_layout {
+    WAN22_LAYOUT_OFFICIAL = 0,   /* official / ComfyUI names (spec §3, left column) */
+    WAN22_LAYOUT_DIFFUSERS,      /* diffusers names, with the norm2/norm3 swap */
+};
+
+/* One tensor as a file lists it (names may carry a prefix). */
+struct wan22_tensor_desc {
+    const char    *name;
+    int            ndim;
+    const int64_t *shape;
+};
+
+/* What detection found. */
+struct wan22_detected {
+    struct wan22_dims   dims;
+    enum wan22_variant  variant;
+    enum wan22_layout   layout;
+    const char         *prefix;   /* "", "model.diffusion_model." or "diffusion_model." (static) */
+    bool                fp8_scaled;   /* some weights are F8_E4M3 with a per-tensor scale */
+};
+
+/* Where a tensor's values live after loading. */
+enum wan22_kind {
+    WAN22_T_BASE = 0,   /* the base dtype (bf16/f32): text linears */
+    WAN22_T_F32,        /* always f32: biases, norms, modulation, time path, patch embed, head */
+    WAN22_T_BLOCK,      /* block linears: the base dtype, or e4m3 with a per-tensor scale (fp8) */
+};
+
+/* One expected tensor: official name (no prefix), shape, dtype class, and (when weights are
+ * given) the slot it loads into. */
+struct wan22_tspec {
+    char            name[80];
+    int             ndim;
+    int64_t         shape[5];
+    enum wan22_kind kind;
+    ghc_tensor_t  **slot;
+    float          *scale;   /* WAN22_T_BLOCK: its dequantisation scale (1 unless fp8) */
+};
+
+/* ---- weights ---------------------------------------------------------------------------------- */
+
+/* Target slots within a block, in the order of the model's target list. */
+enum wan22_slot {
+    WAN22_SA_Q = 0, WAN22_SA_K, WAN22_SA_V, WAN22_SA_O,
+    WAN22_CA_Q, WAN22_CA_K, WAN22_CA_V, WAN22_CA_O,
+    WAN22_FFN_0, WAN22_FFN_2,
+};
+
+struct wan22_block_w {
+    ghc_tensor_t *mod;                    /* [1, 6, D] f32 */
+    ghc_tensor_t *w[WAN22_TARGETS];       /* [out, in] base dtype, or e4m3 (fp8) */
+    float         wscale[WAN22_TARGETS];  /* w's dequantisation scale (1 unless e4m3) */
+    ghc_tensor_t *b[WAN22_TARGETS];       /* [out] f32 */
+    ghc_tensor_t *norm_q, *norm_k;        /* self-attn RMSNorm weights [D] f32 */
+    ghc_tensor_t *cnorm_q, *cnorm_k;      /* cross-attn RMSNorm weights [D] f32 */
+    ghc_tensor_t *norm3_w, *norm3_b;      /* cross-attn pre-norm (official norm3) [D] f32 */
+};
+
+struct wan22_weights {                    /* one expert */
+    ghc_tensor_t *pe_w, *pe_b;            /* [D, C_in, 1, 2, 2] f32 (used as [D, 4 C_in]), [D] */
+    ghc_tensor_t *te0_w, *te0_b;          /* text MLP: [D, text_dim] base, [D] f32 */
+    ghc_tensor_t *te2_w, *te2_b;          /* [D, D] base, [D] f32 */
+    ghc_tensor_t *t0_w, *t0_b;            /* time MLP: [D, freq_dim] f32, [D] */
+    ghc_tensor_t *t2_w, *t2_b;            /* [D, D] f32, [D] */
+    ghc_tensor_t *tp_w, *tp_b;            /* time projection [6D, D] f32, [6D] */
+    ghc_tensor_t *head_mod;               /* [1, 2, D] f32 */
+    ghc_tensor_t *head_w, *head_b;        /* [4 C_out, D] f32, [4 C_out] */
+    struct wan22_block_w *blocks;         /* [layers] */
+};
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+/* What one block's forward computes (and its backward reads). Shapes for B samples of L
+ * tokens; "base" is the GEMM operand dtype. Views (*4) alias the tensor before them. */
+struct wan22_act {
+    ghc_tensor_t *m[6];                   /* modulation m0..m5 [B, D] f32 */
+    ghc_tensor_t *st1, *st3, *st2;        /* LayerNorm stats [B L, 2] f32 */
+    ghc_tensor_t *u;                      /* modulated LN1 [B, L, D] base */
+    ghc_tensor_t *qp, *kp, *vp;           /* q, k, v linear outputs [B, L, D] f32 */
+    ghc_tensor_t *rq, *rk;                /* RMSNorm rstd [B L] f32 */
+    ghc_tensor_t *q, *k, *v, *o;          /* [B, L, D] base (q, k after RoPE) */
+    ghc_tensor_t *q4, *k4, *v4, *o4;      /* views [B, L, H, Dh] */
+    ghc_tensor_t *lse;                    /* [B, H, L] f32 */
+    ghc_tensor_t *y;                      /* a linear's output before a residual [B, L, D] f32 */
+    ghc_tensor_t *x1, *x2;                /* residual after self- and cross-attention f32 */
+    ghc_tensor_t *c;                      /* affine LN3 [B, L, D] base */
+    ghc_tensor_t *qcp, *rqc, *qc, *qc4;   /* cross q: pre-norm f32, rstd, base, view */
+    ghc_tensor_t *kcp, *rkc, *kc, *kc4;   /* cross k over the context [B, 512, D] */
+    ghc_tensor_t *vcp, *vc, *vc4;
+    ghc_tensor_t *oc, *oc4, *lsec;        /* cross-attention output base, view, lse [B, H, L] */
+    ghc_tensor_t *u2;                     /* modulated LN2 [B, L, D] base */
+    ghc_tensor_t *h1;                     /* ffn.0 output (pre-GELU) [B, L, F] f32 */
+    ghc_tensor_t *g;                      /* GELU output [B, L, F] base */
+};
+
+/* Backward scratch, one set for all blocks. */
+struct wan22_grad {
+    ghc_tensor_t *G;                      /* d loss / d residual [B, L, D] f32 */
+    ghc_tensor_t *dy;                     /* gated output gradient [B, L, D] f32 */
+    ghc_tensor_t *du;                     /* gradient of a linear's input [B, L, D] f32 */
+    ghc_tensor_t *dF, *dF2;               /* [B, L, F] f32 */
+    ghc_tensor_t *cD, *cD4, *cF;          /* casts to base: [B, L, D] (and its view), [B, L, F] */
+    ghc_tensor_t *dq, *dk, *dv, *dq4, *dk4, *dv4;   /* attention grads base, views */
+    ghc_tensor_t *dqp, *dkp, *dvp;        /* f32 */
+    ghc_tensor_t *dkc, *dvc, *dkc4, *dvc4;          /* cross k, v grads [B, 512, D] base */
+    ghc_tensor_t *dkcp, *dvcp;            /* f32 */
+    ghc_tensor_t *dhead;                  /* head output gradient [B, L, 4 C_out] f32 */
+    ghc_tensor_t *dpatch;                 /* patch-embedding input gradient [B, L, 4 C_in] f32 */
+};
+
+/* Everything one forward leaves for the backward. */
+struct wan22_state {
+    bool              valid;              /* a forward with keep ran; backward may follow */
+    bool              keep;               /* the allocation below keeps every block input */
+    int32_t           expert;
+    int64_t           B, T, Hl, Wl, f, h, w, L;
+    int64_t           c_noisy;            /* channels of batch->noisy (C_in minus cond's) */
+    ghc_tensor_t     *ctx;                /* text context [B, 512, D] base */
+    ghc_tensor_t     *ctx_in;             /* padded text embedding [B, 512, text_dim] base */
+    ghc_tensor_t     *ctx_h;              /* text MLP hidden [B, 512, D] base */
+    ghc_tensor_t     *sinus;              /* [B, freq_dim] f32 */
+    ghc_tensor_t     *e, *se, *th;        /* time embedding e, silu(e), hidden [B, D] f32 */
+    ghc_tensor_t     *e0[6];              /* [B, D] f32 */
+    ghc_tensor_t     *patches;            /* [B, L, 4 C_in] f32 */
+    ghc_tensor_t    **xs;                 /* [layers + 1] residual stream f32 (2 when !keep) */
+    struct wan22_act *acts;               /* [layers] with checkpointing off, else [1] */
+    int               n_acts;
+    ghc_tensor_t     *hshift, *hscale;    /* head modulation [B, D] f32 */
+    ghc_tensor_t     *hst, *hn, *ho;      /* head LN stats, modulated LN f32, output [B, L, 4 C_out] */
+    struct wan22_grad grad;
+    bool              grad_ready;
+};
+
+/* ---- the instance --------------------------------------------------------------------------- */
+
+struct wan22 {
+    ghc_core_t             *core;
+    struct wan22_dims       d;
+    enum wan22_variant      variant;
+    enum ghc_dtype          base;         /* GEMM operand dtype of block and text linears */
+    bool                    fp8;          /* block linears stored e4m3, dequantised per GEMM */
+    ghc_tensor_t           *wbuf;         /* fp8: one block linear dequantised, bf16 */
+    int                     device;       /* GHC_DEVICE_CPU or a CUDA ordinal */
+    bool                    ckpt;         /* gradient checkpointing per block */
+    double                  boundary;     /* high-noise expert iff t >= boundary * 1000 */
+    int32_t                 n_experts;    /* 1, or 2 (0 = high noise, 1 = low noise) */
+    int32_t                 active;
+    struct wan22_weights   *experts;
+    struct ghc_model_target *targets;
+    char                   *target_names; /* storage of the targets' strings */
+    int32_t                 n_targets;
+    struct ghc_adapter_hook hook;
+    bool                    has_hook;
+    struct wan22_state      st;
+};
+
+/* ---- detect.c --------------------------------------------------------------------------------- */
+
+/* "A14B T2V expert" etc. Static. */
+const char *wan22_variant_name(enum wan22_variant v);
+/* The expected tensors for `d`: *out (malloc'ed, caller frees) gets 12 + 27 layers + 3 entries;
+ * when `w` is non-NULL (with w->blocks allocated) each entry's slot points into it.
+ * Returns 0 or GHC_ENOMEM. */
+int wan22_tensor_list(ghc_core_t *core, const struct wan22_dims *d, struct wan22_weights *w,
+                      struct wan22_tspec **out, int *n);
+/* The diffusers name of an official name (no prefix) into buf. Returns buf. */
+const char *wan22_name_diffusers(const char *official, char *buf, size_t len);
+/* Detect layout, prefix and dimensions from a file's tensor list (spec §4.5) and check that
+ * every expected tensor is present with its expected shape. `what` names the file in
+ * messages; `heads` 0 takes D / 128 (D must then be a multiple of 128), else the given head
+ * count. Returns 0, or GHC_EFORMAT naming the tensor with the expected and found shape. */
+int wan22_detect(ghc_core_t *core, const char *what, const struct wan22_tensor_desc *t, int n,
+                 int64_t heads, struct wan22_detected *out);
+/* "[5120, 16, 1, 2, 2]" into buf. Returns buf. */
+const char *wan22_shape_text(int ndim, const int64_t *shape, char *buf, size_t len);
+
+/* ---- load.c ----------------------------------------------------------------------------------- */
+
+/* Open `path` (a .safetensors file or a sharded .index.json), detect its config and load
+ * every tensor into `w` on m->device (m->base for linears, e4m3 block linears with m->fp8, f32
+ * for the rest; ComfyUI fp8_scaled weights dequantised, or kept with m->fp8); `role` is the
+ * memory role of the weights. When m->d.dim is 0 the detected dims are taken, else they must
+ * match (second expert). Returns 0 or GHC_E*. */
+int wan22_load(struct wan22 *m, const char *path, int64_t heads, struct wan22_weights *w,
+               enum ghc_mem_role role, struct wan22_detected *det);
+/* A tensor on the model's device (NULL on error, message set). */
+ghc_tensor_t *wan22_tensor(struct wan22 *m, enum ghc_dtype dt, int ndim, const int64_t *shape,
+                           enum ghc_mem_role role);
+/* Random weights for m->d, seeded, into `w`. Returns 0 or GHC_E*. */
+int wan22_random(struct wan22 *m, uint64_t seed, struct wan22_weights *w, enum ghc_mem_role role);
+/* Release an expert's tensors (NULL-safe). */
+void wan22_weights_free(struct wan22 *m, struct wan22_weights *w);
+/* Every tensor of an expert, for advise(): calls fn on each. */
+int wan22_weights_each(struct wan22 *m, struct wan22_weights *w,
+                       int (*fn)(void *user, ghc_tensor_t *t), void *user);
+
+/* ---- forward.c -------------------------------------------------------------------------------- */
+
+int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch *batch, ghc_tensor_t *out,
+                  bool keep, void *stream);
+/* One block's forward from x (f32 [B, L, D]) into xo, filling `a`. */
+int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block,
+                        const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, void *stream);
+/* The GEMM operand for weight w: w itself, or for e4m3 w its dequantisation (times scale) into
+ * m->wbuf, through *view (freed by the caller; NULL when unused). NULL on error. */
+const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float scale, ghc_tensor_t **view,
+                                 void *stream);
+/* Release the forward state and backward scratch. */
+void wan22_state_free(struct wan22 *m);
+/* A view of `t`'s memory with another shape (wrapped; same numel or less). */
+ghc_tensor_t *wan22_view(struct wan22 *m, ghc_tensor_t *t, int64_t offset_elems, int ndim,
+                         const int64_t *shape);
+/* Host permutation between a latent [B, lat_ch, T, Hl, Wl] and patch rows [B, L, 4 row_ch]
+ * (f32 host arrays), for channels [c0, c0 + lat_ch) of the rows. Row columns are c-major
+ * (c 4 + kh 2 + kw: the patch embedding's flattened Conv3d weight, spec §5.2) or c-fastest
+ * ((kh 2 + kw) C + c: the head's output, spec §5.8). to_rows: latent -> rows, else back. */
+void wan22_patch_permute(const struct wan22_state *s, float *lat, int64_t lat_ch, float *rows, int64_t row_ch,
+                         int64_t c0, bool c_fastest, bool to_rows);
+/* Copy any-device tensor `t` (float dtype) into a new host f32 array (caller frees). */
+float *wan22_host_f32(struct wan22 *m, const ghc_tensor_t *t, void *stream);
+/* Store host f32 values into tensor `t` (any device, f32 or bf16). Returns 0 or GHC_E*. */
+int wan22_store_f32(struct wan22 *m, ghc_tensor_t *t, const float *v, void *stream);
+
+/* ---- backward.c ------------------------------------------------------------------------------- */
+
+int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy,
+                   void *stream);
+
+#endif /* GHC_WAN22_IMPL_H */
