@@ -1,8 +1,9 @@
-/* bench_ops.c: GEMMs and attention at Wan2.2 A14B shapes on the GPU, in TFLOP/s, next to the
+/* bench_ops.c: GEMMs and attention at Wan2.2 A14B shapes on the GPU, in TFLOP/s, and the
+ * memory-bound ops (norms, RoPE, elementwise, loss, casts, RNG) in GB/s, next to the
  * peaks measured in the same run (an 8192^3 bf16 GEMM for compute, a device-to-device copy for
  * bandwidth). Not a test: it shares inputs with the tests, not pass/fail.
  *
- *   bench_ops [--csv PATH] [--iters N] [--quick] [--only gemm|attention]
+ *   bench_ops [--csv PATH] [--iters N] [--quick] [--only gemm|attention|memory]
  *
  * Needs GHC_BUILD_PLUGINS (or GHC_PLUGIN_PATH) pointing at the folder with the `device`
  * memory-policy plugin. Times with CUDA events around each call, after warm-up (a few calls, then
@@ -291,6 +292,143 @@ static void bench_attention(int64_t B, int64_t L, int64_t H, int64_t D)
         ghc_tensor_free(all[i]);
 }
 
+/* ---- memory-bound ops: GB/s against the copy peak of the same run ------------------------ */
+
+/* One call of a memory-bound op; `bytes` counts what it must read and write at least. */
+struct mem_ctx {
+    int (*call)(struct mem_ctx *m);
+    ghc_tensor_t *x, *y, *dy, *dx, *a, *b, *w, *shift, *scale, *stats, *rstd, *out;
+    struct ghc_rng rng;
+    int64_t f, h, wd;
+};
+
+static int mem_call(void *p)
+{
+    struct mem_ctx *m = p;
+    return m->call(m);
+}
+
+static int ln_fwd(struct mem_ctx *m) { return ghc_op_layernorm_fwd(m->y, m->stats, m->x, NULL, NULL, m->shift, m->scale, 1e-6f, NULL); }
+static int ln_bwd(struct mem_ctx *m) { return ghc_op_layernorm_bwd(m->dx, m->dy, m->x, m->stats, NULL, m->scale, false, NULL); }
+static int rms_fwd(struct mem_ctx *m) { return ghc_op_rmsnorm_fwd(m->y, m->rstd, m->x, m->w, 1e-6f, NULL); }
+static int rms_bwd(struct mem_ctx *m) { return ghc_op_rmsnorm_bwd(m->dx, m->dy, m->x, m->rstd, m->w, NULL); }
+static int rope(struct mem_ctx *m) { return ghc_op_rope(m->x, m->x, m->f, m->h, m->wd, false, NULL); }
+static int gelu(struct mem_ctx *m) { return ghc_op_gelu_tanh(m->y, m->x, NULL); }
+static int gelu_bwd(struct mem_ctx *m) { return ghc_op_gelu_tanh_bwd(m->dx, m->dy, m->x, NULL); }
+static int add(struct mem_ctx *m) { return ghc_op_add(m->y, m->a, m->b, 1.0f, 1.0f, NULL); }
+static int gated(struct mem_ctx *m) { return ghc_op_gated_residual(m->x, m->y, m->scale, NULL); }
+static int mse(struct mem_ctx *m) { return ghc_op_mse_loss(m->out, m->dx, m->a, m->b, NULL); }
+static int cast_sr(struct mem_ctx *m) { m->rng.offset += 1u << 23; return ghc_op_cast(m->y, m->x, 1.0f, &m->rng, NULL); }
+static int randn_f32(struct mem_ctx *m) { m->rng.offset += 1u << 23; return ghc_op_rand_normal(m->x, &m->rng, NULL); }
+static int sum(struct mem_ctx *m) { return ghc_op_sum(m->out, m->x, NULL); }
+
+static void mem_row(const char *name, const char *shape, struct mem_ctx *m, double bytes)
+{
+    double ms = time_ms(mem_call, m, 3, iters);
+    double save = peak_tflops;
+    peak_tflops = 0;   /* % of the copy bandwidth */
+    row(name, shape, ms, 0, bytes);
+    peak_tflops = save;
+}
+
+/* The elementwise, norm, RoPE, loss, cast and RNG ops at Wan A14B shapes (4096 tokens, dim
+ * 5120, ffn 13824, 40 heads x 128), with the dtypes the model uses: the residual stream f32,
+ * GEMM operands bf16. */
+static void bench_memory(void)
+{
+    const int64_t L = 4096, D = 5120, F = 13824;
+    const double n = (double)L * D, nf = (double)L * F;
+    struct mem_ctx m = { 0 };
+    m.rng.seed = 99;
+    m.x = GPU(GHC_DTYPE_F32, 1, L, D);
+    m.y = GPU(GHC_DTYPE_BF16, 1, L, D);
+    m.dy = GPU(GHC_DTYPE_F32, 1, L, D);
+    m.dx = GPU(GHC_DTYPE_F32, 1, L, D);
+    m.shift = GPU(GHC_DTYPE_F32, 1, D);
+    m.scale = GPU(GHC_DTYPE_F32, 1, D);
+    m.stats = GPU(GHC_DTYPE_F32, L, 2);
+    m.out = GPU(GHC_DTYPE_F32, 1);
+    randn(m.x, 1.0f);
+    randn(m.dy, 1.0f);
+    randn(m.shift, 0.1f);
+    randn(m.scale, 0.1f);
+    m.call = ln_fwd;
+    mem_row("layernorm fwd +mod", "4096x5120 f32->bf16", &m, n * 6);
+    m.call = ln_bwd;
+    mem_row("layernorm bwd +mod", "4096x5120 f32", &m, n * 12);
+    m.call = gated;
+    randn(m.y, 1.0f);
+    mem_row("gated residual", "4096x5120 f32 += bf16*g", &m, n * 10);
+    m.call = sum;
+    mem_row("sum", "4096x5120 f32", &m, n * 4);
+    m.call = randn_f32;
+    mem_row("rand normal", "4096x5120 f32", &m, n * 4);
+    m.call = cast_sr;
+    mem_row("cast f32->bf16 stoch.", "4096x5120", &m, n * 6);
+    ghc_tensor_t *first[] = { m.x, m.y, m.dy, m.dx };
+    for (size_t i = 0; i < sizeof(first) / sizeof(*first); i++)
+        ghc_tensor_free(first[i]);
+
+    /* bf16 rows: q/k RMSNorm over the full dim, RoPE, elementwise */
+    ghc_tensor_t *x16 = GPU(GHC_DTYPE_BF16, 1, L, D), *y16 = GPU(GHC_DTYPE_BF16, 1, L, D);
+    ghc_tensor_t *dy16 = GPU(GHC_DTYPE_BF16, 1, L, D), *dx16 = GPU(GHC_DTYPE_BF16, 1, L, D);
+    m.w = GPU(GHC_DTYPE_F32, D);
+    m.rstd = GPU(GHC_DTYPE_F32, L);
+    randn(x16, 1.0f);
+    randn(dy16, 1.0f);
+    randn(m.w, 1.0f);
+    m.x = x16;
+    m.y = y16;
+    m.dy = dy16;
+    m.dx = dx16;
+    m.call = rms_fwd;
+    mem_row("rmsnorm fwd", "4096x5120 bf16", &m, n * 4);
+    m.call = rms_bwd;
+    mem_row("rmsnorm bwd", "4096x5120 bf16", &m, n * 6);
+    m.a = x16;
+    m.b = dy16;
+    m.call = add;
+    mem_row("add", "4096x5120 bf16", &m, n * 6);
+    int64_t rope_shape[] = { 1, L, 40, 128 };
+    if (ghc_tensor_reshape(x16, 4, rope_shape))
+        die("reshape");
+    m.f = 16;
+    m.h = 16;
+    m.wd = 16;
+    m.call = rope;
+    mem_row("rope (in place)", "1x4096x40x128 bf16", &m, n * 4);
+    ghc_tensor_t *all16[] = { x16, y16, dy16, dx16, m.w, m.rstd };
+    for (size_t i = 0; i < sizeof(all16) / sizeof(*all16); i++)
+        ghc_tensor_free(all16[i]);
+
+    /* the FFN activation */
+    m.x = GPU(GHC_DTYPE_BF16, L, F);
+    m.y = GPU(GHC_DTYPE_BF16, L, F);
+    m.dy = GPU(GHC_DTYPE_BF16, L, F);
+    m.dx = GPU(GHC_DTYPE_BF16, L, F);
+    randn(m.x, 1.0f);
+    randn(m.dy, 1.0f);
+    m.call = gelu;
+    mem_row("gelu_tanh", "4096x13824 bf16", &m, nf * 4);
+    m.call = gelu_bwd;
+    mem_row("gelu_tanh bwd", "4096x13824 bf16", &m, nf * 6);
+    ghc_tensor_t *allf[] = { m.x, m.y, m.dy, m.dx };
+    for (size_t i = 0; i < sizeof(allf) / sizeof(*allf); i++)
+        ghc_tensor_free(allf[i]);
+
+    /* the flow-matching loss on a 81-frame 480x832 latent (16 x 21 x 60 x 104) */
+    m.a = GPU(GHC_DTYPE_F32, 1, 16, 21, 60, 104);
+    m.b = GPU(GHC_DTYPE_F32, 1, 16, 21, 60, 104);
+    m.dx = GPU(GHC_DTYPE_F32, 1, 16, 21, 60, 104);
+    randn(m.a, 1.0f);
+    randn(m.b, 1.0f);
+    m.call = mse;
+    mem_row("mse loss + grad", "16x21x60x104 f32", &m, 16.0 * 21 * 60 * 104 * 12);
+    ghc_tensor_t *rest[] = { m.a, m.b, m.dx, m.shift, m.scale, m.stats, m.out };
+    for (size_t i = 0; i < sizeof(rest) / sizeof(*rest); i++)
+        ghc_tensor_free(rest[i]);
+}
+
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
@@ -306,7 +444,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--csv PATH] [--iters N] [--quick] [--only gemm|attention]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--csv PATH] [--iters N] [--quick] [--only gemm|attention|memory]\n", argv[0]);
             return 2;
         }
     }
@@ -339,16 +477,19 @@ int main(int argc, char **argv)
 
     bench_peaks();
     const int64_t tokens[2] = { 4096, 32760 };
-    for (int t = 0; t < (quick ? 1 : 2) && strcmp(only, "attention"); t++) {
+    bool all = !*only;
+    for (int t = 0; t < (quick ? 1 : 2) && (all || !strcmp(only, "gemm")); t++) {
         int64_t M = tokens[t];
         bench_linear("gemm bf16 qkvo +bias", M, 5120, 5120, GHC_EPI_BIAS, GHC_DTYPE_BF16);
         bench_linear("gemm bf16 ffn-up +bias", M, 5120, 13824, GHC_EPI_BIAS, GHC_DTYPE_BF16);
         bench_linear("gemm bf16 ffn-up +gelu", M, 5120, 13824, GHC_EPI_BIAS_GELU, GHC_DTYPE_BF16);
         bench_linear("gemm bf16 ffn-down +bias", M, 13824, 5120, GHC_EPI_BIAS, GHC_DTYPE_BF16);
     }
-    if (strcmp(only, "attention"))
+    if (all || !strcmp(only, "gemm"))
         bench_linear("gemm fp8 qkvo +bias", 4096, 5120, 5120, GHC_EPI_BIAS, GHC_DTYPE_F8_E4M3);
-    if (strcmp(only, "gemm")) {
+    if (all || !strcmp(only, "memory"))
+        bench_memory();
+    if (all || !strcmp(only, "attention")) {
         bench_attention(1, 4096, 40, 128);
         if (!quick)
             bench_attention(1, 32760, 40, 128);

@@ -14,7 +14,7 @@ export GHC_TOP_SRCDIR="$top" GHC_TOP_BUILDDIR="$top" GHC_CLI="$top/.libs/gh200co
 export CK_FORK=no
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 failed=0
-for t in test_cuda_device test_ops_cuda test_gemm_attn_cuda test_tensor test_ops_cpu test_safetensors test_loader; do
+for t in test_cuda_device test_ops_cuda test_gemm_attn_cuda test_wan22 test_tensor test_ops_cpu test_safetensors test_loader test_config; do
     bin="$top/tests/.libs/$t"
     [ -x "$bin" ] || bin="$top/tests/$t"
     start=$(date +%s)

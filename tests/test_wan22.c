@@ -100,7 +100,8 @@ static ghc_tensor_t *to_dev(ghc_core_t *core, const ghc_tensor_t *t, int device)
 {
     ghc_tensor_t *d = like(core, t, device);
     ok(core, ghc_op_copy(d, t, NULL));
-    ok(core, ghc_op_sync(core, device, NULL));
+    /* the copy is asynchronous on the CUDA side of it: wait there */
+    ok(core, ghc_op_sync(core, device == GHC_DEVICE_CPU ? ghc_tensor_device(t) : device, NULL));
     return d;
 }
 
