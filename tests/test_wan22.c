@@ -481,6 +481,7 @@ static void direct_init(struct wan22 *m, ghc_core_t *core, bool ckpt)
     m->base = GHC_DTYPE_F32;
     m->device = GHC_DEVICE_CPU;
     m->ckpt = ckpt;
+    m->ckpt_every = 1;
     m->n_experts = 1;
     m->experts = calloc(1, sizeof(*m->experts));
 }
@@ -892,20 +893,27 @@ static float *snap(ghc_core_t *core, const ghc_tensor_t *t)
     return v;
 }
 
-/* checkpointing "off" (activations kept) and "block" (recomputed) give the same bits. */
+/* checkpointing "off" (activations kept), "block" (every block recomputed) and "block" with
+ * checkpoint_every = 2 and 3 (blocks 0, 2 resp. block 0 of the 3 recomputed) give the same bits. */
 START_TEST(checkpointing_same)
 {
-    float *dx[2], *pred[2], *dA[2][30], *dB[2][30], loss[2];
+    enum { RUNS = 4 };
+    static const char *const cfgs[RUNS] = {
+        "checkpointing = \"off\";", "checkpointing = \"block\";",
+        "checkpointing = \"block\"; checkpoint_every = 2;", "checkpointing = \"block\"; checkpoint_every = 3;"
+    };
+    static const int calls[RUNS] = { 30, 60, 50, 40 };   /* recomputation calls the hook again */
+    float *dx[RUNS], *pred[RUNS], *dA[RUNS][30], *dB[RUNS][30], loss[RUNS];
     size_t n_x = 0, n_a[30], n_b[30];
-    for (int k = 0; k < 2; k++) {
-        ghc_core_t *core = fixture_core(k ? "checkpointing = \"block\";" : "checkpointing = \"off\";", false);
+    for (int k = 0; k < RUNS; k++) {
+        ghc_core_t *core = fixture_core(cfgs[k], false);
         struct fcase c;
         struct lora l;
         ghc_tensor_t *p, *d;
         case_open(core, &c, GHC_DEVICE_CPU);
         lora_init(&l, core, ghc_model_get(core), c.st, GHC_DEVICE_CPU);
         loss[k] = train_step(core, &c, &l, GHC_DEVICE_CPU, &p, &d);
-        ck_assert_int_eq(l.calls_fwd, k ? 60 : 30);   /* recomputation calls the hook again */
+        ck_assert_int_eq(l.calls_fwd, calls[k]);
         n_x = ghc_tensor_nbytes(d);
         dx[k] = snap(core, d);
         pred[k] = snap(core, p);
@@ -921,20 +929,37 @@ START_TEST(checkpointing_same)
         case_close(&c);
         ghc_core_free(core);
     }
-    ck_assert(loss[0] == loss[1]);
-    ck_assert(memcmp(pred[0], pred[1], n_x) == 0);
-    ck_assert(memcmp(dx[0], dx[1], n_x) == 0);
-    for (int i = 0; i < 30; i++) {
-        ck_assert_msg(memcmp(dA[0][i], dA[1][i], n_a[i]) == 0, "dA of target %d differs", i);
-        ck_assert_msg(memcmp(dB[0][i], dB[1][i], n_b[i]) == 0, "dB of target %d differs", i);
-        for (int k = 0; k < 2; k++) {
+    for (int k = 1; k < RUNS; k++) {
+        ck_assert_msg(loss[0] == loss[k], "%s: loss differs", cfgs[k]);
+        ck_assert_msg(memcmp(pred[0], pred[k], n_x) == 0, "%s: prediction differs", cfgs[k]);
+        ck_assert_msg(memcmp(dx[0], dx[k], n_x) == 0, "%s: input gradient differs", cfgs[k]);
+        for (int i = 0; i < 30; i++) {
+            ck_assert_msg(memcmp(dA[0][i], dA[k][i], n_a[i]) == 0, "%s: dA of target %d differs", cfgs[k], i);
+            ck_assert_msg(memcmp(dB[0][i], dB[k][i], n_b[i]) == 0, "%s: dB of target %d differs", cfgs[k], i);
+        }
+    }
+    for (int k = 0; k < RUNS; k++) {
+        for (int i = 0; i < 30; i++) {
             free(dA[k][i]);
             free(dB[k][i]);
         }
-    }
-    for (int k = 0; k < 2; k++) {
         free(dx[k]);
         free(pred[k]);
+    }
+    /* checkpoint_every without block checkpointing, and out of range, are config errors */
+    static const char *const bad[] = { "checkpointing = \"off\"; checkpoint_every = 2;", "checkpoint_every = 0;" };
+    for (int b = 0; b < 2; b++) {
+        char text[1024];
+        ghc_core_t *core = ghc_core_init();
+        ck_assert_ptr_nonnull(core);
+        ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+        snprintf(text, sizeof(text), "mempolicy = { plugin = \"host\"; };\nmodel = { plugin = \"wan22\"; "
+                 "checkpoint = \"%s\"; heads = 2; dtype = \"f32\"; device = -1; %s };\n",
+                 fixture("weights_official.safetensors"), bad[b]);
+        ok(core, ghc_config_load_string(core, text, "test.cfg", NULL, NULL, 0));
+        ck_assert_int_lt(ghc_run_init(core), 0);
+        ck_assert_msg(strstr(ghc_error_message(core), "checkpoint_every"), "%s", ghc_error_message(core));
+        ghc_core_free(core);
     }
 }
 END_TEST

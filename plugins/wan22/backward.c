@@ -225,10 +225,10 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
 
     /* blocks in reverse */
     for (int64_t i = N - 1; i >= 0; i--) {
-        struct wan22_act *a = &s->acts[m->ckpt ? 0 : i];
+        struct wan22_act *a = &s->acts[wan22_act_slot(m, i)];
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
-        if (m->ckpt)   /* recompute; xs[i + 1] gets the same values again */
+        if (wan22_recomputed(m, i))   /* recompute; xs[i + 1] gets the same values again */
             TRY(wan22_block_forward(m, &w->blocks[i], (int32_t)i, s->xs[i], s->xs[i + 1], a, stream));
         TRY(block_backward(m, &w->blocks[i], (int32_t)i, s->xs[i], a, stream));
         if (mp)

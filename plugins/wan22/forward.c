@@ -154,7 +154,7 @@ static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
     }
     for (int64_t i = 0; i <= (keep ? N : 1); i++)
         TRY(mk(m, &s->xs[i], f, SH(B, L, D)));
-    s->n_acts = keep && !m->ckpt ? (int)N : 1;
+    s->n_acts = keep ? (int)wan22_act_slots(m, N) : 1;
     if (!(s->acts = calloc((size_t)s->n_acts, sizeof(*s->acts)))) {
         rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
         goto out;
@@ -576,7 +576,7 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
 
     /* blocks */
     for (int64_t i = 0; i < N; i++) {
-        struct wan22_act *a = &s->acts[keep && !m->ckpt ? i : 0];
+        struct wan22_act *a = &s->acts[keep ? wan22_act_slot(m, i) : 0];
         ghc_tensor_t *xi = keep ? s->xs[i] : s->xs[i % 2], *xo = keep ? s->xs[i + 1] : s->xs[(i + 1) % 2];
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));

@@ -36,6 +36,9 @@ static const struct ghc_cfg_key wan22_keys[] = {
     { "dtype", GHC_CFG_STRING },          /* "bf16", "f32" or "fp8" (e4m3 block linears) */
     { "device", GHC_CFG_INT },            /* -1 = CPU, 0.. = CUDA */
     { "checkpointing", GHC_CFG_STRING },  /* "off" or "block" */
+    { "checkpoint_every", GHC_CFG_INT },  /* k (default 1), with "block": block i is recomputed in
+                                           * backward iff i % k == 0, the others keep their
+                                           * activations; k = 1 is every block */
     { "random", GHC_CFG_GROUP },          /* a randomly initialised model instead */
     { NULL, 0 }
 };
@@ -129,7 +132,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     static const char *const dtypes[] = { "bf16", "f32", "fp8", NULL };
     static const char *const ckpts[] = { "off", "block", NULL };
     int rc, dt, ck, nlist = 0;
-    int64_t heads, device, n_random = 1, seed = 0;
+    int64_t heads, device, every, n_random = 1, seed = 0;
     const char *path = NULL, *paths[2] = { NULL, NULL };
     ghc_cfg_t *rnd = NULL;
     struct wan22 *m = calloc(1, sizeof(*m));
@@ -138,6 +141,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     m->core = core;
     if ((rc = ghc_cfg_get_choice(cfg, "dtype", 0, dtypes, &dt)) < 0 ||
         (rc = ghc_cfg_get_choice(cfg, "checkpointing", 1, ckpts, &ck)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "checkpoint_every", 1, 1, 1000, &every)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "heads", 0, 0, 4096, &heads)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "checkpoint", NULL, &path)) < 0 ||
         (rc = ghc_cfg_list_len(cfg, "checkpoints", &nlist)) < 0 ||
@@ -146,6 +150,12 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     m->base = dt == 1 ? GHC_DTYPE_F32 : GHC_DTYPE_BF16;
     m->fp8 = dt == 2;
     m->ckpt = ck == 1;
+    m->ckpt_every = (int)every;
+    if (!m->ckpt && every != 1) {
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'checkpoint_every' needs checkpointing = \"block\"",
+                           ghc_cfg_where(cfg, "checkpoint_every"));
+        goto fail;
+    }
     if (ghc_cfg_has(cfg, "device")) {
         if ((rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0)
             goto fail;
@@ -202,10 +212,10 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     if ((rc = build_targets(m)) < 0)
         goto fail;
-    ghc_log(core, GHC_LOG_INFO, "wan22: %d expert%s%s, %s weights, %s, checkpointing %s, %d targets",
+    ghc_log(core, GHC_LOG_INFO, "wan22: %d expert%s%s, %s weights, %s, checkpointing %s (every %d), %d targets",
             (int)m->n_experts, m->n_experts > 1 ? "s" : "", m->n_experts > 1 ? " (0 high noise, 1 low noise)" : "",
             m->fp8 ? "F8_E4M3 (scaled) block" : ghc_dtype_name(m->base),
-            m->device == GHC_DEVICE_CPU ? "cpu" : "cuda", ckpts[ck], (int)m->n_targets);
+            m->device == GHC_DEVICE_CPU ? "cpu" : "cuda", ckpts[ck], m->ckpt_every, (int)m->n_targets);
     *self = m;
     return 0;
 fail:

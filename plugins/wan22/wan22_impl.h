@@ -162,7 +162,7 @@ struct wan22_state {
     ghc_tensor_t     *e0[6];              /* [B, D] f32 */
     ghc_tensor_t     *patches;            /* [B, L, 4 C_in] f32 */
     ghc_tensor_t    **xs;                 /* [layers + 1] residual stream f32 (2 when !keep) */
-    struct wan22_act *acts;               /* [layers] with checkpointing off, else [1] */
+    struct wan22_act *acts;               /* [n_acts], see wan22_act_slot() */
     int               n_acts;
     ghc_tensor_t     *hshift, *hscale;    /* head modulation [B, D] f32 */
     ghc_tensor_t     *hst, *hn, *ho;      /* head LN stats, modulated LN f32, output [B, L, 4 C_out] */
@@ -181,6 +181,7 @@ struct wan22 {
     ghc_tensor_t           *wbuf;         /* fp8: one block linear dequantised, bf16 */
     int                     device;       /* GHC_DEVICE_CPU or a CUDA ordinal */
     bool                    ckpt;         /* gradient checkpointing per block */
+    int                     ckpt_every;   /* k: with ckpt, block i is recomputed iff i % k == 0 */
     double                  boundary;     /* high-noise expert iff t >= boundary * 1000 */
     int32_t                 n_experts;    /* 1, or 2 (0 = high noise, 1 = low noise) */
     int32_t                 active;
@@ -192,6 +193,29 @@ struct wan22 {
     bool                    has_hook;
     struct wan22_state      st;
 };
+
+/* With checkpointing, is block i recomputed in backward (else its activations are kept)? */
+static inline bool wan22_recomputed(const struct wan22 *m, int64_t i)
+{
+    return m->ckpt && i % m->ckpt_every == 0;
+}
+
+/* The activation slots a training forward (keep) allocates for N blocks: one per block with
+ * checkpointing off; else slot 0, shared by the recomputed blocks, plus one per kept block. */
+static inline int64_t wan22_act_slots(const struct wan22 *m, int64_t N)
+{
+    int64_t k = m->ckpt_every;
+    return m->ckpt ? 1 + N - (N + k - 1) / k : N;
+}
+
+/* Block i's activation slot in a training forward (keep). */
+static inline int64_t wan22_act_slot(const struct wan22 *m, int64_t i)
+{
+    int64_t k = m->ckpt_every;
+    if (!m->ckpt)
+        return i;
+    return wan22_recomputed(m, i) ? 0 : 1 + i - (i + k - 1) / k;   /* 1 + kept blocks before i */
+}
 
 /* ---- detect.c --------------------------------------------------------------------------------- */
 
