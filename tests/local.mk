@@ -195,3 +195,15 @@ tests_test_wan22_CFLAGS = $(TEST_CFLAGS)
 tests_test_wan22_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_wan22
 # ---- end wan22 ----
+
+# ---- wan22 A14B block check on the GPU (issue 4) ----
+# Not a test: one bf16 forward + backward of a wan22 checkpoint on GPU 0, driven by
+# tests/fixtures/wan22_a14b_block_check.py on the GPU machine (doc/wan22.md). Built by
+# `make tests/wan22_gpu_check` (and by `make check`, which does not run it). A check program and
+# not an EXTRA_PROGRAMS one: bench/local.mk (included later) sets EXTRA_PROGRAMS with '=' under
+# HAVE_CUDA, so a '+=' here is an automake error, and its `bench` target builds all of them.
+check_PROGRAMS += tests/wan22_gpu_check
+tests_wan22_gpu_check_SOURCES = tests/wan22_gpu_check.c
+tests_wan22_gpu_check_LDADD = libgh200core_ops.la libgh200core.la -lm
+EXTRA_DIST += tests/fixtures/wan22_a14b_block_check.py
+# ---- end wan22 A14B block check ----
