@@ -566,18 +566,8 @@ int main(void)
         printf("no CUDA device: skipped\n");
         return 77;
     }
-    const char *plugins = getenv("GHC_BUILD_PLUGINS");
-    if (!plugins) {
-        fprintf(stderr, "GHC_BUILD_PLUGINS is not set: run through `make check`\n");
+    if (!(core = tu_device_core()))
         return EXIT_FAILURE;
-    }
-    core = ghc_core_init();
-    if (!core || ghc_plugin_add_path(core, plugins) ||
-        ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "t.cfg", NULL, NULL, 0) ||
-        ghc_run_init(core)) {
-        fprintf(stderr, "setup: %s\n", core ? ghc_error_message(core) : "no core");
-        return EXIT_FAILURE;
-    }
     char name[256];
     int major = 0, minor = 0;
     size_t fr = 0, tot = 0;

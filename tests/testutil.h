@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gh200core/run.h>
+
 /* An environment variable the test harness sets (tests/local.mk); fails the test if unset. */
 static inline const char *tu_env(const char *name)
 {
@@ -85,6 +87,26 @@ static inline int tu_lines(const char *s)
     for (size_t i = 0; i < len; i++)
         n += s[i] == '\n';
     return n + (len && s[len - 1] != '\n');
+}
+
+/* A core whose run has the `device` memory policy (CUDA tensors), the plugin found through
+ * GHC_BUILD_PLUGINS. NULL, with the reason on stderr, when that fails. */
+static inline ghc_core_t *tu_device_core(void)
+{
+    const char *plugins = getenv("GHC_BUILD_PLUGINS");
+    if (!plugins) {
+        fprintf(stderr, "GHC_BUILD_PLUGINS is not set: run through `make check`\n");
+        return NULL;
+    }
+    ghc_core_t *core = ghc_core_init();
+    if (!core || ghc_plugin_add_path(core, plugins) ||
+        ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "t.cfg", NULL, NULL, 0) ||
+        ghc_run_init(core)) {
+        fprintf(stderr, "setup: %s\n", core ? ghc_error_message(core) : "no core");
+        ghc_core_free(core);
+        return NULL;
+    }
+    return core;
 }
 
 /* Run a suite; returns the program's exit status. nofork: run in-process (CUDA suites:
