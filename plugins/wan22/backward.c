@@ -7,7 +7,10 @@
  * With checkpointing "block" the forward kept only each block's input, and each block's
  * forward runs again (hooks included) right before its backward; with "off" every block's
  * activations were kept. Gradients stay f32; a frozen linear's dx = dy W takes dy cast to the
- * base dtype (GEMM operands), attention gradients are in the base dtype like q, k, v. */
+ * base dtype (GEMM operands), attention gradients are in the base dtype like q, k, v.
+ * With dtype "fp8" dx = dy W always runs in bf16 on the dequantised weight, fp8_gemm or not
+ * (fp8 GEMMs need the x W^T layout on Hopper; dy W would need W transposed); recomputation
+ * goes through wan22_block_forward and so takes the forward's fp8 path. */
 #include <config.h>
 
 #include <math.h>

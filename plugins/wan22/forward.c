@@ -106,7 +106,7 @@ void wan22_state_free(struct wan22 *m)
 {
     struct wan22_state *s = &m->st;
     ghc_tensor_t *single[] = { s->ctx, s->ctx_in, s->ctx_h, s->sinus, s->e, s->se, s->th, s->patches,
-                               s->hshift, s->hscale, s->hst, s->hn, s->ho };
+                               s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq };
     for (size_t i = 0; i < sizeof(single) / sizeof(single[0]); i++)
         ghc_tensor_free(single[i]);
     for (int k = 0; k < 6; k++)
@@ -166,6 +166,13 @@ static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
     TRY(mk(m, &s->hst, f, SH(B * L, 2)));
     TRY(mk(m, &s->hn, f, SH(B, L, D)));
     TRY(mk(m, &s->ho, f, SH(B, L, WAN22_PATCH * m->d.out_ch)));
+    if (m->fp8_gemm) {   /* one e4m3 input scratch for every block linear of this shape */
+        const int64_t F = m->d.ffn_dim;
+        int64_t n = B * L * (F > D ? F : D);
+        if (B * Lc * D > n)
+            n = B * Lc * D;
+        TRY(mk(m, &s->xq, GHC_DTYPE_F8_E4M3, SH(n)));
+    }
 out:
     if (rc < 0)
         wan22_state_free(m);
@@ -279,16 +286,31 @@ const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float s
     return *view;
 }
 
-/* y = x W^T + b (f32 out), then the adapter hook of `target` (-1: none) adds its part. */
+/* y = x W^T + b (f32 out), then the adapter hook of `target` (-1: none) adds its part. With
+ * fp8_gemm an e4m3 (block) weight multiplies x cast to e4m3 in st.xq, else the bf16
+ * dequantisation of the weight (wan22_weight). */
 static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,
                     float wscale, const ghc_tensor_t *b, void *stream)
 {
     struct ghc_gemm g = { .trans_b = true, .epilogue = b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = b };
     ghc_tensor_t *view;
-    const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
-    if (!wd)
-        return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-    int rc = ghc_op_gemm(y, x, wd, &g, stream);
+    int rc;
+    if (m->fp8_gemm && ghc_tensor_dtype(w) == GHC_DTYPE_F8_E4M3) {
+        /* fp8_gemm: x cast to e4m3 with a static scale of 1 (saturating at +-448, like
+         * ComfyUI's fp8_e4m3fn_fast), times the e4m3 weight with its per-tensor scale; the
+         * hook still sees the unquantised x */
+        if (!(view = wan22_view(m, m->st.xq, 0, ghc_tensor_ndim(x), ghc_tensor_shape(x))))
+            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        g.scale_a = 1.0f;
+        g.scale_b = wscale;
+        if ((rc = ghc_op_cast(view, x, 1.0f, NULL, stream)) == 0)
+            rc = ghc_op_gemm(y, view, w, &g, stream);
+    } else {
+        const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
+        if (!wd)
+            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        rc = ghc_op_gemm(y, x, wd, &g, stream);
+    }
     ghc_tensor_free(view);
     if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward) {
         ghc_error_clear(m->core);

@@ -34,6 +34,8 @@ static const struct ghc_cfg_key wan22_keys[] = {
     { "heads", GHC_CFG_INT },             /* custom head count (default dim / 128) */
     { "boundary", GHC_CFG_FLOAT },        /* high-noise expert iff t >= boundary * 1000 */
     { "dtype", GHC_CFG_STRING },          /* "bf16", "f32" or "fp8" (e4m3 block linears) */
+    { "fp8_gemm", GHC_CFG_BOOL },         /* dtype "fp8": forward block linears as fp8 x fp8
+                                           * GEMMs (inputs cast to e4m3, scale 1, saturating) */
     { "device", GHC_CFG_INT },            /* -1 = CPU, 0.. = CUDA */
     { "checkpointing", GHC_CFG_STRING },  /* "off" or "block" */
     { "checkpoint_every", GHC_CFG_INT },  /* k (default 1), with "block": block i is recomputed in
@@ -145,12 +147,18 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_int(cfg, "heads", 0, 0, 4096, &heads)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "checkpoint", NULL, &path)) < 0 ||
         (rc = ghc_cfg_list_len(cfg, "checkpoints", &nlist)) < 0 ||
-        (rc = ghc_cfg_get_group(cfg, "random", wan22_random_keys, &rnd)) < 0)
+        (rc = ghc_cfg_get_group(cfg, "random", wan22_random_keys, &rnd)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "fp8_gemm", false, &m->fp8_gemm)) < 0)
         goto fail;
     m->base = dt == 1 ? GHC_DTYPE_F32 : GHC_DTYPE_BF16;
     m->fp8 = dt == 2;
     m->ckpt = ck == 1;
     m->ckpt_every = (int)every;
+    if (m->fp8_gemm && !m->fp8) {
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'fp8_gemm' needs dtype = \"fp8\" (e4m3 block linears), "
+                           "got dtype = \"%s\"", ghc_cfg_where(cfg, "fp8_gemm"), dtypes[dt]);
+        goto fail;
+    }
     if (!m->ckpt && every != 1) {
         rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'checkpoint_every' needs checkpointing = \"block\"",
                            ghc_cfg_where(cfg, "checkpoint_every"));
@@ -214,7 +222,8 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     ghc_log(core, GHC_LOG_INFO, "wan22: %d expert%s%s, %s weights, %s, checkpointing %s (every %d), %d targets",
             (int)m->n_experts, m->n_experts > 1 ? "s" : "", m->n_experts > 1 ? " (0 high noise, 1 low noise)" : "",
-            m->fp8 ? "F8_E4M3 (scaled) block" : ghc_dtype_name(m->base),
+            m->fp8 ? (m->fp8_gemm ? "F8_E4M3 (scaled) block, fp8 GEMM" : "F8_E4M3 (scaled) block")
+                   : ghc_dtype_name(m->base),
             m->device == GHC_DEVICE_CPU ? "cpu" : "cuda", ckpts[ck], m->ckpt_every, (int)m->n_targets);
     *self = m;
     return 0;

@@ -166,6 +166,8 @@ struct wan22_state {
     int               n_acts;
     ghc_tensor_t     *hshift, *hscale;    /* head modulation [B, D] f32 */
     ghc_tensor_t     *hst, *hn, *ho;      /* head LN stats, modulated LN f32, output [B, L, 4 C_out] */
+    ghc_tensor_t     *xq;                 /* fp8_gemm: e4m3 scratch for a block linear's input,
+                                           * the largest of [B, L, F], [B, L, D], [B, 512, D] */
     struct wan22_grad grad;
     bool              grad_ready;
 };
@@ -178,6 +180,8 @@ struct wan22 {
     enum wan22_variant      variant;
     enum ghc_dtype          base;         /* GEMM operand dtype of block and text linears */
     bool                    fp8;          /* block linears stored e4m3, dequantised per GEMM */
+    bool                    fp8_gemm;     /* fp8: forward block linears as e4m3 x e4m3 GEMMs, the
+                                           * input cast with scale 1 (saturating) into st.xq */
     ghc_tensor_t           *wbuf;         /* fp8: one block linear dequantised, bf16 */
     int                     device;       /* GHC_DEVICE_CPU or a CUDA ordinal */
     bool                    ckpt;         /* gradient checkpointing per block */
