@@ -545,6 +545,85 @@ int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, in
     return DISPATCH(&c, ghc_cpu_rope(y, x, f, h, w, inverse), ghc_k_rope(y, x, f, h, w, inverse, stream));
 }
 
+/* ---- patches ------------------------------------------------------------------------------ */
+
+/* lat [B, C, F, H, W] with H, W even (dim 1 not checked: C is free); rows [B, F (H/2) (W/2), 4 row_ch]
+ * (row_ch < 0: any multiple of 4 columns). */
+static int check_patch(const struct op_ctx *c, const char *lname, const ghc_tensor_t *lat, const char *rname,
+                       const ghc_tensor_t *rows, int64_t row_ch)
+{
+    if (ghc_tensor_ndim(lat) != 5 || ghc_tensor_dim(lat, 3) % 2 || ghc_tensor_dim(lat, 4) % 2)
+        return bad(c, lname, lat, "5 dimensions [B, C, F, H, W] with H and W even (2x2 patches)");
+    int64_t B = ghc_tensor_dim(lat, 0), L = ghc_tensor_dim(lat, 2) * (ghc_tensor_dim(lat, 3) / 2) *
+                                             (ghc_tensor_dim(lat, 4) / 2);
+    if (row_ch >= 0) {
+        SHAPE(c, rname, rows, B, L, 4 * row_ch);
+    } else if (ghc_tensor_ndim(rows) != 3 || ghc_tensor_dim(rows, 0) != B || ghc_tensor_dim(rows, 1) != L ||
+               ghc_tensor_dim(rows, 2) % 4) {
+        return bad(c, rname, rows, "shape [%lld, %lld, 4 C]", (long long)B, (long long)L);
+    }
+    return 0;
+}
+
+int ghc_op_patchify(ghc_tensor_t *rows, const ghc_tensor_t *lat, const ghc_tensor_t *cond, void *stream)
+{
+    struct op_ctx c = OP_CTX("patchify", rows, lat, cond);
+    NEED(&c, "rows", rows, DT_F32_BF16);
+    NEED(&c, "lat", lat, DT_FLOAT);
+    MAYBE(&c, "cond", cond, DT_FLOAT);
+    int64_t Cc = 0;
+    CHECK(check_patch(&c, "lat", lat, "rows", rows, -1));
+    if (cond) {
+        if (ghc_tensor_ndim(cond) != 5 || ghc_tensor_dim(cond, 0) != ghc_tensor_dim(lat, 0) ||
+            ghc_tensor_dim(cond, 2) != ghc_tensor_dim(lat, 2) || ghc_tensor_dim(cond, 3) != ghc_tensor_dim(lat, 3) ||
+            ghc_tensor_dim(cond, 4) != ghc_tensor_dim(lat, 4))
+            return bad(&c, "cond", cond, "[B, Cc, F, H, W] like 'lat' but for the channels");
+        Cc = ghc_tensor_dim(cond, 1);
+    }
+    CHECK(check_patch(&c, "lat", lat, "rows", rows, ghc_tensor_dim(lat, 1) + Cc));
+    if (ghc_tensor_numel(rows) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_patchify(rows, lat, cond), ghc_k_patchify(rows, lat, cond, stream));
+}
+
+int ghc_op_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows, void *stream)
+{
+    struct op_ctx c = OP_CTX("patchify_bwd", dlat, drows);
+    NEED(&c, "dlat", dlat, DT_F32_BF16);
+    NEED(&c, "drows", drows, DT_FLOAT);
+    CHECK(check_patch(&c, "dlat", dlat, "drows", drows, -1));
+    if (ghc_tensor_dim(drows, 2) / 4 < ghc_tensor_dim(dlat, 1))
+        return bad(&c, "drows", drows, "at least 4 x %lld columns (the channels of 'dlat')",
+                   (long long)ghc_tensor_dim(dlat, 1));
+    if (ghc_tensor_numel(dlat) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_patchify_bwd(dlat, drows), ghc_k_patchify_bwd(dlat, drows, stream));
+}
+
+int ghc_op_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows, void *stream)
+{
+    struct op_ctx c = OP_CTX("unpatchify", out, rows);
+    NEED(&c, "out", out, DT_F32_BF16);
+    NEED(&c, "rows", rows, DT_FLOAT);
+    CHECK(check_patch(&c, "out", out, "rows", rows, -1));
+    CHECK(check_patch(&c, "out", out, "rows", rows, ghc_tensor_dim(out, 1)));
+    if (ghc_tensor_numel(out) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_unpatchify(out, rows), ghc_k_unpatchify(out, rows, stream));
+}
+
+int ghc_op_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout, void *stream)
+{
+    struct op_ctx c = OP_CTX("unpatchify_bwd", drows, dout);
+    NEED(&c, "drows", drows, DT_F32_BF16);
+    NEED(&c, "dout", dout, DT_FLOAT);
+    CHECK(check_patch(&c, "dout", dout, "drows", drows, -1));
+    CHECK(check_patch(&c, "dout", dout, "drows", drows, ghc_tensor_dim(dout, 1)));
+    if (ghc_tensor_numel(dout) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_unpatchify_bwd(drows, dout), ghc_k_unpatchify_bwd(drows, dout, stream));
+}
+
 /* ---- activations -------------------------------------------------------------------------- */
 
 /* y like x; both f32 or bf16. */

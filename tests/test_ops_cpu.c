@@ -880,6 +880,78 @@ START_TEST(rope_inverse)
 }
 END_TEST
 
+/* ---- patches ------------------------------------------------------------------------------ */
+
+/* Row b * L + tok, column col of a [B, L, 4 C] patch matrix: the latent element it holds,
+ * written from the rows' side (spec §5.2 / §5.8): tok = (fi, hi, wi) row-major, k = kh 2 + kw,
+ * column c 4 + k (c_major, the Conv3d weight) or k C + c (the head). */
+static void patch_src(int64_t tok, int64_t col, int64_t C, int64_t h, int64_t w, bool c_major, int64_t *c,
+                      int64_t *fi, int64_t *y, int64_t *x)
+{
+    int64_t k = c_major ? col % 4 : col / C;
+    *c = c_major ? col / 4 : col % C;
+    *fi = tok / (h * w);
+    *y = 2 * ((tok / w) % h) + k / 2;
+    *x = 2 * (tok % w) + k % 2;
+}
+
+static void patch_case(enum ghc_dtype ldt, enum ghc_dtype rdt, int64_t B, int64_t Cl, int64_t Cc, int64_t F,
+                       int64_t H, int64_t W)
+{
+    const int64_t h = H / 2, w = W / 2, L = F * h * w, C = Cl + Cc;
+    ghc_tensor_t *lat = rnd(T(ldt, B, Cl, F, H, W), -2, 2), *cond = Cc ? rnd(T(ldt, B, Cc, F, H, W), -2, 2) : NULL;
+    ghc_tensor_t *rows = T(rdt, B, L, 4 * C), *hrows = rnd(T(ldt, B, L, 4 * Cl), -2, 2);
+    ghc_tensor_t *out = T(rdt, B, Cl, F, H, W), *dlat = T(rdt, B, Cl, F, H, W), *drows = T(rdt, B, L, 4 * Cl);
+    fillv(rows, NAN);
+    OK(ghc_op_patchify(rows, lat, cond, NULL));
+    OK(ghc_op_patchify_bwd(dlat, rows, NULL));         /* the lat channels of rows, back */
+    OK(ghc_op_unpatchify(out, hrows, NULL));
+    OK(ghc_op_unpatchify_bwd(drows, out, NULL));      /* back to hrows (rounded to rdt) */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t tok = 0; tok < L; tok++) {
+            for (int64_t col = 0; col < 4 * C; col++) {
+                int64_t c, fi, y, x;
+                patch_src(tok, col, C, h, w, true, &c, &fi, &y, &x);
+                double want = c < Cl ? get(lat, (((b * Cl + c) * F + fi) * H + y) * W + x)
+                                     : get(cond, (((b * Cc + c - Cl) * F + fi) * H + y) * W + x);
+                int64_t ri = (b * L + tok) * 4 * C + col;
+                ck_assert_msg(get(rows, ri) == rt(rdt, (float)want), "patchify [%lld, %lld, %lld]: %g vs %g",
+                              (long long)b, (long long)tok, (long long)col, get(rows, ri), want);
+                if (c < Cl)
+                    ck_assert(get(dlat, (((b * Cl + c) * F + fi) * H + y) * W + x) == get(rows, ri));
+            }
+            for (int64_t col = 0; col < 4 * Cl; col++) {
+                int64_t c, fi, y, x, ri = (b * L + tok) * 4 * Cl + col;
+                patch_src(tok, col, Cl, h, w, false, &c, &fi, &y, &x);
+                double got = get(out, (((b * Cl + c) * F + fi) * H + y) * W + x);
+                ck_assert_msg(got == rt(rdt, (float)get(hrows, ri)), "unpatchify [%lld, %lld, %lld]: %g vs %g",
+                              (long long)b, (long long)tok, (long long)col, got, get(hrows, ri));
+                ck_assert(get(drows, ri) == got);
+            }
+        }
+}
+
+START_TEST(patches)
+{
+    seed(11);
+    patch_case(F32, F32, 2, 3, 0, 3, 6, 10);      /* odd F, H/2, W/2 and C */
+    patch_case(F32, F32, 1, 3, 5, 1, 2, 2);       /* I2V-like concatenation, one token */
+    patch_case(BF16, F32, 2, 1, 2, 2, 4, 6);
+    patch_case(F32, BF16, 1, 5, 3, 3, 2, 6);      /* rounded once into bf16 */
+    patch_case(F32, F32, 1, 16, 20, 1, 4, 6);     /* Wan2.2 I2V channels */
+    /* a hand-checked element: lat [1, 2, 1, 2, 4] (two tokens) into [1, 2, 8] */
+    ghc_tensor_t *lat = T(F32, 1, 2, 1, 2, 4), *rows = T(F32, 1, 2, 8), *back = T(F32, 1, 2, 1, 2, 4);
+    for (int64_t i = 0; i < N(lat); i++)
+        set(lat, i, (double)i);
+    OK(ghc_op_patchify(rows, lat, NULL, NULL));
+    /* token 1 (wi 1): channel 1 at (y 1, x 2) = lat 8 + 4 + 2 = 14 is column 1 * 4 + 2 */
+    ck_assert(get(rows, 8 + 6) == 14.0);
+    OK(ghc_op_unpatchify(back, rows, NULL));
+    /* head layout: token 1 column k C + c = 6 is k 3, c 0: (y 1, x 3) of channel 0 = 7 */
+    ck_assert(get(back, 7) == get(rows, 8 + 6));
+}
+END_TEST
+
 /* ---- activations -------------------------------------------------------------------------- */
 
 static double silu_d(double z) { return z / (1.0 + exp(-z)); }
@@ -1126,6 +1198,16 @@ START_TEST(validation)
                   "'lse'");
     expect_einval(ghc_op_attention_fwd(like(q4, BF16), T(F32, 1, 1, 2), q4, k4, k4, 1, NULL), "attention_fwd", "'o'");
     expect_einval(ghc_op_rope(T(F32, 1, 6, 1, 4), T(F32, 1, 6, 1, 4), 2, 2, 2, false, NULL), "rope", "f h w");
+    expect_einval(ghc_op_patchify(T(F32, 1, 2, 8), T(F32, 1, 2, 1, 3, 4), NULL, NULL), "patchify", "even");
+    expect_einval(ghc_op_patchify(T(F32, 1, 2, 8), T(F32, 1, 2, 1, 2, 4), T(F32, 1, 1, 1, 2, 4), NULL), "patchify",
+                  "'rows'");
+    expect_einval(ghc_op_patchify(T(F32, 1, 2, 12), T(F32, 1, 2, 1, 2, 4), T(F32, 1, 1, 1, 2, 2), NULL), "patchify",
+                  "'cond'");
+    expect_einval(ghc_op_patchify(T(GHC_DTYPE_F16, 1, 2, 8), T(F32, 1, 2, 1, 2, 4), NULL, NULL), "patchify",
+                  "'rows'");
+    expect_einval(ghc_op_patchify_bwd(T(F32, 1, 3, 1, 2, 4), T(F32, 1, 2, 8), NULL), "patchify_bwd", "'drows'");
+    expect_einval(ghc_op_unpatchify(T(F32, 1, 2, 1, 2, 4), T(F32, 1, 2, 12), NULL), "unpatchify", "'rows'");
+    expect_einval(ghc_op_unpatchify_bwd(T(F32, 1, 3, 8), T(F32, 1, 2, 1, 2, 4), NULL), "unpatchify_bwd", "'drows'");
     expect_einval(ghc_op_cast(T(GHC_DTYPE_F16, 3), T(F32, 3), 1, &(struct ghc_rng){ 0 }, NULL), "cast", "BF16");
     expect_einval(ghc_op_cast(T(F32, 3), i32, 1, NULL, NULL), "cast", "'src'");
     expect_einval(ghc_op_mse_loss(T(F32, 2), NULL, a, y, NULL), "mse_loss", "one element");
@@ -1160,6 +1242,7 @@ int main(void)
     tcase_add_test(tc, layernorm_forward);
     tcase_add_test(tc, rmsnorm_forward);
     tcase_add_test(tc, rope_forward);
+    tcase_add_test(tc, patches);
     tcase_add_test(tc, activations_forward);
     tcase_add_test(tc, elementwise_broadcast);
     tcase_add_test(tc, reductions);

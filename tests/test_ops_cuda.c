@@ -1,13 +1,14 @@
 /* test_ops_cuda.c: the CUDA kernels of kernels/cuda/ other than GEMM and attention (casts and
- * random numbers, fills, copies, LayerNorm, RMSNorm, RoPE, activations, elementwise ops,
- * reductions and the MSE loss) against the CPU reference ops, through the public ops of
- * ops.h, on the same fresh random inputs.
+ * random numbers, fills, copies, LayerNorm, RMSNorm, RoPE, patchify/unpatchify, activations,
+ * elementwise ops, reductions and the MSE loss) against the CPU reference ops, through the
+ * public ops of ops.h, on the same fresh random inputs.
  *
  * Every GPU output is poisoned with NaN first, so an element left unwritten fails. Float ops
  * are judged by the relative error norm ||gpu - cpu|| / ||cpu|| against per-op tolerances
  * (f32 outputs 1e-6 .. 1e-5; bf16 outputs 1e-2, a few bf16 roundings); the generator, fills,
- * copies and casts (stochastic rounding included) must match bit for bit, normals within one
- * ulp (the device's f64 log/sin/cos may differ from libm in the last f64 bit). Shapes include
+ * copies, casts (stochastic rounding included) and the patch permutations must match bit for
+ * bit, normals within one ulp (the device's f64 log/sin/cos may differ from libm in the last
+ * f64 bit). Shapes include
  * odd sizes (scalar tails), misaligned views (the non-vector paths) and Wan2.2 A14B shapes:
  * 4096 tokens x dim 5120 for norms and elementwise ops with [1, 5120] modulation, RoPE on
  * [1, 4096, 40, 128] with f, h, w = 16, 16, 16, and the loss on [16, 21, 60, 104] latents.
@@ -988,6 +989,66 @@ START_TEST(mse_loss)
 }
 END_TEST
 
+/* ---- patches ------------------------------------------------------------------------------ */
+
+/* Patchify (lat + cond), its backward, unpatchify and its backward: permutations, so the GPU
+ * must match the CPU bit for bit. ldt: the sources' dtype, rdt: the destinations'. */
+static void patch_case(enum ghc_dtype ldt, enum ghc_dtype rdt, int64_t B, int64_t Cl, int64_t Cc, int64_t Co, int64_t F,
+                       int64_t H, int64_t W, bool misaligned)
+{
+    int mark = npool;
+    const int64_t L = F * (H / 2) * (W / 2), C = Cl + Cc;
+    ghc_tensor_t *lat = randn(ldt, 1, 0, SHP(B, Cl, F, H, W)), *cond = Cc ? randn(ldt, 1, 0, SHP(B, Cc, F, H, W)) : NULL;
+    ghc_tensor_t *head = randn(ldt, 1, 0, SHP(B, L, 4 * Co)), *dout = randn(ldt, 1, 0, SHP(B, Co, F, H, W));
+    ghc_tensor_t *glat = up_(lat, misaligned), *gcond = cond ? up(cond) : NULL, *ghead = up_(head, misaligned);
+    ghc_tensor_t *gdout = up(dout);
+    ghc_tensor_t *rows = mk(rdt, CPUD, SHP(B, L, 4 * C)), *grows = gout(rows, rdt, misaligned);
+    ghc_tensor_t *dlat = like(lat, rdt, CPUD), *gdlat = gout(dlat, rdt, misaligned);
+    ghc_tensor_t *out = like(dout, rdt, CPUD), *gout_ = gout(out, rdt, misaligned);
+    ghc_tensor_t *drows = like(head, rdt, CPUD), *gdrows = gout(drows, rdt, false);
+    ghc_tensor_t *grows_src = gpu_like(rows, rdt, false);   /* patchify_bwd reads the CPU's rows on both sides */
+    OK(ghc_op_patchify(rows, lat, cond, NULL));
+    OK(ghc_op_patchify(grows, glat, gcond, NULL));
+    OK(ghc_op_copy(grows_src, rows, NULL));
+    sync0();
+    OK(ghc_op_patchify_bwd(dlat, rows, NULL));
+    OK(ghc_op_patchify_bwd(gdlat, grows_src, NULL));
+    OK(ghc_op_unpatchify(out, head, NULL));
+    OK(ghc_op_unpatchify(gout_, ghead, NULL));
+    OK(ghc_op_unpatchify_bwd(drows, dout, NULL));
+    OK(ghc_op_unpatchify_bwd(gdrows, gdout, NULL));
+    char what[192];
+    snprintf(what, sizeof(what), "patchify %s + %" PRId64 " cond -> %s%s", dn(ldt), Cc, dn(rdt),
+             misaligned ? " misaligned" : "");
+    expect_bits(what, grows, rows);
+    snprintf(what, sizeof(what), "patchify_bwd %s -> %s%s", dn(rdt), dn(rdt), misaligned ? " misaligned" : "");
+    expect_bits(what, gdlat, dlat);
+    snprintf(what, sizeof(what), "unpatchify %s -> %s%s", dn(ldt), dn(rdt), misaligned ? " misaligned" : "");
+    expect_bits(what, gout_, out);
+    snprintf(what, sizeof(what), "unpatchify_bwd %s -> %s", dn(ldt), dn(rdt));
+    expect_bits(what, gdrows, drows);
+    pool_release(mark);
+}
+
+START_TEST(patches_small)
+{
+    static const enum ghc_dtype dts[] = { F32, BF16 };
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            patch_case(dts[a], dts[b], 2, 3, 0, 3, 3, 6, 10, false);    /* odd F, H/2, W/2, C */
+            patch_case(dts[a], dts[b], 1, 3, 5, 7, 1, 2, 2, true);      /* one token, concatenation */
+            patch_case(dts[a], dts[b], 2, 16, 20, 16, 3, 6, 4, false);  /* I2V channels */
+        }
+}
+END_TEST
+
+START_TEST(patches_wan)
+{
+    patch_case(F32, F32, 1, 16, 20, 16, 21, 60, 104, false);   /* A14B I2V: 32760 tokens x 144 */
+    patch_case(BF16, F32, 1, 48, 0, 48, 21, 44, 80, false);    /* 5B TI2V channels */
+}
+END_TEST
+
 /* ---- main --------------------------------------------------------------------------------- */
 
 int main(void)
@@ -1017,6 +1078,7 @@ int main(void)
         { "layernorm", { layernorm_small, layernorm_long_rows, layernorm_wan } },
         { "rmsnorm", { rmsnorm_small, rmsnorm_wan } },
         { "rope", { rope_small, rope_in_place, rope_wan } },
+        { "patches", { patches_small, patches_wan } },
         { "elementwise", { activations_small, activations_wan, binary_small, gated_residual_small, elementwise_wan } },
         { "reduce", { sum_mean, sum_rows, mse_loss } },
     };

@@ -139,6 +139,30 @@ GHC_API int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const g
 GHC_API int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w,
                         bool inverse, void *stream);
 
+/* ---- patches (spec/wan22.md §5.2, §5.8) ------------------------------------------------------ */
+
+/* Wan's 2x2 spatial patches. A latent is [B, C, F, H, W] with H and W even; its rows are
+ * [B, L, 4 C'] with L = F (H/2) (W/2) tokens (fi, hi, wi) row-major, and k = kh * 2 + kw the
+ * position in the patch: latent element (b, c, fi, 2 hi + kh, 2 wi + kw) is row b * L +
+ * (fi (H/2) + hi) (W/2) + wi. Pure permutations: each element is read as f32 and written once
+ * in the destination's dtype (f32 or bf16; sources any float dtype), so CPU and GPU agree
+ * bit for bit. No operand may alias another. */
+
+/* Patchify for the patch embedding (the Conv3d weight [D, C, 1, 2, 2] flattened to [D, 4 C]):
+ * the channels of lat [B, Cl, F, H, W] then those of cond [B, Cc, F, H, W] (NULL: Cc = 0;
+ * the I2V concatenation noisy 16 + mask/image 20) form C = Cl + Cc, and channel c at k goes to
+ * column c * 4 + k of rows [B, L, 4 C]. */
+GHC_API int ghc_op_patchify(ghc_tensor_t *rows, const ghc_tensor_t *lat, const ghc_tensor_t *cond,
+                            void *stream);
+/* Its backward for the first Cl channels: dlat [B, Cl, F, H, W] element (c, k) = drows
+ * [B, L, 4 C] column c * 4 + k, C >= Cl (the columns of channels >= Cl, cond's, are not read). */
+GHC_API int ghc_op_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows, void *stream);
+/* Unpatchify of the head's output: out [B, C, F, H, W] element (c, k) = rows [B, L, 4 C]
+ * column k * C + c (channel fastest). */
+GHC_API int ghc_op_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows, void *stream);
+/* Its backward: drows [B, L, 4 C] column k * C + c = dout [B, C, F, H, W] element (c, k). */
+GHC_API int ghc_op_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout, void *stream);
+
 /* ---- activations -------------------------------------------------------------------------- */
 
 /* gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))); y may be x. */

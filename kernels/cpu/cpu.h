@@ -38,6 +38,10 @@ int ghc_cpu_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_ten
 int ghc_cpu_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha);
 int ghc_cpu_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean);
 int ghc_cpu_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x);
+int ghc_cpu_patchify(ghc_tensor_t *rows, const ghc_tensor_t *lat, const ghc_tensor_t *cond);
+int ghc_cpu_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows);
+int ghc_cpu_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows);
+int ghc_cpu_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout);
 int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target);
 
 /* ---- internal helpers (kernels/cpu/) ------------------------------------------------------ */

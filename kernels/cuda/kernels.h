@@ -33,6 +33,10 @@ int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x
 int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
                         const ghc_tensor_t *weight, void *stream);
 int ghc_k_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse, void *stream);
+int ghc_k_patchify(ghc_tensor_t *rows, const ghc_tensor_t *lat, const ghc_tensor_t *cond, void *stream);
+int ghc_k_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows, void *stream);
+int ghc_k_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows, void *stream);
+int ghc_k_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout, void *stream);
 int ghc_k_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
 int ghc_k_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, void *stream);
 int ghc_k_silu(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);

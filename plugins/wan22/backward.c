@@ -184,8 +184,7 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
     struct wan22_state *s = &m->st;
     const struct wan22_weights *w = &m->experts[expert];
     const int64_t N = m->d.layers, D = m->d.dim, P = WAN22_PATCH;
-    float *rows = NULL, *lat = NULL;
-    ghc_tensor_t *pe = NULL;
+    ghc_tensor_t *pe = NULL, *tmp = NULL;
     ghc_mempolicy_t *mp = ghc_mempolicy_get(m->core);
 
     if (!s->valid)
@@ -212,16 +211,9 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
     struct wan22_grad *g = &s->grad;
 
     /* unpatchify^-1 and the head: out = (LN(x) (1 + scale) + shift) Wh^T + bh */
-    if (!(lat = wan22_host_f32(m, dout, stream)) ||
-        !(rows = malloc((size_t)ghc_tensor_numel(g->dhead) * sizeof(float)))) {
-        rc = lat ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
-        goto out;
-    }
-    wan22_patch_permute(s, lat, m->d.out_ch, rows, m->d.out_ch, 0, true, true);
-    TRY(wan22_store_f32(m, g->dhead, rows, stream));
-    free(rows);
-    free(lat);
-    rows = lat = NULL;
+    TRY(wan22_dev_begin(m, dout, &tmp, true, stream));
+    TRY(ghc_op_unpatchify_bwd(g->dhead, tmp ? tmp : dout, stream));
+    TRY(wan22_dev_done(m, NULL, &tmp, false, stream));
     struct ghc_gemm plain = { 0 };
     TRY(ghc_op_gemm(g->du, g->dhead, w->head_w, &plain, stream));
     TRY(ghc_op_layernorm_bwd(g->G, g->du, s->xs[N], s->hst, NULL, s->hscale, false, stream));
@@ -245,17 +237,12 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
             goto out;
         }
         TRY(ghc_op_gemm(g->dpatch, g->G, pe, &plain, stream));
-        if (!(rows = wan22_host_f32(m, g->dpatch, stream)) ||
-            !(lat = malloc((size_t)ghc_tensor_numel(dnoisy) * sizeof(float)))) {
-            rc = rows ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
-            goto out;
-        }
-        wan22_patch_permute(s, lat, s->c_noisy, rows, m->d.in_ch, 0, false, false);
-        TRY(wan22_store_f32(m, dnoisy, lat, stream));
+        TRY(wan22_dev_begin(m, dnoisy, &tmp, false, stream));
+        TRY(ghc_op_patchify_bwd(tmp ? tmp : dnoisy, g->dpatch, stream));
+        TRY(wan22_dev_done(m, dnoisy, &tmp, true, stream));
     }
 out:
     ghc_tensor_free(pe);
-    free(rows);
-    free(lat);
+    wan22_dev_done(m, NULL, &tmp, false, stream);   /* after a failure: only waits and frees */
     return rc;
 }

@@ -7,9 +7,11 @@
  * stream, norms, modulation, gates, time path and head are f32; block and text linears take
  * base-dtype operands (bf16 or f32) with f32 accumulation and write f32 outputs, which the
  * adapter hook sees and adds to; attention runs in the base dtype with f32 statistics.
- * Patchify, unpatchify and the sinusoid are small host helpers (f64 sinusoid); on a GPU their
- * tensors go through the host for now (correctness first; a device permutation kernel is
- * left for later). */
+ * Patchify (with the I2V channel concatenation) and unpatchify are the device ops
+ * ghc_op_patchify / ghc_op_unpatchify (backward.c uses their _bwd ops), so they run where the
+ * model runs without a host synchronisation. The f64 sinusoid and the text-mask scan are still
+ * small host helpers: on a GPU the timesteps and the mask come to the host and the sinusoid
+ * goes back (a synchronisation each; doc/wan22.md, "Left for later"). */
 #include <config.h>
 
 #include <math.h>
@@ -242,24 +244,27 @@ out:
     return rc;
 }
 
-void wan22_patch_permute(const struct wan22_state *s, float *lat, int64_t lat_ch, float *rows, int64_t row_ch,
-                         int64_t c0, bool c_fastest, bool to_rows)
+int wan22_dev_begin(struct wan22 *m, const ghc_tensor_t *t, ghc_tensor_t **tmp, bool copy_in, void *stream)
 {
-    const int64_t T = s->T, Hl = s->Hl, Wl = s->Wl, h = s->h, w = s->w, L = s->L, P = WAN22_PATCH;
-    for (int64_t b = 0; b < s->B; b++)
-        for (int64_t c = 0; c < lat_ch; c++)
-            for (int64_t t = 0; t < T; t++)
-                for (int64_t y = 0; y < Hl; y++)
-                    for (int64_t x = 0; x < Wl; x++) {
-                        int64_t li = (((b * lat_ch + c) * T + t) * Hl + y) * Wl + x;
-                        int64_t tok = (t * h + y / 2) * w + x / 2, k = (y % 2) * 2 + x % 2;
-                        int64_t col = c_fastest ? k * row_ch + c0 + c : (c0 + c) * P + k;
-                        int64_t ri = (b * L + tok) * P * row_ch + col;
-                        if (to_rows)
-                            rows[ri] = lat[li];
-                        else
-                            lat[li] = rows[ri];
-                    }
+    *tmp = NULL;
+    if (!t || ghc_tensor_device(t) == m->device)
+        return 0;
+    if (!(*tmp = wan22_tensor(m, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_ROLE_WORKSPACE)))
+        return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+    return copy_in ? ghc_op_copy(*tmp, t, stream) : 0;
+}
+
+int wan22_dev_done(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t **tmp, bool copy_out, void *stream)
+{
+    int rc = 0, rs;
+    if (!*tmp)
+        return 0;
+    if (copy_out)
+        rc = ghc_op_copy(t, *tmp, stream);
+    rs = ghc_op_sync(m->core, m->device, stream);   /* *tmp dies next */
+    ghc_tensor_free(*tmp);
+    *tmp = NULL;
+    return rc < 0 ? rc : rs;
 }
 
 /* ---- linears and the hook --------------------------------------------------------------------- */
@@ -532,8 +537,7 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
 {
     int rc = 0;
     int64_t B = 0, L = 0, geo[4] = { 0 };
-    float *lat = NULL, *rows = NULL;
-    ghc_tensor_t *pe = NULL, *hrow[2] = { 0 }, *tpw[6] = { 0 }, *tpb[6] = { 0 };
+    ghc_tensor_t *tmp[2] = { 0 }, *pe = NULL, *hrow[2] = { 0 }, *tpw[6] = { 0 }, *tpb[6] = { 0 };
     struct wan22_state *s = &m->st;
     const struct wan22_weights *w = &m->experts[expert];
     const int64_t D = m->d.dim, N = m->d.layers, P = WAN22_PATCH;
@@ -546,30 +550,15 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
     s->T = geo[0], s->Hl = geo[1], s->Wl = geo[2], s->c_noisy = geo[3];
     s->f = s->T, s->h = s->Hl / 2, s->w = s->Wl / 2;
 
-    /* patch embedding: rows on the host, then one GEMM (f32, as ComfyUI) */
-    if (!(rows = malloc((size_t)(B * L * P * m->d.in_ch) * sizeof(float)))) {
-        rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory for the patches");
-        goto out;
-    }
-    if (!(lat = wan22_host_f32(m, bt->noisy, stream))) {
-        rc = ghc_error_code(m->core);
-        goto out;
-    }
-    wan22_patch_permute(s, lat, s->c_noisy, rows, m->d.in_ch, 0, false, true);
-    free(lat);
-    lat = NULL;
-    if (s->c_noisy < m->d.in_ch) {   /* I2V: mask and image latent after the noisy channels */
-        if (!(lat = wan22_host_f32(m, bt->cond, stream))) {
-            rc = ghc_error_code(m->core);
-            goto out;
-        }
-        wan22_patch_permute(s, lat, m->d.in_ch - s->c_noisy, rows, m->d.in_ch, s->c_noisy, false, true);
-        free(lat);
-        lat = NULL;
-    }
-    TRY(wan22_store_f32(m, s->patches, rows, stream));
-    free(rows);
-    rows = NULL;
+    /* patch embedding: patchify (I2V: noisy, then cond's mask and image channels), then one
+     * GEMM (f32, as ComfyUI) */
+    TRY(wan22_dev_begin(m, bt->noisy, &tmp[0], true, stream));
+    if (s->c_noisy < m->d.in_ch)
+        TRY(wan22_dev_begin(m, bt->cond, &tmp[1], true, stream));
+    TRY(ghc_op_patchify(s->patches, tmp[0] ? tmp[0] : bt->noisy,
+                        s->c_noisy < m->d.in_ch ? (tmp[1] ? tmp[1] : bt->cond) : NULL, stream));
+    TRY(wan22_dev_done(m, NULL, &tmp[0], false, stream));
+    TRY(wan22_dev_done(m, NULL, &tmp[1], false, stream));
     if (!(pe = wan22_view(m, w->pe_w, 0, SH(D, P * m->d.in_ch)))) {
         rc = GHC_ENOMEM;
         goto out;
@@ -620,13 +609,9 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
     TRY(linear(m, -1, s->ho, s->hn, w->head_w, w->head_b, stream));
 
     /* unpatchify */
-    if (!(rows = wan22_host_f32(m, s->ho, stream)) ||
-        !(lat = malloc((size_t)ghc_tensor_numel(out) * sizeof(float)))) {
-        rc = rows ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
-        goto out;
-    }
-    wan22_patch_permute(s, lat, m->d.out_ch, rows, m->d.out_ch, 0, true, false);
-    TRY(wan22_store_f32(m, out, lat, stream));
+    TRY(wan22_dev_begin(m, out, &tmp[0], false, stream));
+    TRY(ghc_op_unpatchify(tmp[0] ? tmp[0] : out, s->ho, stream));
+    TRY(wan22_dev_done(m, out, &tmp[0], true, stream));
     s->valid = keep;
 out:
     for (int k = 0; k < 6; k++) {
@@ -636,7 +621,7 @@ out:
     ghc_tensor_free(hrow[0]);
     ghc_tensor_free(hrow[1]);
     ghc_tensor_free(pe);
-    free(rows);
-    free(lat);
+    wan22_dev_done(m, NULL, &tmp[0], false, stream);   /* after a failure: only waits and frees */
+    wan22_dev_done(m, NULL, &tmp[1], false, stream);
     return rc;
 }

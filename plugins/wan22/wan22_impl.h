@@ -277,12 +277,13 @@ void wan22_state_free(struct wan22 *m);
 /* A view of `t`'s memory with another shape (wrapped; same numel or less). */
 ghc_tensor_t *wan22_view(struct wan22 *m, ghc_tensor_t *t, int64_t offset_elems, int ndim,
                          const int64_t *shape);
-/* Host permutation between a latent [B, lat_ch, T, Hl, Wl] and patch rows [B, L, 4 row_ch]
- * (f32 host arrays), for channels [c0, c0 + lat_ch) of the rows. Row columns are c-major
- * (c 4 + kh 2 + kw: the patch embedding's flattened Conv3d weight, spec §5.2) or c-fastest
- * ((kh 2 + kw) C + c: the head's output, spec §5.8). to_rows: latent -> rows, else back. */
-void wan22_patch_permute(const struct wan22_state *s, float *lat, int64_t lat_ch, float *rows, int64_t row_ch,
-                         int64_t c0, bool c_fastest, bool to_rows);
+/* A tensor the caller gave (a batch latent, out, dout, dnoisy) on the model's device: *tmp stays
+ * NULL when t is there already, else gets a new tensor like t on the model's device, with t's
+ * values when copy_in. Returns 0 or GHC_E*. wan22_dev_done() ends it: copies *tmp back into t
+ * when copy_out, waits for the stream (the host side lives on) and frees *tmp; a no-op when
+ * *tmp is NULL. (Patchify and unpatchify are device ops, ghc_op_patchify & co.) */
+int wan22_dev_begin(struct wan22 *m, const ghc_tensor_t *t, ghc_tensor_t **tmp, bool copy_in, void *stream);
+int wan22_dev_done(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t **tmp, bool copy_out, void *stream);
 /* Copy any-device tensor `t` (float dtype) into a new host f32 array (caller frees). */
 float *wan22_host_f32(struct wan22 *m, const ghc_tensor_t *t, void *stream);
 /* Store host f32 values into tensor `t` (any device, f32 or bf16). Returns 0 or GHC_E*. */
