@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core_impl.h"
+#include "elem.h"   /* defines: ghc_cpu_load, ghc_cpu_store */
 
 #include <gh200core/tensor.h>
 
@@ -364,30 +365,6 @@ const char *ghc_tensor_describe(const ghc_tensor_t *t, char *buf, size_t len)
 
 /* ---- CPU conversion ------------------------------------------------------------------------- */
 
-static float load_float(const void *p, enum ghc_dtype dt, int64_t i)
-{
-    switch (dt) {
-    case GHC_DTYPE_F32:     return ((const float *)p)[i];
-    case GHC_DTYPE_BF16:    return ghc_bf16_to_f32(((const uint16_t *)p)[i]);
-    case GHC_DTYPE_F16:     return ghc_f16_to_f32(((const uint16_t *)p)[i]);
-    case GHC_DTYPE_F8_E4M3: return ghc_e4m3_to_f32(((const uint8_t *)p)[i]);
-    case GHC_DTYPE_F8_E5M2: return ghc_e5m2_to_f32(((const uint8_t *)p)[i]);
-    default:                return 0.0f;
-    }
-}
-
-static void store_float(void *p, enum ghc_dtype dt, int64_t i, float v)
-{
-    switch (dt) {
-    case GHC_DTYPE_F32:     ((float *)p)[i] = v; break;
-    case GHC_DTYPE_BF16:    ((uint16_t *)p)[i] = ghc_f32_to_bf16(v); break;
-    case GHC_DTYPE_F16:     ((uint16_t *)p)[i] = ghc_f32_to_f16(v); break;
-    case GHC_DTYPE_F8_E4M3: ((uint8_t *)p)[i] = ghc_f32_to_e4m3(v); break;
-    case GHC_DTYPE_F8_E5M2: ((uint8_t *)p)[i] = ghc_f32_to_e5m2(v); break;
-    default: break;
-    }
-}
-
 int ghc_tensor_convert_cpu(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale)
 {
     char a[96], b[96];
@@ -402,6 +379,6 @@ int ghc_tensor_convert_cpu(ghc_tensor_t *dst, const ghc_tensor_t *src, float sca
         return ghc_error_set(dst->core, GHC_EINVAL, "tensor convert: %s from %s: only float dtypes convert",
                              ghc_tensor_describe(dst, a, sizeof(a)), ghc_tensor_describe(src, b, sizeof(b)));
     for (int64_t i = 0; i < src->numel; i++)
-        store_float(dst->data, dst->dtype, i, load_float(src->data, src->dtype, i) * scale);
+        ghc_cpu_store(dst->data, dst->dtype, i, ghc_cpu_load(src->data, src->dtype, i) * scale);
     return 0;
 }

@@ -10,6 +10,8 @@
 
 #include <gh200core/ops.h>
 
+#include "../../core/elem.h"   /* defines: ghc_cpu_load, ghc_cpu_store */
+
 int ghc_cpu_fill(ghc_tensor_t *t, double value);
 int ghc_cpu_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng);
 int ghc_cpu_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng);
@@ -45,32 +47,6 @@ int ghc_cpu_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout);
 int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target);
 
 /* ---- internal helpers (kernels/cpu/) ------------------------------------------------------ */
-
-/* Element i of float data `p` of dtype `dt`, as f32. */
-static inline float ghc_cpu_load(const void *p, enum ghc_dtype dt, int64_t i)
-{
-    switch (dt) {
-    case GHC_DTYPE_F32:     return ((const float *)p)[i];
-    case GHC_DTYPE_BF16:    return ghc_bf16_to_f32(((const uint16_t *)p)[i]);
-    case GHC_DTYPE_F16:     return ghc_f16_to_f32(((const uint16_t *)p)[i]);
-    case GHC_DTYPE_F8_E4M3: return ghc_e4m3_to_f32(((const uint8_t *)p)[i]);
-    case GHC_DTYPE_F8_E5M2: return ghc_e5m2_to_f32(((const uint8_t *)p)[i]);
-    default:                return 0.0f;
-    }
-}
-
-/* Store v as element i of `p` of dtype `dt`, rounding to nearest even. */
-static inline void ghc_cpu_store(void *p, enum ghc_dtype dt, int64_t i, float v)
-{
-    switch (dt) {
-    case GHC_DTYPE_F32:     ((float *)p)[i] = v; break;
-    case GHC_DTYPE_BF16:    ((uint16_t *)p)[i] = ghc_f32_to_bf16(v); break;
-    case GHC_DTYPE_F16:     ((uint16_t *)p)[i] = ghc_f32_to_f16(v); break;
-    case GHC_DTYPE_F8_E4M3: ((uint8_t *)p)[i] = ghc_f32_to_e4m3(v); break;
-    case GHC_DTYPE_F8_E5M2: ((uint8_t *)p)[i] = ghc_f32_to_e5m2(v); break;
-    default:                break;
-    }
-}
 
 /* v rounded to dtype dt and back (what a store then a load gives). */
 static inline float ghc_cpu_round(enum ghc_dtype dt, float v)
