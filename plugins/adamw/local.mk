@@ -1,0 +1,1 @@
+# plugins/adamw: (to be written)

@@ -1,0 +1,1 @@
+# plugins/automagic: (to be written)

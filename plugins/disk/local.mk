@@ -1,0 +1,1 @@
+# plugins/disk: (to be written)

@@ -1,0 +1,1 @@
+# plugins/gh200_uvm: (to be written)

@@ -1,0 +1,1 @@
+# plugins/gradient_ramp: (to be written)

@@ -1,0 +1,1 @@
+# plugins/in_memory: (to be written)

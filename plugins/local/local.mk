@@ -1,0 +1,1 @@
+# plugins/local: (to be written)

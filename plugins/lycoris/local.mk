@@ -1,0 +1,1 @@
+# plugins/lycoris: (to be written)

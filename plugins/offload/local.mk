@@ -1,0 +1,1 @@
+# plugins/offload: (to be written)

@@ -1,0 +1,1 @@
+# plugins/unified_memory: (to be written)

@@ -1,0 +1,1 @@
+# tests/lycoris.mk: (to be written)

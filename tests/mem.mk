@@ -1,0 +1,1 @@
+# tests/mem.mk: (to be written)

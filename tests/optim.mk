@@ -1,0 +1,1 @@
+# tests/optim.mk: (to be written)

@@ -1,0 +1,1 @@
+# tests/train.mk: (to be written)
