@@ -596,6 +596,7 @@ static const struct ghc_cfg_key core_keys[] = {
     { "network",     GHC_CFG_GROUP },
     { "optimizer",   GHC_CFG_GROUP },
     { "scheduler",   GHC_CFG_GROUP },
+    { "data",        GHC_CFG_GROUP },   /* the dataset (core/dataset.c checks its keys) */
     { NULL, 0 }
 };
 

@@ -4,6 +4,8 @@
 lib_LTLIBRARIES += libgh200core.la
 libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
 	core/tensor.c core/safetensors.c core/elem.h core/model.c
+# data (issue 8): backend and cache wrappers, the `local` backend, the dataset
+libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c
 libgh200core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
 libgh200core_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_la_LIBADD = $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm
@@ -15,6 +17,7 @@ gh200coreinclude_HEADERS = \
 	include/gh200core/cache.h include/gh200core/model.h include/gh200core/network.h \
 	include/gh200core/optimizer.h include/gh200core/scheduler.h \
 	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h
+gh200coreinclude_HEADERS += include/gh200core/dataset.h
 nodist_gh200coreinclude_HEADERS = include/gh200core/version.h
 
 pkgconfigdir = $(libdir)/pkgconfig

@@ -48,7 +48,9 @@ struct st_entry {
 struct st_shard {                     /* one mapped .safetensors file */
     char             *path;
     const uint8_t    *map;
-    size_t            size;
+    size_t            size;           /* of the file */
+    size_t            avail;          /* bytes present at map (< size: a header-only prefix) */
+    bool              borrowed;       /* map is the caller's memory (ghc_st_open_memory) */
     const uint8_t    *data;           /* the data section */
     uint64_t          data_size;
     struct st_entry  *entries;        /* in name order */
@@ -122,7 +124,7 @@ static int fmt_err(ghc_core_t *core, const char *path, const char *name, const c
 
 static void shard_release(struct st_shard *sh)
 {
-    if (sh->map)
+    if (sh->map && !sh->borrowed)
         munmap((void *)sh->map, sh->size);
     for (int i = 0; i < sh->n; i++)
         free(sh->entries[i].name);
@@ -170,7 +172,7 @@ static int map_file(ghc_core_t *core, struct st_shard *sh)
         goto out_close;
     }
     sh->map = m;
-    sh->size = (size_t)stb.st_size;
+    sh->size = sh->avail = (size_t)stb.st_size;
 out_close:
     close(fd);
 out:
@@ -352,8 +354,13 @@ static int shard_open(ghc_core_t *core, struct st_shard *sh)
     int rc;
     json_t *root = NULL;
     const char *p = sh->path;
-    if ((rc = map_file(core, sh)) < 0)
+    if (!sh->borrowed && (rc = map_file(core, sh)) < 0)
         goto out;
+    if (sh->avail < 8) {
+        rc = fmt_err(core, p, NULL, "file is %zu bytes, shorter than the 8-byte header length",
+                     sh->avail);
+        goto out;
+    }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | sh->map[i];
@@ -370,6 +377,11 @@ static int shard_open(ghc_core_t *core, struct st_shard *sh)
     if (hlen > sh->size - 8) {
         rc = fmt_err(core, p, NULL, "header length %" PRIu64 " runs past the end of the file "
                      "(%zu bytes; truncated?)", hlen, sh->size);
+        goto out;
+    }
+    if (hlen > sh->avail - 8) {
+        rc = fmt_err(core, p, NULL, "header length %" PRIu64 " runs past the %zu bytes read",
+                     hlen, sh->avail);
         goto out;
     }
     sh->data = sh->map + 8 + hlen;
@@ -634,6 +646,53 @@ ghc_st_t *ghc_st_open(ghc_core_t *core, const char *path)
     return st;
 }
 
+ghc_st_t *ghc_st_open_memory(ghc_core_t *core, const char *name, const void *data, size_t len,
+                             uint64_t file_size)
+{
+    ghc_st_t *st = calloc(1, sizeof(*st));
+    if (!st || !(st->path = ghc_strdup(name))) {
+        free(st);
+        ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", name);
+        return NULL;
+    }
+    st->core = core;
+    int rc = 0;
+    if (len > file_size || file_size > SIZE_MAX) {
+        rc = ghc_error_set(core, GHC_EINVAL, "%s: %zu bytes given of a %" PRIu64 "-byte file",
+                           name, len, file_size);
+        goto out;
+    }
+    if (!(st->shards = calloc(1, sizeof(*st->shards))) ||
+        !(st->shards[0].path = ghc_strdup(name))) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", name);
+        goto out;
+    }
+    st->n_shards = 1;
+    struct st_shard *sh = &st->shards[0];
+    sh->map = data;
+    sh->size = (size_t)file_size;
+    sh->avail = len;
+    sh->borrowed = true;
+    if ((rc = shard_open(core, sh)) < 0)
+        goto out;
+    if (!(st->index = calloc(sh->n ? (size_t)sh->n : 1, sizeof(*st->index)))) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", name);
+        goto out;
+    }
+    for (int i = 0; i < sh->n; i++)
+        st->index[i] = &sh->entries[i];
+    st->n = sh->n;
+    st->meta_key = sh->meta_key;
+    st->meta_val = sh->meta_val;
+    st->n_meta = sh->n_meta;
+out:
+    if (rc < 0) {
+        ghc_st_free(st);
+        st = NULL;
+    }
+    return st;
+}
+
 void ghc_st_free(ghc_st_t *st)
 {
     if (!st)
@@ -693,10 +752,17 @@ bool ghc_st_find(const ghc_st_t *st, const char *name, struct ghc_st_info *out)
     return e != NULL;
 }
 
+/* True when the tensor's bytes are present (always, except in a header-only prefix). */
+static bool present(const struct st_entry *e)
+{
+    const struct st_shard *sh = e->shard;
+    return (uint64_t)(sh->data - sh->map) + e->end <= sh->avail;
+}
+
 const void *ghc_st_raw(const ghc_st_t *st, const char *name)
 {
     const struct st_entry *e = find(st, name);
-    return e ? e->shard->data + e->begin : NULL;
+    return e && present(e) ? e->shard->data + e->begin : NULL;
 }
 
 const char *ghc_st_metadata(const ghc_st_t *st, const char *key)
@@ -749,6 +815,12 @@ int ghc_st_load_into(ghc_st_t *st, const char *name, ghc_tensor_t *dst)
     enum ghc_dtype to = ghc_tensor_dtype(dst);
     if ((rc = check_convert(st, e, to)) < 0)
         goto out;
+    if (!present(e)) {
+        rc = ghc_error_set(st->core, GHC_EINVAL, "%s: tensor \"%s\" lies past the %zu bytes read "
+                           "(a header-only view)", st->path, esc(e->name, nbuf, sizeof(nbuf)),
+                           e->shard->avail);
+        goto out;
+    }
     int64_t numel;
     ghc_shape_numel(e->ndim, e->shape, &numel);
     if (ghc_tensor_device(dst) != GHC_DEVICE_CPU || ghc_tensor_numel(dst) != numel) {

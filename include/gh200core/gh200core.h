@@ -12,5 +12,6 @@
 #include <gh200core/network.h>
 #include <gh200core/optimizer.h>
 #include <gh200core/scheduler.h>
+#include <gh200core/dataset.h>
 
 #endif /* GHC_GH200CORE_H */

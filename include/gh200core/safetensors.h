@@ -42,6 +42,14 @@ struct ghc_st_info {
  * The file stays mapped until ghc_st_free(): truncating it meanwhile is undefined (SIGBUS).
  * Returns NULL on failure; free with ghc_st_free(). */
 GHC_API ghc_st_t *ghc_st_open(ghc_core_t *core, const char *path);
+/* The same validation over bytes in memory (a backend's entry; borrowed, must outlive the
+ * handle); `name` stands for the file in messages. `len` may be shorter than `file_size`, the
+ * whole entry's size: a prefix holding at least the 8-byte length and the header, enough to
+ * list tensors, shapes and metadata. The layout is checked against file_size; tensors whose
+ * bytes lie past `len` give NULL from ghc_st_raw and GHC_EINVAL from the loaders.
+ * Returns NULL on failure; free with ghc_st_free(). */
+GHC_API ghc_st_t *ghc_st_open_memory(ghc_core_t *core, const char *name, const void *data,
+                                     size_t len, uint64_t file_size);
 /* Release the mapping(s). NULL is a no-op. */
 GHC_API void ghc_st_free(ghc_st_t *st);
 
