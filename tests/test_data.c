@@ -14,6 +14,7 @@
 #include <gh200core/safetensors.h>
 
 #include "testutil.h"
+#include "../plugins/in_memory/codec.h"   /* defines: ghz_encode (to write .ghz files) */
 
 #define D 32   /* the fixtures' text width */
 
@@ -513,8 +514,8 @@ END_TEST
 
 /* A temp dataset with 3 good samples and one bad one made by `spoil`: the error names
  * `culprit` and says `what`; with skip_bad_samples exactly that sample is skipped. */
-static void bad_check(void (*spoil)(ghc_core_t *w, const char *dir), int code, const char *culprit,
-                      const char *what)
+static void bad_check_in(void (*spoil)(ghc_core_t *w, const char *dir), int code, const char *culprit,
+                         const char *what, const char *backend)
 {
     char *tmp = tu_tmpdir();
     ck_assert_int_eq(chmod(tmp, 0755), 0);
@@ -526,7 +527,10 @@ static void bad_check(void (*spoil)(ghc_core_t *w, const char *dir), int code, c
     char full[4300];
     snprintf(full, sizeof(full), "%s/%s", tmp, culprit);
     for (int skip = 0; skip < 2; skip++) {
-        char *cfg = cfg_for(skip ? "skip_bad_samples = true;" : "", "{ path = \".\"; }");
+        char *c0 = cfg_for(skip ? "skip_bad_samples = true;" : "", "{ path = \".\"; compression = \"lz4\"; }");
+        char *cfg = malloc(strlen(c0) + strlen(backend) + 2);
+        sprintf(cfg, "%s\n%s", backend, c0);
+        free(c0);
         ghc_core_t *core = core_with(cfg, tmp);
         if (!skip) {
             const char *msg = open_fails(core, code);
@@ -546,6 +550,13 @@ static void bad_check(void (*spoil)(ghc_core_t *w, const char *dir), int code, c
     ghc_core_free(w);
     tu_rm_rf(tmp);
     free(tmp);
+}
+
+static void bad_check(void (*spoil)(ghc_core_t *w, const char *dir), int code, const char *culprit,
+                      const char *what)
+{
+    bad_check_in(spoil, code, culprit, what, "");
+    bad_check_in(spoil, code, culprit, what, "backend = { plugin = \"in_memory\"; num_workers = 2; };");
 }
 
 static void spoil_missing_text(ghc_core_t *w, const char *dir)
@@ -621,6 +632,178 @@ START_TEST(test_bad_unreadable)
 }
 END_TEST
 
+/* a .ghz file (stored compressed) with one byte flipped in its first block */
+static void spoil_corrupt_block(ghc_core_t *w, const char *dir)
+{
+    char p[4200];
+    write_plain(w, dir, "bad", 0.0f);
+    snprintf(p, sizeof(p), "%s/bad.latent.safetensors", dir);
+    FILE *f = fopen(p, "rb");
+    static uint8_t raw[4096];
+    size_t n = fread(raw, 1, sizeof(raw), f);
+    fclose(f);
+    unlink(p);
+    void *z;
+    size_t zl;
+    ck_assert_int_eq(ghz_encode(GHC_COMPRESSION_LZ4, 64, raw, n, &z, &zl), 0);
+    ((uint8_t *)z)[GHZ_HEAD + 8 * ((n + 63) / 64) + 3] ^= 0x5a;
+    strcat(p, ".ghz");
+    f = fopen(p, "wb");
+    fwrite(z, 1, zl, f);
+    fclose(f);
+    free(z);
+}
+
+START_TEST(test_bad_corrupt_block)
+{
+    bad_check_in(spoil_corrupt_block, GHC_EFORMAT, "bad.latent.safetensors.ghz", "block 0 of",
+                 "backend = { plugin = \"in_memory\"; };");
+}
+END_TEST
+
+/* ---- the in_memory backend -------------------------------------------------------------------- */
+
+/* All batches of one epoch of the fixtures, unshuffled, as bytes. */
+static void epoch_bytes(const char *backend, const char *sets, uint8_t **out, size_t *len,
+                        struct ghc_backend_stats *bst)
+{
+    char *dir = fixture_dir();
+    char *c0 = cfg_for("shuffle = false; batch_size = 2;", sets);
+    char *cfg = malloc(strlen(c0) + strlen(backend) + 2);
+    sprintf(cfg, "%s\n%s", backend, c0);
+    ghc_core_t *core = core_with(cfg, dir);
+    ghc_dataset_t *ds = open_ok(core);
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap);
+    int64_t e = 0;
+    while (e == 0) {
+        struct ghc_data_batch bt;
+        ck_assert_msg(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt) == 0, "%s", ghc_error_message(core));
+        ghc_tensor_t *ts[3] = { bt.latents, bt.text_embed, bt.text_mask };
+        for (int i = 0; i < 3; i++) {
+            size_t k = ghc_tensor_nbytes(ts[i]);
+            ck_assert(n + k <= cap);
+            memcpy(buf + n, ghc_tensor_cdata(ts[i]), k);
+            n += k;
+        }
+        ghc_data_batch_release(ds, &bt);
+        int64_t c;
+        ghc_dataset_tell(ds, &e, &c);
+    }
+    memset(bst, 0, sizeof(*bst));
+    if (ghc_backend_get(core))
+        ghc_backend_stats(ghc_backend_get(core), bst);
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    free(c0);
+    free(cfg);
+    free(dir);
+    *out = buf;
+    *len = n;
+}
+
+START_TEST(test_compression_round_trip)
+{
+    static const char *const comps[] = { "none", "lz4", "zlib", "snappy" };
+    const char *plain = "{ path = \"native\"; }, { path = \"musubi\"; }, { path = \"aitk\"; }";
+    uint8_t *ref;
+    size_t ref_len;
+    struct ghc_backend_stats st;
+    epoch_bytes("", plain, &ref, &ref_len, &st);
+    ck_assert_uint_gt(ref_len, 60000);
+    for (int c = 0; c < 5; c++) {
+        char sets[512];
+        if (c < 4)
+            snprintf(sets, sizeof(sets), "{ path = \"native\"; compression = \"%s\"; }, { path = \"musubi\"; compression = \"%s\"; }, "
+                     "{ path = \"aitk\"; compression = \"%s\"; }", comps[c], comps[c], comps[c]);
+        else   /* one compression per dataset */
+            snprintf(sets, sizeof(sets), "{ path = \"native\"; compression = \"lz4\"; }, { path = \"musubi\"; compression = \"zlib\"; }, "
+                     "{ path = \"aitk\"; compression = \"snappy\"; }");
+        uint8_t *got;
+        size_t got_len;
+        /* 1 KiB blocks: reads cross block boundaries */
+        epoch_bytes("backend = { plugin = \"in_memory\"; num_workers = 3; block_kib = 1; };", sets, &got, &got_len, &st);
+        ck_assert_uint_eq(got_len, ref_len);
+        ck_assert_msg(memcmp(got, ref, ref_len) == 0, "%s: batches differ from the local backend's", c < 4 ? comps[c] : "mixed");
+        ck_assert_uint_eq(st.files, 18);   /* 15 .safetensors + 3 captions */
+        ck_assert_uint_gt(st.raw_bytes, 60000);
+        if (c == 0)
+            ck_assert_uint_eq(st.stored_bytes, st.raw_bytes);
+        else   /* the zero-padded ai-toolkit texts compress well */
+            ck_assert_msg(st.stored_bytes < st.raw_bytes / 2, "%s: %llu of %llu bytes", c < 4 ? comps[c] : "mixed",
+                          (unsigned long long)st.stored_bytes, (unsigned long long)st.raw_bytes);
+        free(got);
+    }
+    free(ref);
+}
+END_TEST
+
+/* read() at every offset and length class against the file on disk */
+START_TEST(test_in_memory_reads)
+{
+    char *dir = fixture_dir();
+    char *cfg = cfg_for("", "{ path = \"aitk\"; compression = \"zlib\"; }");
+    char *full = malloc(strlen(cfg) + 200);
+    sprintf(full, "backend = { plugin = \"in_memory\"; block_kib = 2; };\n%s", cfg);
+    ghc_core_t *core = core_with(full, dir);
+    ghc_dataset_t *ds = open_ok(core);
+    ghc_backend_t *b = ghc_backend_get(core);
+    struct ghc_data_sample_info si;
+    ghc_dataset_sample_at(ds, 0, &si);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/aitk/%s", dir, strchr(si.text_file, '/') + 1);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static uint8_t disk[40000], mem[40000];
+    size_t n = fread(disk, 1, sizeof(disk), f);
+    fclose(f);
+    uint64_t size;
+    ck_assert_int_eq(ghc_backend_stat(b, si.text_file, &size), 0);
+    ck_assert_uint_eq(size, n);
+    static const size_t offs[] = { 0, 1, 2047, 2048, 2049, 5000, 32000 };
+    static const size_t lens[] = { 1, 7, 2048, 4097, 40000 };
+    for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++)
+        for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
+            size_t got;
+            ck_assert_int_eq(ghc_backend_read(b, si.text_file, offs[i], mem, lens[j], &got), 0);
+            size_t want = offs[i] >= n ? 0 : (n - offs[i] < lens[j] ? n - offs[i] : lens[j]);
+            ck_assert_uint_eq(got, want);
+            ck_assert(memcmp(mem, disk + offs[i], got) == 0);
+        }
+    const void *m;
+    ck_assert_int_eq(ghc_backend_map(b, si.text_file, &m, &size), GHC_EUNSUPPORTED);   /* compressed */
+    ck_assert_int_eq(ghc_backend_stat(b, "0/absent", &size), GHC_ENOTFOUND);
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    free(cfg);
+    free(full);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_memory_limit)
+{
+    char *dir = fixture_dir();
+    char *c0 = cfg_for("", "{ path = \"aitk\"; compression = \"lz4\"; }, { path = \"musubi\"; }");
+    char *cfg = malloc(strlen(c0) + 200);
+    sprintf(cfg, "backend = {\n plugin = \"in_memory\";\n memory_limit_gb = 0.000002; };\n%s", c0);
+    ghc_core_t *core = core_with(cfg, dir);
+    const char *msg = open_fails(core, GHC_ENOMEM);
+    ck_assert_msg(strstr(msg, "t.cfg:3: in_memory: staging 11 files") && strstr(msg, "needs an estimated") &&
+                  strstr(msg, "over memory_limit_gb = 2e-06"), "%s", msg);
+    ghc_core_free(core);
+    /* a limit that fits */
+    sprintf(cfg, "backend = { plugin = \"in_memory\"; memory_limit_gb = 0.001; };\n%s", c0);
+    core = core_with(cfg, dir);
+    ghc_dataset_t *ds = open_ok(core);
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    free(c0);
+    free(cfg);
+    free(dir);
+}
+END_TEST
+
 /* ---- configuration -------------------------------------------------------------------------------- */
 
 START_TEST(test_config_errors)
@@ -680,7 +863,14 @@ static Suite *data_suite(void)
     tcase_add_test(bad, test_bad_text_width);
     tcase_add_test(bad, test_bad_truncated);
     tcase_add_test(bad, test_bad_unreadable);
+    tcase_add_test(bad, test_bad_corrupt_block);
     suite_add_tcase(s, bad);
+    TCase *im = tcase_create("in_memory");
+    tcase_set_timeout(im, 60);
+    tcase_add_test(im, test_compression_round_trip);
+    tcase_add_test(im, test_in_memory_reads);
+    tcase_add_test(im, test_memory_limit);
+    suite_add_tcase(s, im);
     return s;
 }
 
