@@ -804,6 +804,93 @@ START_TEST(test_memory_limit)
 }
 END_TEST
 
+/* ---- caches ------------------------------------------------------------------------------------ */
+
+/* Two epochs through `sections`; the bytes of epoch 0 and the cache's statistics. */
+static void cached_epochs(const char *sections, const char *dir, uint8_t **out, size_t *len, struct ghc_cache_stats *cst,
+                          struct ghc_mem_stats *mst)
+{
+    char *c0 = cfg_for("shuffle = false; batch_size = 2;",
+                       "{ path = \"native\"; }, { path = \"musubi\"; }, { path = \"aitk\"; }");
+    char *cfg = malloc(strlen(c0) + strlen(sections) + 2);
+    sprintf(cfg, "%s\n%s", sections, c0);
+    ghc_core_t *core = core_with(cfg, dir);
+    ghc_dataset_t *ds = open_ok(core);
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap);
+    for (int i = 0; i < 12; i++) {   /* 6 batches per epoch */
+        struct ghc_data_batch bt;
+        ck_assert_msg(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt) == 0, "%s", ghc_error_message(core));
+        ghc_tensor_t *ts[3] = { bt.latents, bt.text_embed, bt.text_mask };
+        for (int j = 0; j < 3 && bt.epoch == 0; j++) {
+            size_t k = ghc_tensor_nbytes(ts[j]);
+            memcpy(buf + n, ghc_tensor_cdata(ts[j]), k);
+            n += k;
+        }
+        ghc_data_batch_release(ds, &bt);
+    }
+    ghc_cache_t *c = ghc_cache_get(core);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(ghc_cache_count(c), 8);
+    ghc_cache_stats(c, cst);
+    memset(mst, 0, sizeof(*mst));
+    mst->struct_size = sizeof(*mst);
+    ghc_mem_stats(ghc_mempolicy_get(core), mst);
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    free(c0);
+    free(cfg);
+    *out = buf;
+    *len = n;
+}
+
+START_TEST(test_caches)
+{
+    char *dir = fixture_dir();
+    uint8_t *ref, *got;
+    size_t ref_len, got_len;
+    struct ghc_backend_stats bst;
+    struct ghc_cache_stats cst;
+    struct ghc_mem_stats mst;
+    epoch_bytes("", "{ path = \"native\"; }, { path = \"musubi\"; }, { path = \"aitk\"; }", &ref, &ref_len, &bst);
+    /* disk, room for everything: the second epoch hits */
+    cached_epochs("mempolicy = { plugin = \"host\"; }; cache = { plugin = \"disk\"; };", dir, &got, &got_len, &cst, &mst);
+    ck_assert_uint_eq(got_len, ref_len);
+    ck_assert(memcmp(got, ref, ref_len) == 0);
+    ck_assert_uint_eq(cst.misses, 18);           /* 8 latents + 8 texts + noise and t of a, once */
+    ck_assert_uint_ge(cst.hits, 18);
+    ck_assert_uint_eq(cst.evictions, 0);
+    free(got);
+    /* disk, 20 KB: the 33 KB ai-toolkit texts cannot stay */
+    cached_epochs("mempolicy = { plugin = \"host\"; }; backend = { plugin = \"in_memory\"; };\n"
+                  "cache = { plugin = \"disk\"; max_mb = 0.02; };", dir, &got, &got_len, &cst, &mst);
+    ck_assert(memcmp(got, ref, ref_len) == 0);
+    ck_assert_uint_gt(cst.evictions, 0);
+    ck_assert_uint_le(cst.held_bytes, 20972);
+    ck_assert_uint_gt(cst.misses, 18);
+    free(got);
+    /* unified_memory: held through the mempolicy with their roles; persisted, then read back */
+    char *tmp = tu_tmpdir(), sec[4600];
+    snprintf(sec, sizeof(sec), "mempolicy = { plugin = \"host\"; };\ncache = { plugin = \"unified_memory\"; persistent_cache = \"%s/pc\"; };", tmp);
+    cached_epochs(sec, dir, &got, &got_len, &cst, &mst);
+    ck_assert(memcmp(got, ref, ref_len) == 0);
+    ck_assert_uint_eq(cst.persisted, 17);        /* 18 decoded; the two clips share one text file */
+    ck_assert_uint_eq(cst.persist_hits, 1);
+    ck_assert_uint_gt(mst.bytes_role[GHC_ROLE_LATENTS], 0);
+    ck_assert_uint_gt(mst.bytes_role[GHC_ROLE_TEXT_EMBEDS], 65536);
+    free(got);
+    cached_epochs(sec, dir, &got, &got_len, &cst, &mst);
+    ck_assert(memcmp(got, ref, ref_len) == 0);
+    ck_assert_uint_eq(cst.persist_hits, 18);
+    ck_assert_uint_eq(cst.persisted, 0);
+    free(got);
+    tu_rm_rf(tmp);
+    free(tmp);
+    free(ref);
+    free(dir);
+}
+END_TEST
+
 /* ---- configuration -------------------------------------------------------------------------------- */
 
 START_TEST(test_config_errors)
@@ -870,6 +957,7 @@ static Suite *data_suite(void)
     tcase_add_test(im, test_compression_round_trip);
     tcase_add_test(im, test_in_memory_reads);
     tcase_add_test(im, test_memory_limit);
+    tcase_add_test(im, test_caches);
     suite_add_tcase(s, im);
     return s;
 }
