@@ -11,3 +11,10 @@ bench: $(EXTRA_PROGRAMS)
 .PHONY: bench
 CLEANFILES += $(EXTRA_PROGRAMS)
 EXTRA_DIST += bench/bench_ops.c bench/bench_torch.py bench/README.md
+
+# ---- bench_data (issue 8): in_memory staging per compression vs sequential reads ----
+noinst_PROGRAMS = bench/bench_data
+bench_bench_data_SOURCES = bench/bench_data.c
+bench_bench_data_LDADD = libgh200core.la
+bench: bench/bench_data
+# ---- end bench_data ----

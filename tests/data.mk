@@ -6,3 +6,12 @@ tests_test_data_CFLAGS = $(TEST_CFLAGS) $(LZ4_CFLAGS) $(ZLIB_CFLAGS)
 tests_test_data_LDADD = $(TEST_LIBS) $(LZ4_LIBS) $(ZLIB_LIBS) $(SNAPPY_LIBS) -lm
 TESTS += tests/test_data
 EXTRA_DIST += tests/fixtures/make_data_fixtures.py tests/fixtures/data
+# GPU suite: batches on a CUDA device through the unified_memory cache; exits 77 without a GPU
+if HAVE_CUDA
+check_PROGRAMS += tests/test_data_cuda
+tests_test_data_cuda_SOURCES = tests/test_data_cuda.c tests/testutil.h
+tests_test_data_cuda_CFLAGS = $(TEST_CFLAGS)
+tests_test_data_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
+TESTS += tests/test_data_cuda
+endif
+EXTRA_DIST += tests/test_data_cuda.c
