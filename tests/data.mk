@@ -15,3 +15,4 @@ tests_test_data_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
 TESTS += tests/test_data_cuda
 endif
 EXTRA_DIST += tests/test_data_cuda.c
+dist_doc_DATA += doc/dataset.md
