@@ -15,7 +15,7 @@ struct adamw {
     float  last_factor[3];
 };
 
-static const struct optim_state_kind adamw_kinds[OPTIM_STATES] = { { "exp_avg" }, { "exp_avg_sq" } };
+static const struct optim_state_kind adamw_kinds[OPTIM_STATES] = { { "exp_avg", NULL }, { "exp_avg_sq", NULL } };
 
 static const struct ghc_cfg_key adamw_keys[] = {
     { "lr", GHC_CFG_FLOAT }, { "high_noise_lr", GHC_CFG_FLOAT }, { "low_noise_lr", GHC_CFG_FLOAT },

@@ -102,6 +102,14 @@ struct ghc_rng optim_rng(const struct optim *o, const struct optim_param *op, in
 }
 
 /* A CPU copy of a state tensor (the tensor itself when on the CPU). */
+/* The key suffix of state s of a param. */
+static const char *suffix_of(const struct optim *o, const struct optim_param *op, int s)
+{
+    if (o->kinds[s].suffix_1d && ghc_tensor_ndim(op->p->value) < 2)
+        return o->kinds[s].suffix_1d;
+    return o->kinds[s].suffix;
+}
+
 static ghc_tensor_t *host_copy(struct optim *o, ghc_tensor_t *t)
 {
     if (ghc_tensor_device(t) == GHC_DEVICE_CPU)
@@ -143,7 +151,7 @@ int optim_save(struct optim *o, const char *path, const char *const *meta)
                 rc = ghc_error_code(o->core) ? ghc_error_code(o->core) : GHC_ENOMEM;
                 goto out;
             }
-            snprintf(key, sizeof(key), "%s.%s", op->p->name, o->kinds[s].suffix);
+            snprintf(key, sizeof(key), "%s.%s", op->p->name, suffix_of(o, op, s));
             rc = ghc_st_writer_add(w, key, h);
             if (h != op->state[s])
                 ghc_tensor_free(h);
@@ -220,7 +228,7 @@ int optim_load(struct optim *o, const char *path)
         for (int s = 0; s < OPTIM_STATES; s++) {
             if (!op->state[s] || !o->kinds[s].suffix)
                 continue;
-            snprintf(key, sizeof(key), "%s.%s", op->p->name, o->kinds[s].suffix);
+            snprintf(key, sizeof(key), "%s.%s", op->p->name, suffix_of(o, op, s));
             if ((rc = check_entry(o, st, path, key, op->p->name, op->state[s])) < 0)
                 goto out;
             expected++;
@@ -239,7 +247,7 @@ int optim_load(struct optim *o, const char *path)
                     const char *suf = info.name + l + 1;
                     known = !strcmp(suf, "step");
                     for (int s = 0; s < OPTIM_STATES && !known; s++)
-                        known = o->ps[i].state[s] && o->kinds[s].suffix && !strcmp(suf, o->kinds[s].suffix);
+                        known = o->ps[i].state[s] && o->kinds[s].suffix && !strcmp(suf, suffix_of(o, &o->ps[i], s));
                 }
             }
             if (!known) {
@@ -258,7 +266,7 @@ int optim_load(struct optim *o, const char *path)
         for (int s = 0; s < OPTIM_STATES; s++) {
             if (!op->state[s] || !o->kinds[s].suffix)
                 continue;
-            snprintf(key, sizeof(key), "%s.%s", op->p->name, o->kinds[s].suffix);
+            snprintf(key, sizeof(key), "%s.%s", op->p->name, suffix_of(o, op, s));
             ghc_tensor_t *t = op->state[s];
             if (ghc_tensor_device(t) == GHC_DEVICE_CPU) {
                 rc = ghc_st_load_into(st, key, t);

@@ -23,6 +23,7 @@ struct optim_param {
  * scratch that is not saved. */
 struct optim_state_kind {
     const char *suffix;
+    const char *suffix_1d;   /* the name instead, for a param of ndim < 2 (or NULL) */
 };
 
 struct optim {

@@ -20,7 +20,7 @@ struct automagic {
 };
 
 static const struct optim_state_kind automagic_kinds[OPTIM_STATES] = {
-    { "exp_avg_sq_row" }, { "exp_avg_sq_col" }, { "lr_mask" }, { "lr_scale" }, { "last_polarity" }, { NULL },
+    { "exp_avg_sq_row", "exp_avg_sq" }, { "exp_avg_sq_col", NULL }, { "lr_mask", NULL }, { "lr_scale", NULL }, { "last_polarity", NULL }, { NULL, NULL },
 };
 
 #define STAGE_KEYS(k) { k, GHC_CFG_FLOAT }, { "high_noise_" k, GHC_CFG_FLOAT }, { "low_noise_" k, GHC_CFG_FLOAT }
