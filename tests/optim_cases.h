@@ -95,13 +95,13 @@ static void oc_open(struct oc_run *r, const char *section, int dev, enum ghc_dty
 
 static void oc_close(struct oc_run *r)
 {
-    ghc_core_t *core = r->core;
-    ghc_run_free(core);   /* the optimizer's state first */
+    /* the params before the run: their memory comes from its memory policy (the optimizer
+     * only borrows them) */
     for (int i = 0; i < OC_NP; i++) {
         ghc_tensor_free(r->value[i]);
         ghc_tensor_free(r->grad[i]);
     }
-    ghc_core_free(core);
+    ghc_core_free(r->core);
 }
 
 /* Steps first..last (1-based) with the fixture's gradients. */
