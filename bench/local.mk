@@ -18,3 +18,12 @@ bench_bench_data_SOURCES = bench/bench_data.c
 bench_bench_data_LDADD = libgh200core.la
 bench: bench/bench_data
 # ---- end bench_data ----
+
+# ---- bench_optim (issue 6): fused optimizer updates vs the device copy bandwidth ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_optim
+bench_bench_optim_SOURCES = bench/bench_optim.c
+bench_bench_optim_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
+bench_bench_optim_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
+endif
+EXTRA_DIST += bench/bench_optim.c

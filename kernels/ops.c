@@ -789,3 +789,77 @@ int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *
     return DISPATCH(&c, ghc_cpu_mse_loss(loss, grad, pred, target),
                     ghc_k_mse_loss(loss, grad, pred, target, stream));
 }
+
+/* ==== optimizer updates (issue 6) ============================================================== */
+
+/* The shape a state tensor must have; numel only when ndim < 0. */
+static int check_state(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, unsigned mask,
+                       int ndim, const int64_t *shape, int64_t numel)
+{
+    NEED(c, name, t, mask);
+    if (ndim >= 0)
+        return check_shape(c, name, t, ndim, shape);
+    if (ghc_tensor_numel(t) != numel)
+        return bad(c, name, t, "%lld elements", (long long)numel);
+    return 0;
+}
+
+/* Param, grad and rng of tensor i; the context is tensor 0's. */
+static int check_optim_tensor(const struct op_ctx *c, const struct ghc_optim_tensor *t)
+{
+    NEED(c, "param", t->param, DT_F32_BF16);
+    NEED(c, "grad", t->grad, DT_F32_BF16);
+    if (ghc_tensor_numel(t->grad) != ghc_tensor_numel(t->param))
+        return bad(c, "grad", t->grad, "%lld elements like param", (long long)ghc_tensor_numel(t->param));
+    return 0;
+}
+
+int ghc_op_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args, void *stream)
+{
+    if (n <= 0)
+        return 0;
+    struct op_ctx c = OP_CTX("adamw", ts[0].param);
+    if (!args)
+        return ghc_error_set(c.core, GHC_EINVAL, "adamw: args is NULL");
+    for (int32_t i = 0; i < n; i++) {
+        const ghc_tensor_t *p = ts[i].param;
+        CHECK(check_optim_tensor(&c, &ts[i]));
+        CHECK(check_state(&c, "exp_avg", ts[i].state[0], DT_F32, ghc_tensor_ndim(p), ghc_tensor_shape(p), 0));
+        CHECK(check_state(&c, "exp_avg_sq", ts[i].state[1], DT_F32, ghc_tensor_ndim(p), ghc_tensor_shape(p), 0));
+    }
+    return DISPATCH(&c, ghc_cpu_adamw(ts, n, args), ghc_k_adamw(ts, n, args, stream));
+}
+
+int ghc_op_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args, void *stream)
+{
+    if (n <= 0)
+        return 0;
+    struct op_ctx c = OP_CTX("automagic", ts[0].param);
+    if (!args)
+        return ghc_error_set(c.core, GHC_EINVAL, "automagic: args is NULL");
+    if (!(args->min_lr >= 0.0f) || !(args->max_lr >= args->min_lr))
+        return ghc_error_set(c.core, GHC_EINVAL, "automagic: need 0 <= min_lr <= max_lr, got %g, %g",
+                             (double)args->min_lr, (double)args->max_lr);
+    for (int32_t i = 0; i < n; i++) {
+        const ghc_tensor_t *p = ts[i].param;
+        int nd = ghc_tensor_ndim(p);
+        const int64_t *sh = ghc_tensor_shape(p);
+        int64_t numel = ghc_tensor_numel(p), words = (numel + 31) / 32;
+        CHECK(check_optim_tensor(&c, &ts[i]));
+        if (nd >= 2) {
+            int64_t col[GHC_TENSOR_MAX_DIMS];
+            memcpy(col, sh, sizeof(int64_t) * (size_t)(nd - 2));
+            col[nd - 2] = sh[nd - 1];
+            CHECK(check_state(&c, "exp_avg_sq_row", ts[i].state[0], DT_F32, nd - 1, sh, 0));
+            CHECK(check_state(&c, "exp_avg_sq_col", ts[i].state[1], DT_F32, nd - 1, col, 0));
+        } else {
+            CHECK(check_state(&c, "exp_avg_sq", ts[i].state[0], DT_F32, -1, NULL, numel));
+        }
+        CHECK(check_state(&c, "lr_mask", ts[i].state[2], DT(GHC_DTYPE_U8) | DT_F32, -1, NULL, numel));
+        CHECK(check_state(&c, "lr_scale", ts[i].state[3], DT_F32, -1, NULL, 2));
+        CHECK(check_state(&c, "last_polarity", ts[i].state[4], DT(GHC_DTYPE_I32), -1, NULL, words));
+        CHECK(check_state(&c, "scratch", ts[i].state[5], DT(GHC_DTYPE_I32), -1, NULL, words));
+    }
+    return DISPATCH(&c, ghc_cpu_automagic(ts, n, args), ghc_k_automagic(ts, n, args, stream));
+}
+/* ==== end optimizer updates ==================================================================== */

@@ -205,6 +205,60 @@ GHC_API int ghc_op_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stre
 GHC_API int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred,
                             const ghc_tensor_t *target, void *stream);
 
+/* ==== optimizer updates (issue 6: the adamw and automagic plugins) ============================
+ * Multi-tensor fused updates: one call updates n parameter tensors (each with its gradient and
+ * state) in one launch on the GPU (a chunked list of tensors, no host synchronisation), or in
+ * loops on the CPU. All tensors of a call are on one device. Gradients are f32 or bf16; params
+ * f32, or bf16 updated in f32 and written back by stochastic rounding with the tensor's `rng`
+ * (element i uses Philox lane i as in ghc_op_cast). State tensors are f32 unless noted. */
+struct ghc_optim_tensor {
+    ghc_tensor_t       *param;
+    const ghc_tensor_t *grad;      /* param's numel */
+    ghc_tensor_t       *state[6];  /* per op, below */
+    struct ghc_rng      rng;       /* bf16 params only */
+};
+
+/* AdamW as torch.optim.AdamW (single-tensor path), per element, with the scalars below
+ * computed by the caller in f64 and rounded to f32 (as PyTorch passes Python floats):
+ *   p = p * decay;  m = fma(beta1_comp, g - m, m);  v = fma(beta2_comp * g, g, v * beta2);
+ *   p = p + (-step_size * m) / (sqrt(v) / bc2_sqrt + eps).
+ * state[0] = m (exp_avg), state[1] = v (exp_avg_sq), both like param. */
+struct ghc_adamw_args {
+    float decay;        /* 1 - lr * weight_decay */
+    float beta1_comp;   /* 1 - beta1 */
+    float beta2;
+    float beta2_comp;   /* 1 - beta2 */
+    float bc2_sqrt;     /* sqrt(1 - beta2^k), k the tensor's step count */
+    float eps;
+    float step_size;    /* lr / (1 - beta1^k) */
+};
+/* One step count for all tensors of a call (k above): the caller groups tensors by k. */
+GHC_API int ghc_op_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args,
+                         void *stream);
+
+/* Automagic v1 (doc/optimizers.md, spec training.md section 5.3), per tensor P of numel N:
+ *   state[0]: R, f32 P.shape[:-1] (ndim >= 2; C x B rows), or S, f32 like P (ndim < 2)
+ *   state[1]: C, f32 P.shape[:-2] + P.shape[-1:] (ndim >= 2), else NULL
+ *   state[2]: the lr mask: U8 int8 codes (non-negative, scale in state[3][0]) or f32 values
+ *   state[3]: f32 [2]: the int8 mask's scale (read and written), mean of the new lr (written)
+ *   state[4]: last polarity, I32 [ceil(N / 32)] bit words (bit i % 32 of word i / 32)
+ *   state[5]: scratch, I32 [ceil(N / 32)] (agreement bits between the passes)
+ * The means and norms accumulate in f64 on the CPU and in f32 tree order on the GPU (both
+ * deterministic). min_lr must be >= 0. */
+struct ghc_automagic_args {
+    float beta2;
+    float beta2_comp;     /* 1 - beta2 */
+    float eps;            /* added to g^2 */
+    float clip;           /* clip_threshold */
+    float lr_bump;
+    float min_lr;
+    float max_lr;
+    float weight_decay;   /* 0: none */
+};
+GHC_API int ghc_op_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args,
+                             void *stream);
+/* ==== end optimizer updates ==================================================================== */
+
 GHC_END_DECLS
 
 #endif /* GHC_OPS_H */

@@ -32,6 +32,23 @@ typedef struct ghc_optimizer ghc_optimizer_t;
 /* The run's optimizer, or NULL. Borrowed. */
 GHC_API ghc_optimizer_t *ghc_optimizer_get(ghc_core_t *core);
 
+/* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
+
+/* Hand over params (borrowed until the run ends) with their group: 0 the high-noise expert
+ * (high_noise_* settings), 1 the low-noise expert (low_noise_*), any other value the plain
+ * settings. The optimizer allocates their state (role GHC_ROLE_OPTIMIZER_STATE). */
+GHC_API int   ghc_optimizer_add_params(ghc_optimizer_t *opt, struct ghc_param *params, int32_t n);
+/* One update of the params of `group` whose grad is set (grads are not zeroed). `step` counts
+ * optimizer steps from 0 and seeds the stochastic rounding of bf16 params. */
+GHC_API int   ghc_optimizer_step(ghc_optimizer_t *opt, int32_t group, int64_t step, float lr_factor,
+                                 void *stream);
+/* The group's current (mean) learning rate, for logs (may synchronise); 0 without lr(). */
+GHC_API float ghc_optimizer_lr(ghc_optimizer_t *opt, int32_t group);
+/* State to / from a safetensors file keyed by param name, with the queued work done. A load
+ * checks the file against this run's params and optimizer and changes nothing on failure. */
+GHC_API int   ghc_optimizer_save(ghc_optimizer_t *opt, const char *path);
+GHC_API int   ghc_optimizer_load(ghc_optimizer_t *opt, const char *path);
+
 GHC_END_DECLS
 
 #endif /* GHC_OPTIMIZER_H */

@@ -15,3 +15,5 @@ if HAVE_CUDA
 $(kernels_libghc_cuda_la_OBJECTS): kernels/cuda/common.cuh kernels/cuda/kernels.h kernels/cuda/device.h \
 	include/gh200core/ops.h include/gh200core/tensor.h
 endif
+# optimizer updates (issue 6)
+CUDA_KERNEL_SOURCES += kernels/cuda/optim.cu

@@ -1,0 +1,134 @@
+/* bench_optim.c: update throughput of the fused optimizer ops on GPU 0 for the LoRA r16
+ * adapter params of one Wan2.2 A14B expert (40 blocks x 10 linears, A [16, in], B [out, 16]:
+ * 76.7 M params, 800 tensors), as GB/s of state traffic (the bytes each element must move at
+ * least: adamw reads g, p, m, v and writes p, m, v = 28 B; automagic with the int8 mask reads
+ * g, p, mask, polarity and writes p, mask, polarity = 14.25 B), against the device-to-device
+ * cudaMemcpy bandwidth (2 x bytes / time) measured in the same run. Prints both and the ratio. */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+
+#include "../kernels/cuda/device.h"
+
+#define BLOCKS 40
+#define RANK 16
+
+static void need(bool ok, const char *what, ghc_core_t *core)
+{
+    if (!ok) {
+        fprintf(stderr, "bench_optim: %s: %s\n", what, core ? ghc_error_message(core) : "");
+        exit(1);
+    }
+}
+
+static ghc_tensor_t *dev_tensor(ghc_core_t *core, enum ghc_dtype dt, int64_t n0, int64_t n1, double fill)
+{
+    int64_t sh[2] = { n0, n1 };
+    ghc_tensor_t *t = ghc_tensor_init(core, dt, n1 ? 2 : 1, sh, 0, GHC_ROLE_OPTIMIZER_STATE);
+    need(t != NULL, "alloc", core);
+    if (dt == GHC_DTYPE_U8 || dt == GHC_DTYPE_I32)
+        need(cudaMemset(ghc_tensor_data(t), dt == GHC_DTYPE_U8 ? 127 : 0, ghc_tensor_nbytes(t)) == cudaSuccess, "memset", core);
+    else
+        need(ghc_op_fill(t, fill, NULL) == 0, "fill", core);
+    return t;
+}
+
+static float time_ms(int iters, void (*fn)(void *), void *arg)
+{
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    fn(arg);                          /* warm-up */
+    cudaEventRecord(a, NULL);
+    for (int i = 0; i < iters; i++)
+        fn(arg);
+    cudaEventRecord(b, NULL);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms / (float)iters;
+}
+
+struct job {
+    struct ghc_optim_tensor *ts;
+    int32_t n;
+    int kind;
+    void *src, *dst;
+    size_t bytes;
+};
+
+static void run_job(void *arg)
+{
+    struct job *j = arg;
+    static const struct ghc_adamw_args aw = { 0.99999f, 0.1f, 0.999f, 0.001f, 0.5f, 1e-8f, 1e-4f };
+    static const struct ghc_automagic_args am = { 0.999f, 0.001f, 1e-30f, 1.0f, 1e-6f, 1e-7f, 1e-3f, 0.0f };
+    if (j->kind == 0)
+        cudaMemcpyAsync(j->dst, j->src, j->bytes, cudaMemcpyDeviceToDevice, NULL);
+    else if (j->kind == 1)
+        ghc_op_adamw(j->ts, j->n, &aw, NULL);
+    else
+        ghc_op_automagic(j->ts, j->n, &am, NULL);
+}
+
+int main(void)
+{
+    if (ghc_k_device_count() < 1) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    const char *plugins = getenv("GHC_BUILD_PLUGINS");
+    ghc_core_t *core = ghc_core_init();
+    need(core && plugins && ghc_plugin_add_path(core, plugins) == 0 &&
+         ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "b.cfg", NULL, NULL, 0) == 0 &&
+         ghc_run_init(core) == 0, "setup (GHC_BUILD_PLUGINS set?)", core);
+    static const int64_t io[10][2] = { { 5120, 5120 }, { 5120, 5120 }, { 5120, 5120 }, { 5120, 5120 }, { 5120, 5120 },
+                                       { 5120, 5120 }, { 5120, 5120 }, { 5120, 5120 }, { 5120, 13824 }, { 13824, 5120 } };
+    int32_t n = BLOCKS * 10 * 2;
+    struct ghc_optim_tensor *aw = calloc((size_t)n, sizeof(*aw)), *am = calloc((size_t)n, sizeof(*am));
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t *m = io[(i / 2) % 10];
+        int64_t r = i % 2 ? m[1] : RANK, c = i % 2 ? RANK : m[0];   /* A [r, in], B [out, r] */
+        int64_t numel = r * c, words = (numel + 31) / 32;
+        total += numel;
+        aw[i].param = dev_tensor(core, GHC_DTYPE_F32, r, c, 0.01);
+        aw[i].grad = dev_tensor(core, GHC_DTYPE_F32, r, c, 0.001);
+        aw[i].state[0] = dev_tensor(core, GHC_DTYPE_F32, r, c, 0);
+        aw[i].state[1] = dev_tensor(core, GHC_DTYPE_F32, r, c, 0);
+        am[i].param = aw[i].param;
+        am[i].grad = aw[i].grad;
+        am[i].state[0] = dev_tensor(core, GHC_DTYPE_F32, r, 0, 0);
+        am[i].state[1] = dev_tensor(core, GHC_DTYPE_F32, c, 0, 0);
+        am[i].state[2] = dev_tensor(core, GHC_DTYPE_U8, numel, 0, 0);
+        am[i].state[3] = dev_tensor(core, GHC_DTYPE_F32, 2, 0, 1e-6 / 127);
+        am[i].state[4] = dev_tensor(core, GHC_DTYPE_I32, words, 0, 0);
+        am[i].state[5] = dev_tensor(core, GHC_DTYPE_I32, words, 0, 0);
+    }
+    size_t cbytes = (size_t)1 << 30;
+    void *src, *dst;
+    need(cudaMalloc(&src, cbytes) == cudaSuccess && cudaMalloc(&dst, cbytes) == cudaSuccess, "cudaMalloc", NULL);
+    cudaMemset(src, 1, cbytes);
+    struct job copy = { .kind = 0, .src = src, .dst = dst, .bytes = cbytes };
+    struct job jaw = { aw, n, 1, NULL, NULL, 0 }, jam = { am, n, 2, NULL, NULL, 0 };
+    double copy_gbs = 2.0 * (double)cbytes / (time_ms(20, run_job, &copy) * 1e-3) / 1e9;
+    float ms_aw = time_ms(20, run_job, &jaw), ms_am = time_ms(20, run_job, &jam);
+    need(cudaGetLastError() == cudaSuccess, "launch", NULL);
+    double gbs_aw = 28.0 * (double)total / (ms_aw * 1e-3) / 1e9, gbs_am = 14.25 * (double)total / (ms_am * 1e-3) / 1e9;
+    printf("params: %lld in %d tensors (A14B expert, LoRA r%d)\n", (long long)total, (int)n, RANK);
+    printf("cudaMemcpy D2D: %.1f GB/s (read + write)\n", copy_gbs);
+    printf("adamw:     %.3f ms/step, %.1f GB/s state traffic, %.0f%% of copy\n", ms_aw, gbs_aw, 100.0 * gbs_aw / copy_gbs);
+    printf("automagic: %.3f ms/step, %.1f GB/s state traffic, %.0f%% of copy\n", ms_am, gbs_am, 100.0 * gbs_am / copy_gbs);
+    cudaFree(src);
+    cudaFree(dst);
+    ghc_core_free(core);   /* the process exits: tensors go with the device context */
+    return 0;
+}
