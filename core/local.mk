@@ -3,7 +3,8 @@
 # interfaces added -> C+1, R=0, A+1; interfaces removed or changed -> C+1, R=0, A=0.
 lib_LTLIBRARIES += libgh200core.la
 libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
-	core/tensor.c core/safetensors.c core/elem.h core/model.c
+	core/tensor.c core/safetensors.c core/elem.h core/model.c \
+	core/network.c
 libgh200core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
 libgh200core_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_la_LIBADD = $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm
