@@ -533,8 +533,10 @@ static void randomise(ghc_core_t *core, ghc_network_t *net, uint64_t seed)
         ok(core, ghc_op_rand_normal(ps[k].value, &(struct ghc_rng){ seed, (uint64_t)k << 20 }, NULL));
 }
 
-/* The output of every target of `net` for the same input, concatenated (CPU f32, caller frees). */
-static float *outputs(ghc_core_t *core, ghc_network_t *net, const struct ghc_model_target *t, int32_t n, size_t *len)
+/* The output of every target of `net` for the same input, concatenated (CPU f32, caller frees).
+ * With `ref` set, the inputs and outputs go into it as x.<target> and y.<target>. */
+static float *outputs_ref(ghc_core_t *core, ghc_network_t *net, const struct ghc_model_target *t, int32_t n,
+                          size_t *len, ghc_st_writer_t *ref)
 {
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(net, 0, &hook));
@@ -546,6 +548,13 @@ static float *outputs(ghc_core_t *core, ghc_network_t *net, const struct ghc_mod
         ok(core, ghc_op_rand_normal(x, &(struct ghc_rng){ 9, (uint64_t)i }, NULL));
         ok(core, ghc_op_fill(y, 0.0, NULL));
         ok(core, hook.forward(hook.user, i, x, y, NULL));
+        if (ref) {
+            char nm[128];
+            snprintf(nm, sizeof(nm), "x.%s", t[i].name);
+            ok(core, ghc_st_writer_add(ref, nm, x));
+            snprintf(nm, sizeof(nm), "y.%s", t[i].name);
+            ok(core, ghc_st_writer_add(ref, nm, y));
+        }
         all = realloc(all, (*len + (size_t)ghc_tensor_numel(y)) * sizeof(float));
         memcpy(all + *len, ghc_tensor_cdata(y), ghc_tensor_nbytes(y));
         *len += (size_t)ghc_tensor_numel(y);
@@ -553,6 +562,11 @@ static float *outputs(ghc_core_t *core, ghc_network_t *net, const struct ghc_mod
         ghc_tensor_free(y);
     }
     return all;
+}
+
+static float *outputs(ghc_core_t *core, ghc_network_t *net, const struct ghc_model_target *t, int32_t n, size_t *len)
+{
+    return outputs_ref(core, net, t, n, len, NULL);
 }
 
 static double max_rel(const float *a, const float *b, size_t n)
@@ -596,7 +610,19 @@ START_TEST(save_load_formats)
         snprintf(path, sizeof(path), "%s/a%zu.safetensors", dir, f);
         ok(core, ghc_network_save(net, 0, path));
         size_t len;
-        float *want = outputs(core, net, t, n, &len);
+        /* GHC_LYCORIS_KEEP=dir keeps the files and the layer outputs for
+         * tests/fixtures/check_lycoris_load.py (doc/lycoris.md) */
+        const char *keep = getenv("GHC_LYCORIS_KEEP");
+        ghc_st_writer_t *ref = keep ? ghc_st_writer_init(core) : NULL;
+        float *want = outputs_ref(core, net, t, n, &len, ref);
+        if (keep) {
+            char kp[4200];
+            snprintf(kp, sizeof(kp), "%s/a%zu.safetensors", keep, f);
+            ok(core, ghc_network_save(net, 0, kp));
+            snprintf(kp, sizeof(kp), "%s/a%zu.ref.safetensors", keep, f);
+            ok(core, ghc_st_writer_finish(ref, kp));
+            ghc_st_writer_free(ref);
+        }
 
         ghc_st_t *st = ghc_st_open(core, path);
         ck_assert_msg(st != NULL, "%s", ghc_error_message(core));
