@@ -11,3 +11,12 @@ bench: $(EXTRA_PROGRAMS)
 .PHONY: bench
 CLEANFILES += $(EXTRA_PROGRAMS)
 EXTRA_DIST += bench/bench_ops.c bench/bench_torch.py bench/README.md
+
+# ---- lycoris (issue 5): adapter cost on one A14B block; see bench/bench_lycoris.c ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_lycoris
+bench_bench_lycoris_SOURCES = bench/bench_lycoris.c
+bench_bench_lycoris_LDADD = libgh200core_ops.la libgh200core.la
+endif
+EXTRA_DIST += bench/bench_lycoris.c
+# ---- end lycoris ----

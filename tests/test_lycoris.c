@@ -281,10 +281,12 @@ END_TEST
 
 /* ---- end to end on the wan22 fixture model -------------------------------------------------- */
 
-static char *wan22_cfg(char *buf, size_t len)
+/* The wan22 fixture model on dev: f32 on the CPU, bf16 on the GPU unless f32 is asked for (the
+ * finite differences need an f32 loss). */
+static char *wan22_cfg(char *buf, size_t len, bool f32)
 {
     snprintf(buf, len, "checkpoint = \"%s\"; heads = 2; dtype = \"%s\"; device = %d;",
-             fixture("wan22", "weights_official.safetensors"), dev == GHC_DEVICE_CPU ? "f32" : "bf16", dev);
+             fixture("wan22", "weights_official.safetensors"), dev == GHC_DEVICE_CPU || f32 ? "f32" : "bf16", dev);
     return buf;
 }
 
@@ -327,7 +329,7 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
 START_TEST(wan22_fixture_lora)
 {
     char mcfg[1024];
-    ghc_core_t *core = core_with("algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg)));
+    ghc_core_t *core = core_with("algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg), false));
     ghc_model_t *model = ghc_model_get(core);
     ghc_network_t *net = ghc_network_get(core);
     const struct ghc_model_target *tg;
@@ -389,7 +391,7 @@ END_TEST
 static void fd_check(const char *net_cfg)
 {
     char mcfg[1024];
-    ghc_core_t *core = core_with(net_cfg, wan22_cfg(mcfg, sizeof(mcfg)));
+    ghc_core_t *core = core_with(net_cfg, wan22_cfg(mcfg, sizeof(mcfg), true));
     ghc_model_t *model = ghc_model_get(core);
     ghc_network_t *net = ghc_network_get(core);
     const struct ghc_model_target *tg;
@@ -926,7 +928,7 @@ START_TEST(config_errors)
     }
     /* wrappers: expert out of range with a model; hook before attach */
     char mcfg[1024];
-    ghc_core_t *core = core_with("", wan22_cfg(mcfg, sizeof(mcfg)));
+    ghc_core_t *core = core_with("", wan22_cfg(mcfg, sizeof(mcfg), false));
     ghc_network_t *net = ghc_network_get(core);
     struct ghc_adapter_hook h;
     ck_assert_int_eq(ghc_network_attach(net, 1, &one_target, 1), GHC_EINVAL);   /* one expert */
