@@ -27,3 +27,12 @@ bench_bench_optim_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
 bench_bench_optim_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
 endif
 EXTRA_DIST += bench/bench_optim.c
+
+# ---- lycoris (issue 5): adapter cost on one A14B block; see bench/bench_lycoris.c ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_lycoris
+bench_bench_lycoris_SOURCES = bench/bench_lycoris.c
+bench_bench_lycoris_LDADD = libgh200core_ops.la libgh200core.la
+endif
+EXTRA_DIST += bench/bench_lycoris.c
+# ---- end lycoris ----

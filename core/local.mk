@@ -9,6 +9,9 @@ libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c
 
 # optimizer wrappers (issue 6)
 libgh200core_la_SOURCES += core/optimizer.c
+
+	core/tensor.c core/safetensors.c core/elem.h core/model.c \
+	core/network.c
 libgh200core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
 libgh200core_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_la_LIBADD = $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm

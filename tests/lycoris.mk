@@ -1,1 +1,27 @@
-# tests/lycoris.mk: (to be written)
+# ---- lycoris network plugin (issue 5) ----
+# test_lycoris loads plugins/.libs/ghc_lycoris.so through a run and also links the plugin's
+# sources for the factorization and key names. Golden cases come from
+# tests/fixtures/make_lycoris_fixtures.py (Python LyCORIS + peft, pinned); the C tests read
+# them, Python is not needed. test_lycoris_cuda runs the golden cases and the wan22 checks on
+# GPU 0 (exit 77 without one).
+LYCORIS_TEST_SOURCES = tests/testutil.h plugins/lycoris/lycoris.c plugins/lycoris/algo.c plugins/lycoris/file.c \
+	plugins/lycoris/lycoris_impl.h
+check_PROGRAMS += tests/test_lycoris
+tests_test_lycoris_SOURCES = tests/test_lycoris.c $(LYCORIS_TEST_SOURCES)
+tests_test_lycoris_CFLAGS = $(TEST_CFLAGS)
+tests_test_lycoris_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+TESTS += tests/test_lycoris
+if HAVE_CUDA
+check_PROGRAMS += tests/test_lycoris_cuda
+tests_test_lycoris_cuda_SOURCES = tests/test_lycoris_cuda.c $(LYCORIS_TEST_SOURCES)
+tests_test_lycoris_cuda_CFLAGS = $(TEST_CFLAGS)
+tests_test_lycoris_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+TESTS += tests/test_lycoris_cuda
+endif
+EXTRA_DIST += tests/test_lycoris.c tests/test_lycoris_cuda.c tests/fixtures/make_lycoris_fixtures.py \
+	tests/fixtures/check_lycoris_load.py \
+	tests/fixtures/lycoris/lora_r4.safetensors tests/fixtures/lycoris/lora_r8_rs.safetensors \
+	tests/fixtures/lycoris/loha_r4.safetensors tests/fixtures/lycoris/lokr_fm1_full.safetensors \
+	tests/fixtures/lycoris/lokr_f4_w2lr.safetensors tests/fixtures/lycoris/lokr_f16_both.safetensors \
+	tests/fixtures/lycoris/lokr_f16_full.safetensors
+# ---- end lycoris ----

@@ -35,12 +35,35 @@ struct ghc_network_ops {
     int (*load)(void *self, int32_t expert, const char *path);
     /* optional; once, last. */
     void (*free)(void *self);
+    /* optional (since API 3); before the forwards of optimizer step `step`: fixes the random
+     * choices of that step (rank and module dropout), so that a checkpointed block's forward
+     * that runs again before its backward gives the same y. */
+    int (*begin_step)(void *self, int64_t step);
 };
 
 typedef struct ghc_network ghc_network_t;
 
 /* The run's network, or NULL. Borrowed. */
 GHC_API ghc_network_t *ghc_network_get(ghc_core_t *core);
+
+/* ---- the run's instance (core wrappers, core/network.c; a NULL optional member is a
+ * successful no-op). Each calls the member of the same name; those taking an expert check
+ * 0 <= expert (and expert < ghc_model_experts() when the run has a model) first (GHC_EINVAL).
+ * Return 0 or GHC_E*, reason in ghc_error_message(core). ---- */
+
+/* Create the adapters of `expert` on the selected ones of `targets` (the model's list). */
+GHC_API int ghc_network_attach(ghc_network_t *net, int32_t expert, const struct ghc_model_target *targets,
+                               int32_t n);
+/* The hooks to install with ghc_model_set_hook() while `expert` is active. */
+GHC_API int ghc_network_hook(ghc_network_t *net, int32_t expert, struct ghc_adapter_hook *out);
+/* The trainable params of `expert`: *out borrowed until the run is freed. */
+GHC_API int ghc_network_params(ghc_network_t *net, int32_t expert, struct ghc_param **out, int32_t *n);
+/* Write `expert`'s adapter file to `path` (atomically). */
+GHC_API int ghc_network_save(ghc_network_t *net, int32_t expert, const char *path);
+/* Read an adapter file into `expert`'s params. GHC_EUNSUPPORTED when the plugin cannot load. */
+GHC_API int ghc_network_load(ghc_network_t *net, int32_t expert, const char *path);
+/* Start optimizer step `step` (seeds the step's dropout). */
+GHC_API int ghc_network_begin_step(ghc_network_t *net, int64_t step);
 
 GHC_END_DECLS
 

@@ -1,0 +1,200 @@
+/* bench_lycoris.c: the lycoris adapters' cost on one Wan2.2 A14B block on the GPU. Not a test.
+ *
+ *   bench_lycoris [--iters N]
+ *
+ * For the 10 block linears (q, k, v, o of self- and cross-attention 5120 x 5120, ffn.0
+ * 13824 x 5120, ffn.2 5120 x 13824) at 4096 and 32760 tokens, bf16 inputs as the model gives
+ * them: the frozen linears' GEMMs (forward x W^T and input gradient dy W, bf16 x bf16 -> f32)
+ * against the adapters' hook forward + backward (through the plugin, as the model calls it).
+ * The share is adapter / (frozen linears + adapter); the block's whole step also has attention,
+ * norms and the rest, so the share of the block's step is lower than this. Then LoKr (factor
+ * 16, both factors full) against a dense LoRA of about the same parameter count (rank 12).
+ * Times: host clock around N iterations after 2 warm-up ones, with a device sync at each end.
+ * Needs GHC_BUILD_PLUGINS pointing at plugins/.libs (the device policy and ghc_lycoris). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+
+static ghc_core_t *core;
+static int iters = 10;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_lycoris: %s: %s\n", what, ghc_error_message(core));
+    exit(EXIT_FAILURE);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ghc_tensor_t *gpu(enum ghc_dtype dt, int ndim, const int64_t *shape)
+{
+    ghc_tensor_t *t = ghc_tensor_init(core, dt, ndim, shape, 0, GHC_ROLE_ACTIVATIONS);
+    if (!t)
+        die("tensor");
+    struct ghc_rng r = { 7, 0 };
+    if (ghc_op_rand_normal(t, &r, NULL))
+        die("rand");
+    return t;
+}
+
+static const char *const lin[10] = { "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q",
+                                     "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2" };
+
+static struct ghc_model_target targets[10];
+
+struct bufs {
+    int64_t N;
+    ghc_tensor_t *xd, *xf;       /* bf16 inputs [1, N, 5120], [1, N, 13824] */
+    ghc_tensor_t *yd, *yf;       /* f32 outputs / output gradients */
+    ghc_tensor_t *dxd, *dxf;     /* f32 input gradients */
+    ghc_tensor_t *gd, *gf;       /* bf16 output gradients for the frozen backward GEMM */
+    ghc_tensor_t *w[10];         /* bf16 weights */
+};
+
+static ghc_tensor_t *v2(ghc_tensor_t *t, int64_t cols)
+{
+    int64_t s[2] = { ghc_tensor_numel(t) / cols, cols };
+    return ghc_tensor_wrap(core, ghc_tensor_dtype(t), 2, s, 0, ghc_tensor_data(t));
+}
+
+/* Seconds per iteration of the frozen linears' forward + input-gradient GEMMs. */
+static double time_base(struct bufs *b)
+{
+    double t0 = 0;
+    for (int it = 0; it < iters + 2; it++) {
+        if (it == 2) {
+            ghc_op_sync(core, 0, NULL);
+            t0 = now();
+        }
+        for (int j = 0; j < 10; j++) {
+            bool fin = j == 9, fout = j == 8;
+            ghc_tensor_t *x = v2(fin ? b->xf : b->xd, fin ? 13824 : 5120);
+            ghc_tensor_t *y = v2(fout ? b->yf : b->yd, fout ? 13824 : 5120);
+            ghc_tensor_t *g = v2(fout ? b->gf : b->gd, fout ? 13824 : 5120);
+            ghc_tensor_t *dx = v2(fin ? b->dxf : b->dxd, fin ? 13824 : 5120);
+            if (ghc_op_gemm(y, x, b->w[j], &(struct ghc_gemm){ .trans_b = true }, NULL) ||
+                ghc_op_gemm(dx, g, b->w[j], NULL, NULL))
+                die("base gemm");
+            ghc_tensor_free(x);
+            ghc_tensor_free(y);
+            ghc_tensor_free(g);
+            ghc_tensor_free(dx);
+        }
+    }
+    ghc_op_sync(core, 0, NULL);
+    return (now() - t0) / iters;
+}
+
+/* Seconds per iteration of the adapters' forward + backward hooks on the 10 targets. */
+static double time_adapter(const char *net_cfg, struct bufs *b, int64_t *params)
+{
+    char text[1024];
+    ghc_core_t *c = ghc_core_init();
+    snprintf(text, sizeof(text), "mempolicy = { plugin = \"device\"; };\nnetwork = { plugin = \"lycoris\"; device = 0; %s };\n",
+             net_cfg);
+    if (ghc_plugin_add_path(c, getenv("GHC_BUILD_PLUGINS") ? getenv("GHC_BUILD_PLUGINS") : "plugins/.libs") ||
+        ghc_config_load_string(c, text, "bench.cfg", NULL, NULL, 0) || ghc_run_init(c)) {
+        fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
+        exit(EXIT_FAILURE);
+    }
+    ghc_network_t *net = ghc_network_get(c);
+    struct ghc_adapter_hook h;
+    struct ghc_param *ps;
+    int32_t np;
+    if (ghc_network_attach(net, 0, targets, 10) || ghc_network_hook(net, 0, &h) ||
+        ghc_network_params(net, 0, &ps, &np)) {
+        fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
+        exit(EXIT_FAILURE);
+    }
+    *params = 0;
+    for (int32_t k = 0; k < np; k++) {
+        *params += ghc_tensor_numel(ps[k].value);
+        struct ghc_rng r = { 3, (uint64_t)k << 24 };
+        ghc_op_rand_normal(ps[k].value, &r, NULL);   /* non-zero B: the work is the same either way */
+    }
+    double t0 = 0;
+    for (int it = 0; it < iters + 2; it++) {
+        if (it == 2) {
+            ghc_op_sync(c, 0, NULL);
+            t0 = now();
+        }
+        for (int j = 0; j < 10; j++) {
+            bool fin = j == 9, fout = j == 8;
+            if (h.forward(h.user, j, fin ? b->xf : b->xd, fout ? b->yf : b->yd, NULL) ||
+                h.backward(h.user, j, fin ? b->xf : b->xd, fout ? b->yf : b->yd, fin ? b->dxf : b->dxd, NULL)) {
+                fprintf(stderr, "bench_lycoris: hook: %s\n", ghc_error_message(c));
+                exit(EXIT_FAILURE);
+            }
+        }
+    }
+    ghc_op_sync(c, 0, NULL);
+    double t = (now() - t0) / iters;
+    ghc_core_free(c);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+            iters = atoi(argv[++i]);
+    static char names[10][32];
+    for (int j = 0; j < 10; j++) {
+        snprintf(names[j], sizeof(names[j]), "blocks.0.%s", lin[j]);
+        targets[j] = (struct ghc_model_target){ .name = names[j], .block = 0, .in_features = j == 9 ? 13824 : 5120,
+                                                .out_features = j == 8 ? 13824 : 5120 };
+    }
+    core = ghc_core_init();
+    if (ghc_plugin_add_path(core, getenv("GHC_BUILD_PLUGINS") ? getenv("GHC_BUILD_PLUGINS") : "plugins/.libs") ||
+        ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "bench.cfg", NULL, NULL, 0) ||
+        ghc_run_init(core))
+        die("setup");
+    const int64_t Ns[2] = { 4096, 32760 };
+    printf("tokens,what,ms_per_step,params,share_of_linears\n");
+    for (int n = 0; n < 2; n++) {
+        struct bufs b = { .N = Ns[n] };
+        int64_t N = Ns[n];
+        b.xd = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 5120 });
+        b.xf = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 13824 });
+        b.yd = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 5120 });
+        b.yf = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 13824 });
+        b.dxd = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 5120 });
+        b.dxf = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 13824 });
+        b.gd = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 5120 });
+        b.gf = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 13824 });
+        for (int j = 0; j < 10; j++)
+            b.w[j] = gpu(GHC_DTYPE_BF16, 2, (const int64_t[]){ targets[j].out_features, targets[j].in_features });
+        double base = time_base(&b);
+        printf("%lld,frozen linears fwd+dx GEMMs,%.3f,0,\n", (long long)N, base * 1e3);
+        static const struct { const char *what, *cfg; } a[] = {
+            { "LoRA r16", "algo = \"lora\"; rank = 16;" },
+            { "LoRA r12", "algo = \"lora\"; rank = 12;" },
+            { "LoKr factor 16 full", "algo = \"lokr\"; rank = 10000; factor = 16;" },
+            { "LoKr factor -1 full", "algo = \"lokr\"; rank = 10000; factor = -1;" },
+            { "LoHa r8", "algo = \"loha\"; rank = 8;" },
+        };
+        for (size_t k = 0; k < sizeof(a) / sizeof(a[0]); k++) {
+            int64_t params;
+            double t = time_adapter(a[k].cfg, &b, &params);
+            printf("%lld,%s fwd+bwd,%.3f,%lld,%.2f%%\n", (long long)N, a[k].what, t * 1e3, (long long)params,
+                   100.0 * t / (base + t));
+            fflush(stdout);
+        }
+        ghc_tensor_t *all[] = { b.xd, b.xf, b.yd, b.yf, b.dxd, b.dxf, b.gd, b.gf };
+        for (int k = 0; k < 8; k++)
+            ghc_tensor_free(all[k]);
+        for (int j = 0; j < 10; j++)
+            ghc_tensor_free(b.w[j]);
+    }
+    ghc_core_free(core);
+    return 0;
+}

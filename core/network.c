@@ -1,0 +1,81 @@
+/* network.c: the core wrappers of the run's network instance (network.h): each calls the
+ * member of the same name, checks the expert index first, and turns a failure without a
+ * message into one that names the network. */
+#include <config.h>
+
+#include "core_impl.h"
+
+#define N_INST(n) ((struct ghc_instance *)(n))
+#define N_OPS(n)  ((const struct ghc_network_ops *)N_INST(n)->ops)
+#define N_SELF(n) (N_INST(n)->self)
+#define N_NAME(n) (N_OPS(n)->name)
+
+/* A message for a failure the plugin did not explain. */
+static int failed(ghc_network_t *n, int rc, const char *what)
+{
+    ghc_core_t *core = N_INST(n)->core;
+    if (rc < 0 && !*ghc_error_message(core))
+        ghc_error_set(core, rc, "network \"%s\": %s failed: %s", N_NAME(n), what, ghc_status_string(rc));
+    return rc;
+}
+
+/* 0 <= expert, and below the model's expert count when the run has a model. */
+static int check_expert(ghc_network_t *n, int32_t expert, const char *what)
+{
+    ghc_core_t *core = N_INST(n)->core;
+    ghc_model_t *model = ghc_model_get(core);
+    int32_t have = model ? ghc_model_experts(model) : INT32_MAX;
+    if (expert < 0 || expert >= have)
+        return ghc_error_set(core, GHC_EINVAL, "network \"%s\": %s: expert %d out of range (the model has %d)",
+                             N_NAME(n), what, (int)expert, (int)have);
+    ghc_error_clear(core);
+    return 0;
+}
+
+int ghc_network_attach(ghc_network_t *n, int32_t expert, const struct ghc_model_target *targets, int32_t count)
+{
+    int rc = check_expert(n, expert, "attach");
+    if (rc < 0)
+        return rc;
+    if (count < 0 || (count > 0 && !targets))
+        return ghc_error_set(N_INST(n)->core, GHC_EINVAL, "network \"%s\": attach: %d targets at %p",
+                             N_NAME(n), (int)count, (const void *)targets);
+    return failed(n, N_OPS(n)->attach(N_SELF(n), expert, targets, count), "attach");
+}
+
+int ghc_network_hook(ghc_network_t *n, int32_t expert, struct ghc_adapter_hook *out)
+{
+    int rc = check_expert(n, expert, "hook");
+    return rc < 0 ? rc : failed(n, N_OPS(n)->hook(N_SELF(n), expert, out), "hook");
+}
+
+int ghc_network_params(ghc_network_t *n, int32_t expert, struct ghc_param **out, int32_t *count)
+{
+    int rc = check_expert(n, expert, "params");
+    return rc < 0 ? rc : failed(n, N_OPS(n)->params(N_SELF(n), expert, out, count), "params");
+}
+
+int ghc_network_save(ghc_network_t *n, int32_t expert, const char *path)
+{
+    int rc = check_expert(n, expert, "save");
+    return rc < 0 ? rc : failed(n, N_OPS(n)->save(N_SELF(n), expert, path), "save");
+}
+
+int ghc_network_load(ghc_network_t *n, int32_t expert, const char *path)
+{
+    int rc = check_expert(n, expert, "load");
+    if (rc < 0)
+        return rc;
+    if (!N_OPS(n)->load)
+        return ghc_error_set(N_INST(n)->core, GHC_EUNSUPPORTED, "network \"%s\": cannot load adapter files (%s)",
+                             N_NAME(n), path);
+    return failed(n, N_OPS(n)->load(N_SELF(n), expert, path), "load");
+}
+
+int ghc_network_begin_step(ghc_network_t *n, int64_t step)
+{
+    if (!N_OPS(n)->begin_step)
+        return 0;
+    ghc_error_clear(N_INST(n)->core);
+    return failed(n, N_OPS(n)->begin_step(N_SELF(n), step), "begin_step");
+}

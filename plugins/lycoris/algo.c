@@ -1,0 +1,499 @@
+/* algo.c: forward and backward of the lycoris adapters in factorised form (spec §10), written
+ * once on the ops of ops.h so the same code runs on the CPU and on CUDA:
+ *   LoRA  (§10.1): H = X A^T, dY = s H B^T; the backward recomputes H (no per-target state,
+ *                  and a checkpointed block needs nothing kept);
+ *   LoHa  (§10.2a): the materialised Hadamard product, recomputed in the backward;
+ *   LoKr  (§10.3): the reshape trick, never forming kron(W1, W2); dW1 as a batched GEMM over
+ *                  token chunks followed by a row sum.
+ * The input x comes in the model's GEMM dtype (bf16 or f32): small operands are cast to it, the
+ * outputs and gradients stay f32. Rank dropout masks output rows of delta-W (spec §7), that is
+ * the adapter's output columns in the forward and the rows of G in the backward. Scratch lives
+ * in grow-only buffers of the network. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lycoris_impl.h"
+
+enum { WS_H, WS_CAST_W, WS_MASKED, WS_DH, WS_CAST_X, WS_P1, WS_P2, WS_DW, WS_CHUNK, WS_SUM };
+
+#define TRY(x) do { if ((rc = (x)) < 0) goto out; } while (0)
+
+/* ---- scratch and views -------------------------------------------------------------------- */
+
+void lyc_ws_free(struct lycoris *net)
+{
+    for (int i = 0; i < LYC_WS_SLOTS; i++) {
+        ghc_tensor_free(net->ws[i]);
+        net->ws[i] = NULL;
+    }
+}
+
+/* A view of dtype/shape over scratch slot `slot`, grown when too small (after waiting for the
+ * device: queued work may still read the old buffer). The caller frees the view (not the slot). */
+static ghc_tensor_t *ws(struct lycoris *net, int slot, enum ghc_dtype dt, int ndim, const int64_t *shape)
+{
+    int64_t n;
+    if (!ghc_shape_numel(ndim, shape, &n)) {
+        ghc_error_set(net->core, GHC_EINVAL, "lycoris: scratch shape overflow");
+        return NULL;
+    }
+    size_t bytes = (size_t)n * ghc_dtype_size(dt);
+    if (!net->ws[slot] || ghc_tensor_nbytes(net->ws[slot]) < bytes) {
+        if (net->ws[slot] && ghc_op_sync(net->core, net->device, NULL) < 0)
+            return NULL;
+        ghc_tensor_free(net->ws[slot]);
+        int64_t want = (int64_t)(bytes + bytes / 4 + 256);
+        net->ws[slot] = ghc_tensor_init(net->core, GHC_DTYPE_U8, 1, &want, net->device, GHC_ROLE_WORKSPACE);
+        if (!net->ws[slot])
+            return NULL;
+    }
+    return ghc_tensor_wrap(net->core, dt, ndim, shape, net->device, ghc_tensor_data(net->ws[slot]));
+}
+
+/* A view of t's memory (from element `first` on) with another shape. */
+static ghc_tensor_t *view(const ghc_tensor_t *t, int64_t first, int ndim, const int64_t *shape)
+{
+    char *p = (char *)ghc_tensor_cdata(t) + (size_t)first * ghc_dtype_size(ghc_tensor_dtype(t));
+    return ghc_tensor_wrap(ghc_tensor_core(t), ghc_tensor_dtype(t), ndim, shape, ghc_tensor_device(t), p);
+}
+
+#define V2(t, r, c) view((t), 0, 2, (const int64_t[]){ (r), (c) })
+#define V3(t, a, b, c) view((t), 0, 3, (const int64_t[]){ (a), (b), (c) })
+
+/* f32 tensor t as dtype dt: a view of t itself, or a cast into scratch `slot`. */
+static ghc_tensor_t *as_dtype(struct lycoris *net, int slot, const ghc_tensor_t *t, enum ghc_dtype dt, void *stream)
+{
+    if (dt == ghc_tensor_dtype(t))
+        return view(t, 0, ghc_tensor_ndim(t), ghc_tensor_shape(t));
+    ghc_tensor_t *c = ws(net, slot, dt, ghc_tensor_ndim(t), ghc_tensor_shape(t));
+    if (c && ghc_op_cast(c, t, 1.0f, NULL, stream) < 0) {
+        ghc_tensor_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, bool ta, bool tb, float alpha,
+                float beta, void *stream)
+{
+    struct ghc_gemm g = { .trans_a = ta, .trans_b = tb, .alpha = alpha, .beta = beta };
+    return ghc_op_gemm(c, a, b, &g, stream);
+}
+
+static int nomem(struct lycoris *net)
+{
+    int rc = ghc_error_code(net->core);
+    return rc < 0 ? rc : ghc_error_set(net->core, GHC_ENOMEM, "lycoris: out of memory");
+}
+
+/* ---- output masking ------------------------------------------------------------------------- */
+
+/* Where the forward writes its delta: y itself (beta 1), or with a rank-dropout mask a scratch
+ * like y (beta 0) that out_end() masks and adds. */
+static ghc_tensor_t *out_begin(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *y2, float *beta)
+{
+    *beta = md->mask ? 0.0f : 1.0f;
+    if (!md->mask)
+        return view(y2, 0, 2, ghc_tensor_shape(y2));
+    return ws(net, WS_MASKED, GHC_DTYPE_F32, 2, ghc_tensor_shape(y2));
+}
+
+static int out_end(struct lyc_module *md, ghc_tensor_t *y2, ghc_tensor_t *d, void *stream)
+{
+    int rc = 0;
+    if (md->mask && (rc = ghc_op_mul(d, d, md->mask, stream)) == 0)
+        rc = ghc_op_add(y2, y2, d, 1.0f, 1.0f, stream);
+    return rc;
+}
+
+/* G = dy, or dy times the rank-dropout mask (scratch). */
+static ghc_tensor_t *grad_in(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *dy2, void *stream)
+{
+    if (!md->mask)
+        return view(dy2, 0, 2, ghc_tensor_shape(dy2));
+    ghc_tensor_t *g = ws(net, WS_MASKED, GHC_DTYPE_F32, 2, ghc_tensor_shape(dy2));
+    if (g && ghc_op_mul(g, dy2, md->mask, stream) < 0) {
+        ghc_tensor_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* ---- LoRA ------------------------------------------------------------------------------------ */
+
+static int lora_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                    void *stream)
+{
+    int64_t N = ghc_tensor_dim(x2, 0);
+    float beta;
+    int rc = 0;
+    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], ghc_tensor_dtype(x2), stream);
+    ghc_tensor_t *h = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ N, md->rank });
+    ghc_tensor_t *d = out_begin(net, md, y2, &beta);
+    if (!ax || !h || !d) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));
+    TRY(gemm(d, h, md->p[1], false, true, md->scale, beta, stream));
+    TRY(out_end(md, y2, d, stream));
+out:
+    ghc_tensor_free(ax);
+    ghc_tensor_free(h);
+    ghc_tensor_free(d);
+    return rc;
+}
+
+static int lora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                    ghc_tensor_t *dx2, void *stream)
+{
+    int64_t N = ghc_tensor_dim(x2, 0), r = md->rank;
+    enum ghc_dtype xdt = ghc_tensor_dtype(x2);
+    int rc = 0;
+    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], xdt, stream);
+    ghc_tensor_t *h = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r });
+    ghc_tensor_t *dh = ws(net, WS_DH, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r });
+    ghc_tensor_t *g = grad_in(net, md, dy2, stream), *dhx = NULL;
+    if (!ax || !h || !dh || !g) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));                 /* H = X A^T */
+    TRY(gemm(md->g[1], g, h, true, false, md->scale, 1.0f, stream));       /* dB += s G^T H */
+    TRY(gemm(dh, g, md->p[1], false, false, md->scale, 0.0f, stream));     /* dH = s G B */
+    if (dx2)
+        TRY(gemm(dx2, dh, md->p[0], false, false, 1.0f, 1.0f, stream));    /* dX += dH A */
+    if (!(dhx = as_dtype(net, WS_CAST_X, dh, xdt, stream))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(md->g[0], dhx, x2, true, false, 1.0f, 1.0f, stream));         /* dA += dH^T X */
+out:
+    ghc_tensor_free(ax);
+    ghc_tensor_free(h);
+    ghc_tensor_free(dh);
+    ghc_tensor_free(g);
+    ghc_tensor_free(dhx);
+    return rc;
+}
+
+/* ---- LoHa ------------------------------------------------------------------------------------ */
+
+/* P1 = W1a W1b, P2 = W2a W2b, DW = P1 * P2 (each [out, in] f32 scratch). */
+static int loha_build(struct lycoris *net, struct lyc_module *md, ghc_tensor_t **p1, ghc_tensor_t **p2,
+                      ghc_tensor_t **dw, void *stream)
+{
+    const int64_t shape[2] = { md->out, md->in };
+    *p1 = ws(net, WS_P1, GHC_DTYPE_F32, 2, shape);
+    *p2 = ws(net, WS_P2, GHC_DTYPE_F32, 2, shape);
+    *dw = ws(net, WS_DW, GHC_DTYPE_F32, 2, shape);
+    if (!*p1 || !*p2 || !*dw)
+        return nomem(net);
+    int rc = gemm(*p1, md->p[0], md->p[1], false, false, 1.0f, 0.0f, stream);
+    if (rc == 0)
+        rc = gemm(*p2, md->p[2], md->p[3], false, false, 1.0f, 0.0f, stream);
+    if (rc == 0)
+        rc = ghc_op_mul(*dw, *p1, *p2, stream);
+    return rc;
+}
+
+static int loha_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                    void *stream)
+{
+    ghc_tensor_t *p1 = NULL, *p2 = NULL, *dw = NULL, *dwx = NULL, *d = NULL;
+    float beta;
+    int rc;
+    TRY(loha_build(net, md, &p1, &p2, &dw, stream));
+    if (!(dwx = as_dtype(net, WS_CAST_W, dw, ghc_tensor_dtype(x2), stream)) || !(d = out_begin(net, md, y2, &beta))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(d, x2, dwx, false, true, md->scale, beta, stream));
+    TRY(out_end(md, y2, d, stream));
+out:
+    ghc_tensor_free(p1);
+    ghc_tensor_free(p2);
+    ghc_tensor_free(dw);
+    ghc_tensor_free(dwx);
+    ghc_tensor_free(d);
+    return rc;
+}
+
+static int loha_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                    ghc_tensor_t *dx2, void *stream)
+{
+    const int64_t shape[2] = { md->out, md->in };
+    ghc_tensor_t *p1 = NULL, *p2 = NULL, *dw = NULL, *g = NULL, *gx = NULL, *D = NULL, *T = NULL;
+    int rc;
+    TRY(loha_build(net, md, &p1, &p2, &dw, stream));
+    if (!(g = grad_in(net, md, dy2, stream)) || !(gx = as_dtype(net, WS_CAST_X, g, ghc_tensor_dtype(x2), stream)) ||
+        !(D = ws(net, WS_H, GHC_DTYPE_F32, 2, shape)) || !(T = ws(net, WS_DH, GHC_DTYPE_F32, 2, shape))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(D, gx, x2, true, false, md->scale, 0.0f, stream));            /* D = s G^T X */
+    TRY(ghc_op_mul(T, D, p2, stream));                                     /* T1 = D * P2 */
+    TRY(gemm(md->g[0], T, md->p[1], false, true, 1.0f, 1.0f, stream));     /* dW1a += T1 W1b^T */
+    TRY(gemm(md->g[1], md->p[0], T, true, false, 1.0f, 1.0f, stream));     /* dW1b += W1a^T T1 */
+    TRY(ghc_op_mul(T, D, p1, stream));                                     /* T2 = D * P1 */
+    TRY(gemm(md->g[2], T, md->p[3], false, true, 1.0f, 1.0f, stream));
+    TRY(gemm(md->g[3], md->p[2], T, true, false, 1.0f, 1.0f, stream));
+    if (dx2)
+        TRY(gemm(dx2, g, dw, false, false, md->scale, 1.0f, stream));      /* dX += s G DW */
+out:
+    ghc_tensor_free(p1);
+    ghc_tensor_free(p2);
+    ghc_tensor_free(dw);
+    ghc_tensor_free(g);
+    ghc_tensor_free(gx);
+    ghc_tensor_free(D);
+    ghc_tensor_free(T);
+    return rc;
+}
+
+/* ---- LoKr ------------------------------------------------------------------------------------ */
+
+/* W1 [a, c] and W2 [b, d]: the parameters, or the products of their low-rank halves. */
+static int lokr_factors(struct lycoris *net, struct lyc_module *md, ghc_tensor_t **w1, ghc_tensor_t **w2,
+                        void *stream)
+{
+    int rc = 0;
+    *w1 = md->w1_lr ? ws(net, WS_P1, GHC_DTYPE_F32, 2, (const int64_t[]){ md->a, md->c }) : V2(md->p[0], md->a, md->c);
+    *w2 = md->w2_lr ? ws(net, WS_P2, GHC_DTYPE_F32, 2, (const int64_t[]){ md->b, md->d }) : V2(md->p[2], md->b, md->d);
+    if (!*w1 || !*w2)
+        return nomem(net);
+    if (md->w1_lr)
+        rc = gemm(*w1, md->p[0], md->p[1], false, false, 1.0f, 0.0f, stream);
+    if (rc == 0 && md->w2_lr)
+        rc = gemm(*w2, md->p[2], md->p[3], false, false, 1.0f, 0.0f, stream);
+    return rc;
+}
+
+/* T [N c, b] = X[N c, d] W2^T (in scratch WS_H); *w2x: W2 in x's dtype. */
+static ghc_tensor_t *lokr_t(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *xr, const ghc_tensor_t *w2,
+                            void *stream)
+{
+    ghc_tensor_t *w2x = as_dtype(net, WS_CAST_W, w2, ghc_tensor_dtype(xr), stream);
+    ghc_tensor_t *t = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ ghc_tensor_dim(xr, 0), md->b });
+    if (!w2x || !t || gemm(t, xr, w2x, false, true, 1.0f, 0.0f, stream) < 0) {
+        ghc_tensor_free(t);
+        t = NULL;
+    }
+    ghc_tensor_free(w2x);
+    return t;
+}
+
+static int lokr_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                    void *stream)
+{
+    int64_t N = ghc_tensor_dim(x2, 0);
+    ghc_tensor_t *w1 = NULL, *w2 = NULL, *xr = NULL, *t = NULL, *t3 = NULL, *d = NULL, *d3 = NULL;
+    float beta;
+    int rc;
+    TRY(lokr_factors(net, md, &w1, &w2, stream));
+    if (!(xr = V2(x2, N * md->c, md->d)) || !(t = lokr_t(net, md, xr, w2, stream)) ||
+        !(t3 = V3(t, N, md->c, md->b)) || !(d = out_begin(net, md, y2, &beta)) || !(d3 = V3(d, N, md->a, md->b))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(d3, w1, t3, false, false, md->scale, beta, stream));           /* Y~_n += s W1 T_n */
+    TRY(out_end(md, y2, d, stream));
+out:
+    ghc_tensor_free(w1);
+    ghc_tensor_free(w2);
+    ghc_tensor_free(xr);
+    ghc_tensor_free(t);
+    ghc_tensor_free(t3);
+    ghc_tensor_free(d);
+    ghc_tensor_free(d3);
+    return rc;
+}
+
+/* dst += the sum over tokens of s G_n T_n^T ([a, c]), in chunks of tokens so the batched
+ * product [chunk, a, c] stays within 64 MiB. */
+static int lokr_dw1(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *g, const ghc_tensor_t *t,
+                    ghc_tensor_t *dst, float beta, void *stream)
+{
+    int64_t N = ghc_tensor_numel(g) / md->out, ac = md->a * md->c;
+    int64_t K = (64ll << 20) / (4 * ac);
+    int rc = 0;
+    K = K < 1 ? 1 : K > N ? N : K;
+    ghc_tensor_t *sum = ws(net, WS_SUM, GHC_DTYPE_F32, 1, &ac), *sum2 = NULL;
+    if (!sum || !(sum2 = V2(sum, md->a, md->c)))
+        rc = nomem(net);
+    for (int64_t n0 = 0; n0 < N && rc == 0; n0 += K) {
+        int64_t k = N - n0 < K ? N - n0 : K;
+        ghc_tensor_t *gc = view(g, n0 * md->out, 3, (const int64_t[]){ k, md->a, md->b });
+        ghc_tensor_t *tc = view(t, n0 * md->c * md->b, 3, (const int64_t[]){ k, md->c, md->b });
+        ghc_tensor_t *cc = ws(net, WS_CHUNK, GHC_DTYPE_F32, 3, (const int64_t[]){ k, md->a, md->c });
+        ghc_tensor_t *cr = cc ? V2(cc, k, ac) : NULL;
+        if (!gc || !tc || !cr)
+            rc = nomem(net);
+        if (rc == 0)
+            rc = gemm(cc, gc, tc, false, true, md->scale, 0.0f, stream);
+        if (rc == 0)
+            rc = ghc_op_sum_rows(sum, cr, stream);
+        if (rc == 0)
+            rc = ghc_op_add(dst, dst, sum2, n0 == 0 ? beta : 1.0f, 1.0f, stream);
+        ghc_tensor_free(gc);
+        ghc_tensor_free(tc);
+        ghc_tensor_free(cc);
+        ghc_tensor_free(cr);
+    }
+    ghc_tensor_free(sum);
+    ghc_tensor_free(sum2);
+    return rc;
+}
+
+/* Gradients of the low-rank halves from the full factor's gradient df: da += df hb^T,
+ * db += ha^T df. */
+static int lowrank_grads(struct lyc_module *md, int ia, const ghc_tensor_t *df, void *stream)
+{
+    int rc = gemm(md->g[ia], df, md->p[ia + 1], false, true, 1.0f, 1.0f, stream);
+    return rc < 0 ? rc : gemm(md->g[ia + 1], md->p[ia], df, true, false, 1.0f, 1.0f, stream);
+}
+
+static int lokr_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                    ghc_tensor_t *dx2, void *stream)
+{
+    int64_t N = ghc_tensor_dim(x2, 0), Nc = N * md->c;
+    ghc_tensor_t *w1 = NULL, *w2 = NULL, *xr = NULL, *t = NULL, *g = NULL, *g3 = NULL, *u = NULL, *u3 = NULL;
+    ghc_tensor_t *ux = NULL, *dxr = NULL, *df = NULL;
+    int rc;
+    TRY(lokr_factors(net, md, &w1, &w2, stream));
+    if (!(xr = V2(x2, Nc, md->d)) || !(t = lokr_t(net, md, xr, w2, stream)) || !(g = grad_in(net, md, dy2, stream)) ||
+        !(g3 = V3(g, N, md->a, md->b)) || !(u = ws(net, WS_DH, GHC_DTYPE_F32, 2, (const int64_t[]){ Nc, md->b })) ||
+        !(u3 = V3(u, N, md->c, md->b))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(u3, w1, g3, true, false, md->scale, 0.0f, stream));            /* U_n = s W1^T G_n */
+    if (dx2) {
+        if (!(dxr = V2(dx2, Nc, md->d))) {
+            rc = nomem(net);
+            goto out;
+        }
+        TRY(gemm(dxr, u, w2, false, false, 1.0f, 1.0f, stream));            /* dX += U W2 */
+    }
+    if (!(ux = as_dtype(net, WS_CAST_X, u, ghc_tensor_dtype(x2), stream))) {
+        rc = nomem(net);
+        goto out;
+    }
+    if (md->w2_lr) {
+        if (!(df = ws(net, WS_DW, GHC_DTYPE_F32, 2, (const int64_t[]){ md->b, md->d }))) {
+            rc = nomem(net);
+            goto out;
+        }
+        TRY(gemm(df, ux, xr, true, false, 1.0f, 0.0f, stream));             /* dW2 = U^T X */
+        TRY(lowrank_grads(md, 2, df, stream));
+        ghc_tensor_free(df);
+        df = NULL;
+    } else {
+        TRY(gemm(md->g[2], ux, xr, true, false, 1.0f, 1.0f, stream));
+    }
+    if (md->w1_lr) {
+        if (!(df = ws(net, WS_DW, GHC_DTYPE_F32, 2, (const int64_t[]){ md->a, md->c }))) {
+            rc = nomem(net);
+            goto out;
+        }
+        TRY(lokr_dw1(net, md, g, t, df, 0.0f, stream));                     /* dW1 = s sum G_n T_n^T */
+        TRY(lowrank_grads(md, 0, df, stream));
+    } else {
+        TRY(lokr_dw1(net, md, g, t, md->g[0], 1.0f, stream));
+    }
+out:
+    ghc_tensor_free(w1);
+    ghc_tensor_free(w2);
+    ghc_tensor_free(xr);
+    ghc_tensor_free(t);
+    ghc_tensor_free(g);
+    ghc_tensor_free(g3);
+    ghc_tensor_free(u);
+    ghc_tensor_free(u3);
+    ghc_tensor_free(ux);
+    ghc_tensor_free(dxr);
+    ghc_tensor_free(df);
+    return rc;
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------- */
+
+int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    int64_t N = ghc_tensor_numel(x) / md->in;
+    ghc_tensor_t *x2 = V2(x, N, md->in), *y2 = V2(y, N, md->out);
+    int rc;
+    if (!x2 || !y2)
+        rc = nomem(net);
+    else if (md->algo == LYC_LORA)
+        rc = lora_fwd(net, md, x2, y2, stream);
+    else if (md->algo == LYC_LOHA)
+        rc = loha_fwd(net, md, x2, y2, stream);
+    else
+        rc = lokr_fwd(net, md, x2, y2, stream);
+    ghc_tensor_free(x2);
+    ghc_tensor_free(y2);
+    return rc;
+}
+
+int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                 ghc_tensor_t *dx, void *stream)
+{
+    int64_t N = ghc_tensor_numel(x) / md->in;
+    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = V2(dy, N, md->out), *dx2 = dx ? V2(dx, N, md->in) : NULL;
+    int rc;
+    if (!x2 || !dy2 || (dx && !dx2))
+        rc = nomem(net);
+    else if (md->algo == LYC_LORA)
+        rc = lora_bwd(net, md, x2, dy2, dx2, stream);
+    else if (md->algo == LYC_LOHA)
+        rc = loha_bwd(net, md, x2, dy2, dx2, stream);
+    else
+        rc = lokr_bwd(net, md, x2, dy2, dx2, stream);
+    ghc_tensor_free(x2);
+    ghc_tensor_free(dy2);
+    ghc_tensor_free(dx2);
+    return rc;
+}
+
+/* ---- delta-W ----------------------------------------------------------------------------------- */
+
+int lyc_delta(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *dw, void *stream)
+{
+    ghc_tensor_t *p1 = NULL, *p2 = NULL, *w = NULL, *w1 = NULL, *w2 = NULL;
+    int rc = 0;
+    switch (md->algo) {
+    case LYC_LORA:
+        return gemm(dw, md->p[1], md->p[0], false, false, md->scale, 0.0f, stream);
+    case LYC_LOHA:
+        TRY(loha_build(net, md, &p1, &p2, &w, stream));
+        TRY(ghc_op_scale(dw, w, md->scale, stream));
+        break;
+    case LYC_LOKR:
+        /* kron(W1, W2) without a permute: rows i b .. i b + b - 1 of dW, viewed [b, c, d],
+         * are the batched outer products W1[i, :]^T [c, 1] times W2[k, :] [1, d] over k. */
+        TRY(lokr_factors(net, md, &w1, &w2, stream));
+        for (int64_t i = 0; i < md->a && rc == 0; i++) {
+            ghc_tensor_t *c3 = view(dw, i * md->b * md->in, 3, (const int64_t[]){ md->b, md->c, md->d });
+            ghc_tensor_t *a1 = view(w1, i * md->c, 2, (const int64_t[]){ md->c, 1 });
+            ghc_tensor_t *b3 = view(w2, 0, 3, (const int64_t[]){ md->b, 1, md->d });
+            if (!c3 || !a1 || !b3)
+                rc = nomem(net);
+            else
+                rc = gemm(c3, a1, b3, false, false, md->scale, 0.0f, stream);
+            ghc_tensor_free(c3);
+            ghc_tensor_free(a1);
+            ghc_tensor_free(b3);
+        }
+        break;
+    }
+out:
+    ghc_tensor_free(p1);
+    ghc_tensor_free(p2);
+    ghc_tensor_free(w);
+    ghc_tensor_free(w1);
+    ghc_tensor_free(w2);
+    return rc;
+}

@@ -1,0 +1,372 @@
+/* file.c: adapter files of the lycoris plugin (spec/adapters.md §11, §12, §15): one
+ * safetensors file per expert, in ComfyUI naming (`diffusion_model.<Wan path>.<tensor>`, the
+ * default), musubi/kohya naming (`lora_unet_<path with _>`) or diffusers/peft naming
+ * (`transformer.<diffusers path>.lora_A.weight`, LoRA only, scale folded into lora_B). Factors
+ * in the save dtype, alpha as a 0-dim F32 tensor, the metadata minimum set. The reader accepts
+ * every naming above, any key order and any float dtype, checks the whole file before it
+ * changes a parameter, and rescales the "up" factor when the file's scale differs from ours. */
+#include <config.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <gh200core/safetensors.h>
+
+#include "lycoris_impl.h"
+
+/* ---- names --------------------------------------------------------------------------------- */
+
+const char *lyc_key_prefix(const struct lyc_module *md, enum lyc_format format, char *buf, size_t len)
+{
+    if (format == LYC_FMT_MUSUBI) {
+        snprintf(buf, len, "lora_unet_%s", md->name);
+        for (char *p = buf + 10; *p; p++)
+            if (*p == '.')
+                *p = '_';
+    } else if (format == LYC_FMT_DIFFUSERS) {
+        snprintf(buf, len, "transformer.%s", md->alias ? md->alias : md->name);
+    } else {
+        snprintf(buf, len, "diffusion_model.%s", md->name);
+    }
+    return buf;
+}
+
+/* The diffusers/peft suffix of LoRA slot i. */
+static const char *peft_suffix(int i)
+{
+    return i == 0 ? "lora_A.weight" : "lora_B.weight";
+}
+
+/* The factor that carries a file's scale ratio: lora_up, hada_w1_a, lokr_w1 / lokr_w1_a. */
+static int up_slot(const struct lyc_module *md)
+{
+    return md->algo == LYC_LORA ? 1 : 0;
+}
+
+static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+    return buf;
+}
+
+/* ---- save ---------------------------------------------------------------------------------- */
+
+static int add_param(struct lycoris *net, ghc_st_writer_t *w, const char *key, const ghc_tensor_t *p, float mul)
+{
+    int rc;
+    ghc_tensor_t *h = ghc_tensor_init(net->core, GHC_DTYPE_F32, ghc_tensor_ndim(p), ghc_tensor_shape(p),
+                                      GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+    ghc_tensor_t *o = ghc_tensor_init(net->core, net->save_dtype, ghc_tensor_ndim(p), ghc_tensor_shape(p),
+                                      GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+    if (!h || !o)
+        rc = ghc_error_code(net->core) ? ghc_error_code(net->core) : GHC_ENOMEM;
+    else if ((rc = ghc_op_copy(h, p, NULL)) == 0 && (rc = ghc_op_sync(net->core, net->device, NULL)) == 0 &&
+             (rc = ghc_tensor_convert_cpu(o, h, mul)) == 0)
+        rc = ghc_st_writer_add(w, key, o);
+    ghc_tensor_free(h);
+    ghc_tensor_free(o);
+    return rc;
+}
+
+static int add_metadata(struct lycoris *net, ghc_st_writer_t *w)
+{
+    char dim[32], alpha[48], args[256], date[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    bool lora = net->algo == LYC_LORA;
+    double a = net->alpha > 0 ? net->alpha : (double)net->rank;
+    snprintf(dim, sizeof(dim), "%d", (int)net->rank);
+    snprintf(alpha, sizeof(alpha), "%.1f", a);
+    if (a != floor(a))
+        snprintf(alpha, sizeof(alpha), "%.9g", a);
+    if (net->algo == LYC_LOKR)
+        snprintf(args, sizeof(args), "{\"algo\": \"lokr\", \"factor\": \"%lld\", \"decompose_both\": \"%s\", "
+                 "\"full_matrix\": \"%s\"%s}", (long long)net->factor, net->decompose_both ? "True" : "False",
+                 net->full_matrix ? "True" : "False", net->rs_lora ? ", \"rs_lora\": \"True\"" : "");
+    else
+        snprintf(args, sizeof(args), "{\"algo\": \"%s\"%s}", lyc_algo_name(net->algo),
+                 net->rs_lora ? ", \"rs_lora\": \"True\"" : "");
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const char *kv[][2] = {
+        { "ss_network_module", lora && net->format != LYC_FMT_COMFYUI ? "networks.lora_wan" : "lycoris.kohya" },
+        { "ss_network_dim", dim },
+        { "ss_network_alpha", alpha },
+        { "ss_network_args", args },
+        { "ss_base_model_version", "wan" },
+        { "modelspec.sai_model_spec", "1.0.0" },
+        { "modelspec.architecture", "wan2.1/lora" },
+        { "modelspec.implementation", "https://github.com/Wan-Video/Wan2.1" },
+        { "modelspec.title", net->title ? net->title : "gh200core adapter" },
+        { "modelspec.date", date },
+        { "gh200core.format", net->format == LYC_FMT_MUSUBI ? "musubi" :
+                              net->format == LYC_FMT_DIFFUSERS ? "diffusers" : "comfyui" },
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && rc == 0; i++)
+        rc = ghc_st_writer_metadata(w, kv[i][0], kv[i][1]);
+    return rc;
+}
+
+int lyc_save(struct lycoris *net, int32_t expert, const char *path)
+{
+    struct lyc_expert *e = &net->ex[expert];
+    ghc_st_writer_t *w = ghc_st_writer_init(net->core);
+    char prefix[256], key[320];
+    int rc = 0;
+    if (!w)
+        return ghc_error_set(net->core, GHC_ENOMEM, "lycoris: out of memory");
+    for (int32_t m = 0; m < e->n_mods && rc == 0; m++) {
+        struct lyc_module *md = &e->mods[m];
+        lyc_key_prefix(md, net->format, prefix, sizeof(prefix));
+        for (int i = 0; i < LYC_MAX_PARAMS && rc == 0; i++) {
+            if (!md->p[i])
+                continue;
+            bool peft = net->format == LYC_FMT_DIFFUSERS;
+            snprintf(key, sizeof(key), "%s.%s", prefix, peft ? peft_suffix(i) : lyc_param_suffix(md, i));
+            rc = add_param(net, w, key, md->p[i], peft && i == up_slot(md) ? md->scale : 1.0f);
+        }
+        if (rc == 0 && net->format != LYC_FMT_DIFFUSERS) {
+            snprintf(key, sizeof(key), "%s.alpha", prefix);
+            rc = ghc_st_writer_add_raw(w, key, GHC_DTYPE_F32, 0, NULL, &md->alpha_saved);
+        }
+    }
+    if (rc == 0)
+        rc = add_metadata(net, w);
+    if (rc == 0)
+        rc = ghc_st_writer_finish(w, path);
+    ghc_st_writer_free(w);
+    if (rc == 0)
+        ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: %d modules saved to %s", (int)expert, (int)e->n_mods, path);
+    return rc;
+}
+
+/* ---- load ---------------------------------------------------------------------------------- */
+
+/* Tensor suffixes a module may carry, and what they are. */
+enum kind { K_UNKNOWN = -1, K_LORA, K_LOHA, K_LOKR, K_ALPHA, K_IGNORED };
+
+struct suffix {
+    const char *name;
+    enum kind   kind;
+    int         slot;      /* parameter slot; -1 for none */
+};
+
+static const struct suffix suffixes[] = {
+    { "lora_down.weight", K_LORA, 0 }, { "lora_up.weight", K_LORA, 1 },
+    { "lora_A.weight", K_LORA, 0 },    { "lora_B.weight", K_LORA, 1 },
+    { "lora_A", K_LORA, 0 },           { "lora_B", K_LORA, 1 },
+    { "lora.down.weight", K_LORA, 0 }, { "lora.up.weight", K_LORA, 1 },
+    { "hada_w1_a", K_LOHA, 0 }, { "hada_w1_b", K_LOHA, 1 }, { "hada_w2_a", K_LOHA, 2 }, { "hada_w2_b", K_LOHA, 3 },
+    { "lokr_w1", K_LOKR, 0 }, { "lokr_w1_a", K_LOKR, 0 }, { "lokr_w1_b", K_LOKR, 1 },
+    { "lokr_w2", K_LOKR, 2 }, { "lokr_w2_a", K_LOKR, 2 }, { "lokr_w2_b", K_LOKR, 3 },
+    { "alpha", K_ALPHA, -1 },
+    { "dora_scale", K_UNKNOWN, -2 },   /* DoRA: refused with its own message */
+};
+
+/* What the file holds for one module. */
+struct found {
+    const char *key[LYC_MAX_PARAMS];
+    const char *suffix[LYC_MAX_PARAMS];
+    const char *alpha;
+    enum kind   kind;
+    int         n;
+};
+
+/* Does `name` equal module-name candidate `cand` + "." + something? Then the suffix. */
+static const char *after(const char *name, const char *cand)
+{
+    size_t l = strlen(cand);
+    return strncmp(name, cand, l) == 0 && name[l] == '.' ? name + l + 1 : NULL;
+}
+
+static int file_err(struct lycoris *net, const char *path, const char *fmt, const char *key, const char *detail)
+{
+    char msg[768];
+    snprintf(msg, sizeof(msg), fmt, key, detail);
+    return ghc_error_set(net->core, GHC_EFORMAT, "%s: %s", path, msg);
+}
+
+/* Assign each tensor of the file to a module of `e` (any naming) in found[]. */
+static int scan(struct lycoris *net, struct lyc_expert *e, ghc_st_t *st, const char *path, struct found *found,
+                int *unmatched, const char **first_unmatched)
+{
+    char cand[4][256];
+    int n = ghc_st_count(st);
+    for (int t = 0; t < n; t++) {
+        struct ghc_st_info info;
+        ghc_st_info_at(st, t, &info);
+        const char *sfx = NULL;
+        int32_t m;
+        for (m = 0; m < e->n_mods && !sfx; m++) {
+            struct lyc_module *md = &e->mods[m];
+            lyc_key_prefix(md, LYC_FMT_COMFYUI, cand[0], sizeof(cand[0]));
+            lyc_key_prefix(md, LYC_FMT_MUSUBI, cand[1], sizeof(cand[1]));
+            lyc_key_prefix(md, LYC_FMT_DIFFUSERS, cand[2], sizeof(cand[2]));
+            snprintf(cand[3], sizeof(cand[3]), "%s", md->name);
+            for (int c = 0; c < 4 && !sfx; c++)
+                sfx = after(info.name, cand[c]);
+        }
+        if (!sfx) {
+            if (!(*unmatched)++)
+                *first_unmatched = info.name;
+            continue;
+        }
+        struct found *f = &found[m - 1];
+        const struct suffix *s = NULL;
+        for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++)
+            if (strcmp(sfx, suffixes[k].name) == 0)
+                s = &suffixes[k];
+        if (s && s->slot == -2)
+            return file_err(net, path, "tensor '%s': DoRA (%s) is not supported by this network (doc/lycoris.md)",
+                            info.name, "dora_scale");
+        if (!s)
+            return file_err(net, path, "tensor '%s': unknown adapter tensor '%s' (algorithm not recognised; known: "
+                            "LoRA lora_down/lora_up, LoHa hada_w*, LoKr lokr_w*, alpha)", info.name, sfx);
+        if (s->kind == K_ALPHA) {
+            f->alpha = info.name;
+            continue;
+        }
+        if (f->kind != K_UNKNOWN && f->kind != s->kind)
+            return file_err(net, path, "tensor '%s': %s mixes adapter algorithms in one module", info.name,
+                            e->mods[m - 1].name);
+        if (f->key[s->slot])
+            return file_err(net, path, "tensor '%s': a second tensor for the same factor (first '%s')", info.name,
+                            f->key[s->slot]);
+        f->kind = s->kind;
+        f->key[s->slot] = info.name;
+        f->suffix[s->slot] = s->name;
+        f->n++;
+    }
+    return 0;
+}
+
+/* Check module md's tensors (algorithm, completeness, layout, shapes) and work out the ratio of
+ * the file's scale to ours. */
+static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st, const char *path,
+                        const struct found *f, float *ratio)
+{
+    static const enum kind want[] = { K_LORA, K_LOHA, K_LOKR };
+    static const char *const kind_name[] = { "LoRA", "LoHa", "LoKr" };
+    char exp[64], got[64], msg[256];
+    if (f->kind == K_UNKNOWN)
+        return file_err(net, path, "no adapter tensors for module '%s' (%s)", md->name,
+                        "the network targets it; a file for other targets cannot be loaded");
+    if (f->kind != want[md->algo]) {
+        snprintf(msg, sizeof(msg), "the file holds %s tensors, the network is configured for algo \"%s\"",
+                 kind_name[f->kind], lyc_algo_name(md->algo));
+        return file_err(net, path, "module '%s': %s", md->name, msg);
+    }
+    for (int i = 0; i < LYC_MAX_PARAMS; i++) {
+        const char *expect = lyc_param_suffix(md, i);
+        if (!expect && f->key[i])
+            return file_err(net, path, "tensor '%s': %s", f->key[i], md->algo == LYC_LOKR ?
+                            "a low-rank LoKr factor where this network has a full one (check factor, rank, "
+                            "decompose_both, full_matrix)" : "unexpected tensor");
+        if (!expect)
+            continue;
+        if (!f->key[i]) {
+            snprintf(msg, sizeof(msg), "'%s' is missing (found %d of the module's tensors)", expect, f->n);
+            return file_err(net, path, "module '%s': %s", md->name, msg);
+        }
+        if (md->algo == LYC_LOKR && strcmp(f->suffix[i], expect) != 0) {
+            snprintf(msg, sizeof(msg), "expected '%s' (check factor, rank, decompose_both, full_matrix)", expect);
+            return file_err(net, path, "tensor '%s': %s", f->key[i], msg);
+        }
+        struct ghc_st_info info;
+        ghc_st_find(st, f->key[i], &info);
+        if (info.ndim != 2 ||
+            info.shape[0] != ghc_tensor_dim(md->p[i], 0) || info.shape[1] != ghc_tensor_dim(md->p[i], 1) ||
+            !ghc_dtype_is_float(info.dtype)) {
+            snprintf(msg, sizeof(msg), "shape %s %s, expected %s float (rank %d, in %lld, out %lld)",
+                     shape_text(info.ndim, info.shape, got, sizeof(got)), ghc_dtype_name(info.dtype),
+                     shape_text(2, ghc_tensor_shape(md->p[i]), exp, sizeof(exp)), (int)md->rank, (long long)md->in,
+                     (long long)md->out);
+            return file_err(net, path, "tensor '%s': %s", f->key[i], msg);
+        }
+    }
+    double s_file = 1.0;
+    if (f->alpha) {
+        struct ghc_st_info info;
+        ghc_st_find(st, f->alpha, &info);
+        if (info.nbytes == 0 || info.nbytes / ghc_dtype_size(info.dtype) != 1 || !ghc_dtype_is_float(info.dtype))
+            return file_err(net, path, "tensor '%s': alpha must be one float, got %s", f->alpha,
+                            shape_text(info.ndim, info.shape, got, sizeof(got)));
+        ghc_tensor_t *a = ghc_st_load(st, f->alpha, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+        if (!a)
+            return ghc_error_code(net->core);
+        double alpha = *(const float *)ghc_tensor_cdata(a);
+        ghc_tensor_free(a);
+        bool both_full = md->algo == LYC_LOKR && !md->w1_lr && !md->w2_lr;
+        if (!both_full)
+            s_file = alpha / md->rank;   /* rank: down rows, w1_b rows, or the LoKr low-rank dim */
+    }
+    *ratio = (float)(s_file / md->scale);
+    return 0;
+}
+
+int lyc_load(struct lycoris *net, int32_t expert, const char *path)
+{
+    struct lyc_expert *e = &net->ex[expert];
+    int rc = 0, unmatched = 0;
+    const char *first = NULL;
+    float *ratio = calloc((size_t)e->n_mods, sizeof(float));
+    struct found *found = calloc((size_t)e->n_mods, sizeof(*found));
+    ghc_st_t *st = NULL;
+    if (!ratio || !found) {
+        rc = ghc_error_set(net->core, GHC_ENOMEM, "lycoris: out of memory");
+        goto out;
+    }
+    if (!(st = ghc_st_open(net->core, path))) {
+        rc = ghc_error_code(net->core);
+        goto out;
+    }
+    for (int32_t m = 0; m < e->n_mods; m++)
+        found[m].kind = K_UNKNOWN;
+    if ((rc = scan(net, e, st, path, found, &unmatched, &first)) < 0)
+        goto out;
+    for (int32_t m = 0; m < e->n_mods && rc == 0; m++)
+        rc = check_module(net, &e->mods[m], st, path, &found[m], &ratio[m]);
+    if (rc < 0)
+        goto out;
+    if (unmatched)   /* as ComfyUI: reported, not fatal */
+        ghc_log(net->core, GHC_LOG_WARN, "lycoris: %s: %d tensors match no adapted target, e.g. '%s' (not loaded)",
+                path, unmatched, first);
+    int rescaled = 0;
+    for (int32_t m = 0; m < e->n_mods && rc == 0; m++) {
+        struct lyc_module *md = &e->mods[m];
+        for (int i = 0; i < LYC_MAX_PARAMS && rc == 0; i++) {
+            if (!md->p[i])
+                continue;
+            ghc_tensor_t *h = ghc_st_load(st, found[m].key[i], GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+            if (!h) {
+                rc = ghc_error_code(net->core);
+                break;
+            }
+            if (i == up_slot(md) && fabsf(ratio[m] - 1.0f) > 1e-7f) {
+                float *v = ghc_tensor_data(h);
+                for (int64_t k = 0; k < ghc_tensor_numel(h); k++)
+                    v[k] *= ratio[m];
+                rescaled++;
+            }
+            if ((rc = ghc_op_copy(md->p[i], h, NULL)) == 0)
+                rc = ghc_op_sync(net->core, net->device, NULL);
+            ghc_tensor_free(h);
+        }
+    }
+    if (rc == 0)
+        ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: %d modules loaded from %s (%d rescaled to this "
+                "network's alpha)", (int)expert, (int)e->n_mods, path, rescaled);
+out:
+    ghc_st_free(st);
+    free(found);
+    free(ratio);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* lycoris_impl.h: the lycoris network plugin's internal types, shared by lycoris.c (config,
+ * targets, parameters, dropout, plugin glue), algo.c (forward and backward of LoRA, LoHa and
+ * LoKr on the ops of ops.h, one code path for CPU and CUDA) and file.c (adapter files: key
+ * names, save, load). Never installed; tests/test_lycoris.c links these sources to reach the
+ * factorization and the key mapping directly. Formulas: spec/adapters.md. */
+#ifndef GHC_LYCORIS_IMPL_H
+#define GHC_LYCORIS_IMPL_H
+
+#include <gh200core/network.h>   /* defines: struct ghc_network_ops, ghc_param, targets */
+#include <gh200core/ops.h>       /* defines: ghc_op_*, ghc_tensor_t */
+
+#define LYC_MAX_EXPERTS 8
+#define LYC_MAX_PARAMS  4        /* tensors per module */
+#define LYC_WS_SLOTS    10       /* scratch buffers */
+
+enum lyc_algo { LYC_LORA = 0, LYC_LOHA, LYC_LOKR };
+
+enum lyc_format { LYC_FMT_COMFYUI = 0, LYC_FMT_MUSUBI, LYC_FMT_DIFFUSERS };
+
+/* Parameter slots per algorithm (p[] of struct lyc_module):
+ *   lora: 0 lora_down [r, in] (A), 1 lora_up [out, r] (B)
+ *   loha: 0 hada_w1_a [out, r], 1 hada_w1_b [r, in], 2 hada_w2_a [out, r], 3 hada_w2_b [r, in]
+ *   lokr: 0 lokr_w1 [a, c] or lokr_w1_a [a, r], 1 -- or lokr_w1_b [r, c],
+ *         2 lokr_w2 [b, d] or lokr_w2_a [b, r], 3 -- or lokr_w2_b [r, d]  (unused slots NULL) */
+struct lyc_module {
+    int32_t        target;          /* index into the model's targets */
+    const char    *name;            /* official name "blocks.0.self_attn.q" (the model's) */
+    const char    *alias;           /* diffusers name or NULL (the model's) */
+    int64_t        in, out;
+    enum lyc_algo  algo;
+    int32_t        rank;
+    double         alpha;           /* the alpha in effect (user alpha, or r; LoKr both-full: r) */
+    float          scale;           /* s (spec §1.1) */
+    float          alpha_saved;     /* the file's alpha tensor (§1.1 step 5; §11.4 for both-full LoKr) */
+    int64_t        a, b, c, d;      /* LoKr: W1 [a, c], W2 [b, d]; out = a b, in = c d */
+    bool           w1_lr, w2_lr;    /* LoKr: factor stored as two low-rank tensors */
+    ghc_tensor_t  *p[LYC_MAX_PARAMS], *g[LYC_MAX_PARAMS];   /* f32 on the network's device */
+    ghc_tensor_t  *mask;            /* rank dropout: [out] f32 output-row mask of this step, or NULL */
+    bool           dropped;         /* module dropout: skipped in this step */
+};
+
+struct lyc_expert {
+    bool               attached;
+    struct lyc_module *mods;
+    int32_t            n_mods;
+    int32_t           *by_target;   /* [n_targets]: module index or -1 */
+    int32_t            n_targets;
+    struct ghc_param  *params;
+    int32_t            n_params;
+    char              *names;       /* storage of the params' names */
+};
+
+struct lyc_override {               /* "pattern:rank[:alpha]" */
+    char   *pattern;
+    int32_t rank;
+    double  alpha;                  /* < 0: unset */
+};
+
+struct lycoris {
+    ghc_core_t         *core;
+    enum lyc_algo       algo;
+    int32_t             rank;
+    double              alpha;          /* 0: unset (= rank) */
+    bool                rs_lora;
+    int64_t             factor;
+    bool                decompose_both, full_matrix;
+    double              rank_dropout, module_dropout;
+    bool                rank_dropout_scale;
+    int                 preset;         /* 0 attn, 1 attn_ffn, 2 full */
+    const char        **include, **exclude;
+    int                 n_include, n_exclude;
+    struct lyc_override *ov;
+    int                 n_ov;
+    enum lyc_format     format;
+    enum ghc_dtype      save_dtype;
+    const char         *title;
+    uint64_t            seed;
+    int                 device;
+    int64_t             step;
+    struct lyc_expert   ex[LYC_MAX_EXPERTS];
+    ghc_tensor_t       *ws[LYC_WS_SLOTS];   /* scratch, grown on demand */
+    int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
+};
+
+/* ---- lycoris.c ------------------------------------------------------------------------------- */
+
+/* (m, n) = factorization(d, f) of spec §8: m n = d, m <= n. */
+void lyc_factorization(int64_t d, int64_t f, int64_t *m, int64_t *n);
+/* "lora", "loha", "lokr". Static. */
+const char *lyc_algo_name(enum lyc_algo a);
+/* The file suffix of parameter slot i of module md (NULL: unused slot). Static. */
+const char *lyc_param_suffix(const struct lyc_module *md, int i);
+
+/* ---- algo.c ---------------------------------------------------------------------------------- */
+
+/* The hook's forward and backward for one module (x [.., in], y / dy [.., out], dx f32 or NULL). */
+int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *y,
+                void *stream);
+int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                 ghc_tensor_t *dx, void *stream);
+/* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's
+ * device. Returns 0 or GHC_E*. */
+int lyc_delta(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *dw, void *stream);
+/* Release the scratch buffers. */
+void lyc_ws_free(struct lycoris *net);
+
+/* ---- file.c ---------------------------------------------------------------------------------- */
+
+/* The module's name in the file for `format` into buf ("diffusion_model.blocks.0.ffn.0",
+ * "lora_unet_blocks_0_ffn_0", "transformer.blocks.0.ffn.net.0.proj"). Returns buf. */
+const char *lyc_key_prefix(const struct lyc_module *md, enum lyc_format format, char *buf, size_t len);
+int lyc_save(struct lycoris *net, int32_t expert, const char *path);
+int lyc_load(struct lycoris *net, int32_t expert, const char *path);
+
+#endif /* GHC_LYCORIS_IMPL_H */

@@ -1,0 +1,977 @@
+/* test_lycoris.c: the lycoris network plugin on the CPU (tests/test_lycoris_cuda.c includes
+ * this file and runs the golden cases and the wan22 check on the GPU):
+ *   - factorization against the worked values of spec/adapters.md §8;
+ *   - golden cases from the Python LyCORIS library (tests/fixtures/make_lycoris_fixtures.py):
+ *     output, input gradient, adapter gradients and delta-W of LoRA (plain, rs_lora), LoHa and
+ *     LoKr (factor -1, 4, 16; full, low-rank W2, both decomposed, full_matrix), read from the
+ *     files LyCORIS saved (so loading LyCORIS files is tested too);
+ *   - saving in the three namings (key names checked against the ComfyUI patterns of spec
+ *     §12.1, alpha a 0-dim F32, diffusers with the scale folded in) and loading back, also
+ *     into a network of another alpha;
+ *   - malformed adapter files: clear errors naming the tensor, nothing changed;
+ *   - target selection (presets, include/exclude, overrides), dropout, config errors;
+ *   - end to end on the tiny wan22 model: the wan22 fixture's LoRA (diffusers + peft goldens)
+ *     loaded through the network gives the fixture's prediction and gradients, and on a random
+ *     model the adapter gradients match central finite differences of the loss. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+#include <gh200core/safetensors.h>
+
+#include "testutil.h"
+#include "../plugins/lycoris/lycoris_impl.h"
+
+static int dev = GHC_DEVICE_CPU;   /* the device the golden cases and the wan22 check run on */
+
+static void ok(ghc_core_t *core, int rc)
+{
+    ck_assert_msg(rc == 0, "failed (%d): %s", rc, ghc_error_message(core));
+}
+
+static char *fixture(const char *dir, const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 1024, "%s/tests/fixtures/%s/%s", tu_env("GHC_TOP_SRCDIR"), dir, name);
+    return p;
+}
+
+/* A core with a memory policy (host on the CPU, device on the GPU), a network section
+ * `net_cfg` (the body) and optionally a model section body. */
+static ghc_core_t *core_with(const char *net_cfg, const char *model_cfg)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_ptr_nonnull(core);
+    ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+    char text[4096];
+    snprintf(text, sizeof(text), "mempolicy = { plugin = \"%s\"; };\n%s%s%s"
+             "network = { plugin = \"lycoris\"; device = %d; %s };\n", dev == GHC_DEVICE_CPU ? "host" : "device",
+             model_cfg ? "model = { plugin = \"wan22\"; " : "", model_cfg ? model_cfg : "", model_cfg ? " };\n" : "",
+             dev, net_cfg);
+    ok(core, ghc_config_load_string(core, text, "test.cfg", NULL, NULL, 0));
+    ok(core, ghc_run_init(core));
+    return core;
+}
+
+/* One linear like the golden cases' (in 64, out 48). */
+static const struct ghc_model_target one_target = {
+    .name = "blocks.0.self_attn.q", .alias = "blocks.0.attn1.to_q", .in_features = 64, .out_features = 48, .block = 0,
+};
+
+static ghc_tensor_t *load(ghc_core_t *core, ghc_st_t *st, const char *name)
+{
+    ghc_tensor_t *t = ghc_st_load(st, name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+    ck_assert_msg(t != NULL, "%s: %s", name, ghc_error_message(core));
+    return t;
+}
+
+static ghc_tensor_t *mk(ghc_core_t *core, int device, enum ghc_dtype dt, int ndim, const int64_t *shape)
+{
+    ghc_tensor_t *t = ghc_tensor_init(core, dt, ndim, shape, device, GHC_ROLE_ACTIVATIONS);
+    ck_assert_msg(t != NULL, "tensor: %s", ghc_error_message(core));
+    return t;
+}
+
+/* A copy of t on `device` in dtype dt. */
+static ghc_tensor_t *on(ghc_core_t *core, const ghc_tensor_t *t, int device, enum ghc_dtype dt)
+{
+    const ghc_tensor_t *h = t;
+    ghc_tensor_t *tmp = NULL;
+    if (dt != ghc_tensor_dtype(t)) {
+        tmp = mk(core, ghc_tensor_device(t), dt, ghc_tensor_ndim(t), ghc_tensor_shape(t));
+        ok(core, ghc_op_cast(tmp, t, 1.0f, NULL, NULL));
+        h = tmp;
+    }
+    ghc_tensor_t *d = mk(core, device, dt, ghc_tensor_ndim(t), ghc_tensor_shape(t));
+    ok(core, ghc_op_copy(d, h, NULL));
+    ok(core, ghc_op_sync(core, device == GHC_DEVICE_CPU ? ghc_tensor_device(h) : device, NULL));
+    ghc_tensor_free(tmp);
+    return d;
+}
+
+/* ||got - ref|| / ||ref|| (got f32 on any device; ref f32 CPU). */
+static double rel_err(ghc_core_t *core, const ghc_tensor_t *got, const ghc_tensor_t *ref)
+{
+    ck_assert_int_eq(ghc_tensor_numel(got), ghc_tensor_numel(ref));
+    ghc_tensor_t *h = on(core, got, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    const float *a = ghc_tensor_cdata(h), *b = ghc_tensor_cdata(ref);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < ghc_tensor_numel(ref); i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    ghc_tensor_free(h);
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- factorization ------------------------------------------------------------------------- */
+
+#ifndef LYC_TEST_GPU
+
+START_TEST(factorization)
+{
+    /* spec §8 worked values (rows 5120, 13824, 1536, 360 and 64) */
+    static const struct { int64_t d, f, m, n; } v[] = {
+        { 5120, -1, 64, 80 }, { 5120, 4, 4, 1280 }, { 5120, 12, 10, 512 }, { 5120, 16, 16, 320 },
+        { 5120, 100, 64, 80 }, { 5120, 128, 40, 128 }, { 13824, -1, 108, 128 }, { 13824, 8, 8, 1728 },
+        { 13824, 100, 96, 144 }, { 1536, 64, 24, 64 }, { 1536, 128, 12, 128 }, { 360, -1, 18, 20 },
+        { 360, 16, 15, 24 }, { 64, 64, 1, 64 }, { 64, 16, 4, 16 }, { 64, 100, 8, 8 }, { 30720, 100, 96, 320 },
+        { 8960, 12, 10, 896 }, { 256, 32, 8, 32 },
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        int64_t m, n;
+        lyc_factorization(v[i].d, v[i].f, &m, &n);
+        ck_assert_msg(m == v[i].m && n == v[i].n, "factorization(%lld, %lld) = (%lld, %lld), expected (%lld, %lld)",
+                      (long long)v[i].d, (long long)v[i].f, (long long)m, (long long)n, (long long)v[i].m,
+                      (long long)v[i].n);
+    }
+}
+END_TEST
+#endif
+
+/* ---- golden cases ---------------------------------------------------------------------------- */
+
+struct gcase {
+    const char *name, *cfg;
+};
+
+static const struct gcase gcases[] = {
+    { "lora_r4", "algo = \"lora\"; rank = 4; alpha = 2.0;" },
+    { "lora_r8_rs", "algo = \"lora\"; rank = 8; alpha = 4.0; rs_lora = true;" },
+    { "loha_r4", "algo = \"loha\"; rank = 4; alpha = 2.0;" },
+    { "lokr_fm1_full", "algo = \"lokr\"; rank = 4; alpha = 1.0; factor = -1;" },
+    { "lokr_f4_w2lr", "algo = \"lokr\"; rank = 2; alpha = 3.0; factor = 4;" },
+    { "lokr_f16_both", "algo = \"lokr\"; rank = 1; alpha = 0.5; factor = 16; decompose_both = true;" },
+    { "lokr_f16_full", "algo = \"lokr\"; rank = 2; alpha = 8.0; factor = 16; full_matrix = true;" },
+};
+#define N_GCASES ((int)(sizeof(gcases) / sizeof(gcases[0])))
+
+#define TOL_F32   2e-5
+#define TOL_BF16X 1.5e-2
+
+/* y = x W^T + b on dev (the frozen linear the hook adds to). */
+static ghc_tensor_t *base_linear(ghc_core_t *core, const ghc_tensor_t *x, const ghc_tensor_t *w, const ghc_tensor_t *b)
+{
+    int64_t shape[3] = { ghc_tensor_dim(x, 0), ghc_tensor_dim(x, 1), ghc_tensor_dim(w, 0) };
+    ghc_tensor_t *y = mk(core, ghc_tensor_device(x), GHC_DTYPE_F32, 3, shape);
+    ghc_tensor_t *x2 = ghc_tensor_wrap(core, ghc_tensor_dtype(x), 2, (const int64_t[]){ shape[0] * shape[1], ghc_tensor_dim(x, 2) },
+                                       ghc_tensor_device(x), (void *)ghc_tensor_cdata(x));
+    ghc_tensor_t *y2 = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ shape[0] * shape[1], shape[2] },
+                                       ghc_tensor_device(x), ghc_tensor_data(y));
+    ok(core, ghc_op_gemm(y2, x2, w, &(struct ghc_gemm){ .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = b }, NULL));
+    ghc_tensor_free(x2);
+    ghc_tensor_free(y2);
+    return y;
+}
+
+static void run_gcase(int i, bool bf16_x)
+{
+    const struct gcase *gc = &gcases[i];
+    ghc_core_t *core = core_with(gc->cfg, NULL);
+    ghc_network_t *net = ghc_network_get(core);
+    ok(core, ghc_network_attach(net, 0, &one_target, 1));
+    char path[64];
+    snprintf(path, sizeof(path), "%s.safetensors", gc->name);
+    ok(core, ghc_network_load(net, 0, fixture("lycoris", path)));
+    ghc_st_t *st = ghc_st_open(core, fixture("lycoris", path));
+    ck_assert_ptr_nonnull(st);
+    enum ghc_dtype xdt = bf16_x ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+    ghc_tensor_t *xh = load(core, st, "case.x"), *rh = load(core, st, "case.r");
+    ghc_tensor_t *wh = load(core, st, "case.w"), *bh = load(core, st, "case.b");
+    ghc_tensor_t *x = on(core, xh, dev, xdt), *r = on(core, rh, dev, GHC_DTYPE_F32);
+    ghc_tensor_t *w = on(core, wh, dev, xdt), *b = on(core, bh, dev, GHC_DTYPE_F32);
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_network_hook(net, 0, &hook));
+    ok(core, ghc_network_begin_step(net, 1));
+
+    /* forward */
+    ghc_tensor_t *y = base_linear(core, x, w, b);
+    ok(core, hook.forward(hook.user, 0, x, y, NULL));
+    ghc_tensor_t *ref = load(core, st, "case.y");
+    double e = rel_err(core, y, ref), tol = bf16_x ? TOL_BF16X : TOL_F32;
+    printf("%s%s: output rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
+    ck_assert_msg(e < tol, "%s: output rel err %g", gc->name, e);
+    ghc_tensor_free(ref);
+
+    /* backward: dx starts as the frozen part r W */
+    ghc_tensor_t *wf = on(core, wh, dev, GHC_DTYPE_F32);
+    ghc_tensor_t *dx = mk(core, dev, GHC_DTYPE_F32, 3, ghc_tensor_shape(xh));
+    ghc_tensor_t *r2 = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, 48 }, dev, ghc_tensor_data(r));
+    ghc_tensor_t *dx2 = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, 64 }, dev, ghc_tensor_data(dx));
+    ok(core, ghc_op_gemm(dx2, r2, wf, NULL, NULL));
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++)
+        ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+    ok(core, hook.backward(hook.user, 0, x, r, dx, NULL));
+    ref = load(core, st, "case.dx");
+    e = rel_err(core, dx, ref);
+    printf("%s%s: input gradient rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
+    ck_assert_msg(e < tol, "%s: dx rel err %g", gc->name, e);
+    ghc_tensor_free(ref);
+    for (int32_t k = 0; k < np; k++) {
+        char nm[160];
+        const char *sfx = ps[k].name + strlen(one_target.name) + 1;
+        snprintf(nm, sizeof(nm), "case.grad.%s", sfx);
+        ref = load(core, st, nm);
+        e = rel_err(core, ps[k].grad, ref);
+        printf("%s%s: grad %s rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", sfx, e);
+        ck_assert_msg(e < tol * 2, "%s: %s rel err %g", gc->name, nm, e);
+        ck_assert_int_eq(ps[k].group, 0);
+        ck_assert_int_eq(ghc_tensor_role(ps[k].value), GHC_ROLE_ADAPTER);
+        ck_assert_int_eq(ghc_tensor_role(ps[k].grad), GHC_ROLE_GRADS);
+        ghc_tensor_free(ref);
+    }
+
+    /* delta-W: the hook on x = I with y = 0 gives delta-W^T */
+    if (!bf16_x) {
+        ghc_tensor_t *eye = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 64, 64 });
+        float *ev = ghc_tensor_data(eye);
+        for (int k = 0; k < 64 * 64; k++)
+            ev[k] = k % 65 == 0;
+        ghc_tensor_t *eyed = on(core, eye, dev, GHC_DTYPE_F32);
+        ghc_tensor_t *dwt = mk(core, dev, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 64, 48 });
+        ok(core, ghc_op_fill(dwt, 0.0, NULL));
+        ok(core, hook.forward(hook.user, 0, eyed, dwt, NULL));
+        ghc_tensor_t *dwh = on(core, dwt, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+        ref = load(core, st, "case.dw");
+        const float *g = ghc_tensor_cdata(dwh), *rv = ghc_tensor_cdata(ref);
+        double num = 0, den = 0;
+        for (int o = 0; o < 48; o++)
+            for (int c = 0; c < 64; c++) {
+                double d = (double)g[c * 48 + o] - rv[o * 64 + c];
+                num += d * d;
+                den += (double)rv[o * 64 + c] * rv[o * 64 + c];
+            }
+        printf("%s: delta-W rel err %.3g\n", gc->name, sqrt(num / den));
+        ck_assert_msg(sqrt(num / den) < TOL_F32, "%s: delta-W rel err %g", gc->name, sqrt(num / den));
+        ghc_tensor_free(ref);
+        ghc_tensor_free(dwh);
+        ghc_tensor_free(dwt);
+        ghc_tensor_free(eyed);
+        ghc_tensor_free(eye);
+    }
+    ghc_tensor_t *all[] = { xh, rh, wh, bh, x, r, w, b, y, wf, dx, r2, dx2 };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    ghc_st_free(st);
+    ghc_core_free(core);
+}
+
+START_TEST(golden)
+{
+    run_gcase(_i, false);
+}
+END_TEST
+
+START_TEST(golden_bf16_input)
+{
+    run_gcase(_i, true);
+}
+END_TEST
+
+/* ---- end to end on the wan22 fixture model -------------------------------------------------- */
+
+/* The wan22 fixture model on dev: f32 on the CPU, bf16 on the GPU unless f32 is asked for (the
+ * finite differences need an f32 loss). */
+static char *wan22_cfg(char *buf, size_t len, bool f32)
+{
+    snprintf(buf, len, "checkpoint = \"%s\"; heads = 2; dtype = \"%s\"; device = %d;",
+             fixture("wan22", "weights_official.safetensors"), dev == GHC_DEVICE_CPU || f32 ? "f32" : "bf16", dev);
+    return buf;
+}
+
+/* The wan22 fixture's case (x_sigma, t, text, v) on dev, forward + mse (+ backward when bwd)
+ * through the network's hooks. Returns the loss; *pred (CPU f32) gets the prediction when pred
+ * != NULL. */
+static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool bwd)
+{
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_network_hook(net, 0, &hook));
+    ok(core, ghc_model_set_hook(model, &hook));
+    ghc_tensor_t *xh = load(core, cs, "x_sigma_700"), *th = load(core, cs, "t_700");
+    ghc_tensor_t *eh = load(core, cs, "text_embedding"), *vh = load(core, cs, "v");
+    ghc_tensor_reshape(th, 1, (const int64_t[]){ 1 });
+    ghc_tensor_t *x = on(core, xh, dev, GHC_DTYPE_F32), *t = on(core, th, dev, GHC_DTYPE_F32);
+    ghc_tensor_t *e = on(core, eh, dev, GHC_DTYPE_F32), *v = on(core, vh, dev, GHC_DTYPE_F32);
+    ghc_tensor_t *out = mk(core, dev, GHC_DTYPE_F32, 5, ghc_tensor_shape(xh));
+    ghc_tensor_t *grad = mk(core, dev, GHC_DTYPE_F32, 5, ghc_tensor_shape(xh));
+    ghc_tensor_t *loss = mk(core, dev, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 });
+    struct ghc_model_batch b = { .noisy = x, .timesteps = t, .text_embed = e };
+    ok(core, ghc_model_forward(model, 0, &b, out, bwd, NULL));
+    ok(core, ghc_op_mse_loss(loss, grad, out, v, NULL));
+    if (bwd)
+        ok(core, ghc_model_backward(model, 0, grad, NULL, NULL));
+    ghc_tensor_t *lh = on(core, loss, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    float l = *(const float *)ghc_tensor_cdata(lh);
+    if (pred)
+        *pred = on(core, out, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    ghc_tensor_t *all[] = { xh, th, eh, vh, x, t, e, v, out, grad, loss, lh };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    return l;
+}
+
+/* The wan22 fixture's LoRA (30 targets, rank 4, peft naming lora_A/lora_B with bare module names
+ * and an alpha each), loaded by the network from case.safetensors itself (its other tensors are
+ * reported and skipped), gives the fixture's diffusers + peft prediction and LoRA gradients. */
+START_TEST(wan22_fixture_lora)
+{
+    char mcfg[1024];
+    ghc_core_t *core = core_with("algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg), false));
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t n;
+    ok(core, ghc_model_targets(model, &tg, &n));
+    ok(core, ghc_network_attach(net, 0, tg, n));
+    const char *case_path = fixture("wan22", "case.safetensors");
+    ok(core, ghc_network_load(net, 0, case_path));
+    ghc_st_t *cs = ghc_st_open(core, case_path);
+    ck_assert_ptr_nonnull(cs);
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    ck_assert_int_eq(np, 60);
+    for (int32_t k = 0; k < np; k++)
+        ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+    ghc_tensor_t *pred;
+    float loss = wan_step(core, cs, &pred, true);
+    ghc_tensor_t *ref = load(core, cs, "lora_pred_700");
+    double e = rel_err(core, pred, ref), tol = dev == GHC_DEVICE_CPU ? 1e-5 : 2e-2;
+    printf("wan22 fixture LoRA through the network: prediction rel err %.3g, loss %.8f\n", e, loss);
+    ck_assert_msg(e < tol, "lora_pred_700 rel err %g", e);
+    ghc_tensor_free(ref);
+    /* our params hold lora_B times (file scale / our scale) = 2: the gradient of B is ours / 2
+     * relative to the fixture's (dL/dB_ours = dL/dB_file * (s_ours / s_file)) and of A the same */
+    double num = 0, den = 0;
+    for (int32_t k = 0; k < np; k++) {
+        char nm[160];
+        bool up = strstr(ps[k].name, "lora_up") != NULL;
+        snprintf(nm, sizeof(nm), "grad.%.*s.lora_%c", (int)(strstr(ps[k].name, ".lora_") - ps[k].name), ps[k].name,
+                 up ? 'B' : 'A');
+        ref = load(core, cs, nm);
+        ghc_tensor_t *g = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32), *al;
+        char an[160];
+        snprintf(an, sizeof(an), "%.*s.alpha", (int)(strstr(ps[k].name, ".lora_") - ps[k].name), ps[k].name);
+        al = load(core, cs, an);
+        double ratio = (*(const float *)ghc_tensor_cdata(al) / 4.0) / (1.0 / 4.0);   /* s_file / s_ours */
+        const float *gv = ghc_tensor_cdata(g), *rv = ghc_tensor_cdata(ref);
+        for (int64_t j = 0; j < ghc_tensor_numel(ref); j++) {
+            double want = up ? rv[j] / ratio : rv[j];   /* dL/dB' = dL/dB / ratio; A unchanged */
+            num += (gv[j] - want) * (gv[j] - want);
+            den += want * want;
+        }
+        ghc_tensor_free(al);
+        ghc_tensor_free(g);
+        ghc_tensor_free(ref);
+    }
+    e = sqrt(num / den);
+    printf("wan22 fixture LoRA: the 60 gradients together rel err %.3g\n", e);
+    ck_assert_msg(e < (dev == GHC_DEVICE_CPU ? 1e-4 : 5e-2), "LoRA gradients rel err %g", e);
+    ghc_tensor_free(pred);
+    ghc_st_free(cs);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* Central finite differences of the model loss along each of a few adapter tensors of every
+ * algorithm (directional derivative along a random direction), against the gradient. */
+static void fd_check(const char *net_cfg)
+{
+    char mcfg[1024];
+    ghc_core_t *core = core_with(net_cfg, wan22_cfg(mcfg, sizeof(mcfg), true));
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t n, np;
+    struct ghc_param *ps;
+    ok(core, ghc_model_targets(model, &tg, &n));
+    ok(core, ghc_network_attach(net, 0, tg, n));
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
+    ck_assert_ptr_nonnull(cs);
+    /* move every parameter away from its zero-delta init */
+    for (int32_t k = 0; k < np; k++) {
+        ghc_tensor_t *h = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 2, ghc_tensor_shape(ps[k].value));
+        ok(core, ghc_op_rand_normal(h, &(struct ghc_rng){ 77, (uint64_t)k * 1000 }, NULL));
+        ok(core, ghc_op_scale(h, h, 0.3f, NULL));
+        ok(core, ghc_op_copy(ps[k].value, h, NULL));
+        ok(core, ghc_op_sync(core, dev, NULL));
+        ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+        ghc_tensor_free(h);
+    }
+    wan_step(core, cs, NULL, true);
+    const int32_t pick[] = { 0, np / 3, np / 2 + 1, np - 1 };
+    for (size_t q = 0; q < sizeof(pick) / sizeof(pick[0]); q++) {
+        struct ghc_param *p = &ps[pick[q]];
+        ghc_tensor_t *v0 = on(core, p->value, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+        ghc_tensor_t *g = on(core, p->grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+        ghc_tensor_t *dir = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 2, ghc_tensor_shape(v0));
+        ghc_tensor_t *vv = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 2, ghc_tensor_shape(v0));
+        ok(core, ghc_op_rand_normal(dir, &(struct ghc_rng){ 5, q }, NULL));
+        double analytic = 0, dn = 0;
+        for (int64_t j = 0; j < ghc_tensor_numel(v0); j++) {
+            analytic += ((const float *)ghc_tensor_cdata(g))[j] * ((const float *)ghc_tensor_cdata(dir))[j];
+            dn += ((const float *)ghc_tensor_cdata(dir))[j] * ((const float *)ghc_tensor_cdata(dir))[j];
+        }
+        const float h = 2e-2f / (float)sqrt(dn / (double)ghc_tensor_numel(v0));
+        float l[4];   /* +h, -h, +h/2, -h/2 */
+        for (int k = 0; k < 4; k++) {
+            float step = (k < 2 ? h : h / 2) * (k % 2 ? -1.0f : 1.0f);
+            ok(core, ghc_op_add(vv, v0, dir, 1.0f, step, NULL));
+            ok(core, ghc_op_copy(p->value, vv, NULL));
+            ok(core, ghc_op_sync(core, dev, NULL));
+            l[k] = wan_step(core, cs, NULL, false);
+        }
+        ok(core, ghc_op_copy(p->value, v0, NULL));
+        ok(core, ghc_op_sync(core, dev, NULL));
+        /* Richardson: the h^2 error of the central differences cancels */
+        double d1 = ((double)l[0] - l[1]) / (2.0 * h), d2 = ((double)l[2] - l[3]) / h;
+        double numeric = (4.0 * d2 - d1) / 3.0;
+        /* the f32 loss is good to ~1e-7 relative: that, over h, bounds the numeric noise */
+        double noise = 3e-7 * fabs((double)l[0]) / h, e = fabs(numeric - analytic);
+        printf("fd %s (%s): analytic %.6g numeric %.6g (|diff| %.3g, noise %.3g)\n", p->name, net_cfg, analytic,
+               numeric, e, noise);
+        ck_assert_msg(e < 1e-2 * fabs(numeric) + noise, "%s: analytic %g vs finite differences %g", p->name,
+                      analytic, numeric);
+        ghc_tensor_free(v0);
+        ghc_tensor_free(g);
+        ghc_tensor_free(dir);
+        ghc_tensor_free(vv);
+    }
+    ghc_st_free(cs);
+    ghc_core_free(core);
+}
+
+START_TEST(wan22_finite_differences)
+{
+    static const char *const cfgs[] = {
+        "algo = \"lora\"; rank = 4; alpha = 2.0;",
+        "algo = \"loha\"; rank = 2; alpha = 1.0;",
+        "algo = \"lokr\"; rank = 2; alpha = 1.0; factor = 4; decompose_both = true;",
+    };
+    fd_check(cfgs[_i]);
+}
+END_TEST
+
+#ifndef LYC_TEST_GPU
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+/* Does `key` have one of the forms ComfyUI loads for Wan (spec §12.1): module name
+ * `diffusion_model.<path>` or `lora_unet_<path with _>`, then a LoRA/LoHa/LoKr tensor or alpha? */
+static bool comfy_key(const char *key)
+{
+    static const char *const sfx[] = { ".lora_up.weight", ".lora_down.weight", ".alpha", ".hada_w1_a", ".hada_w1_b",
+                                       ".hada_w2_a", ".hada_w2_b", ".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2",
+                                       ".lokr_w2_a", ".lokr_w2_b" };
+    const char *mod;
+    if (strncmp(key, "diffusion_model.blocks.", 23) == 0)
+        mod = key + 23;
+    else if (strncmp(key, "lora_unet_blocks_", 17) == 0)
+        mod = key + 17;
+    else
+        return false;
+    char *end;
+    strtol(mod, &end, 10);
+    if (end == mod)
+        return false;
+    bool dotted = key[0] == 'd';
+    static const char *const lin[] = { "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q",
+                                       "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2" };
+    for (size_t i = 0; i < 10; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "%c%s", dotted ? '.' : '_', lin[i]);
+        if (!dotted)
+            for (char *c = want; *c; c++)
+                if (*c == '.')
+                    *c = '_';
+        if (strncmp(end, want, strlen(want)) == 0)
+            for (size_t k = 0; k < sizeof(sfx) / sizeof(sfx[0]); k++)
+                if (strcmp(end + strlen(want), sfx[k]) == 0)
+                    return true;
+    }
+    return false;
+}
+
+/* 30 wan22-like targets (3 blocks of 10; dim 64, ffn 96). */
+static struct ghc_model_target *fake_targets(int32_t *n)
+{
+    static const char *const lin[] = { "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q",
+                                       "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2" };
+    static const char *const dif[] = { "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q",
+                                       "attn2.to_k", "attn2.to_v", "attn2.to_out.0", "ffn.net.0.proj", "ffn.net.2" };
+    static char names[30][2][48];
+    static struct ghc_model_target t[30];
+    for (int i = 0; i < 30; i++) {
+        snprintf(names[i][0], 48, "blocks.%d.%s", i / 10, lin[i % 10]);
+        snprintf(names[i][1], 48, "blocks.%d.%s", i / 10, dif[i % 10]);
+        t[i] = (struct ghc_model_target){ .name = names[i][0], .alias = names[i][1], .block = i / 10,
+                                          .in_features = i % 10 == 9 ? 96 : 64, .out_features = i % 10 == 8 ? 96 : 64 };
+    }
+    *n = 30;
+    return t;
+}
+
+/* Random values for every param (so saved files are not all zeros). */
+static void randomise(ghc_core_t *core, ghc_network_t *net, uint64_t seed)
+{
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++)
+        ok(core, ghc_op_rand_normal(ps[k].value, &(struct ghc_rng){ seed, (uint64_t)k << 20 }, NULL));
+}
+
+/* The output of every target of `net` for the same input, concatenated (CPU f32, caller frees).
+ * With `ref` set, the inputs and outputs go into it as x.<target> and y.<target>. */
+static float *outputs_ref(ghc_core_t *core, ghc_network_t *net, const struct ghc_model_target *t, int32_t n,
+                          size_t *len, ghc_st_writer_t *ref)
+{
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_network_hook(net, 0, &hook));
+    float *all = NULL;
+    *len = 0;
+    for (int32_t i = 0; i < n; i++) {
+        ghc_tensor_t *x = mk(core, -1, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 3, t[i].in_features });
+        ghc_tensor_t *y = mk(core, -1, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 3, t[i].out_features });
+        ok(core, ghc_op_rand_normal(x, &(struct ghc_rng){ 9, (uint64_t)i }, NULL));
+        ok(core, ghc_op_fill(y, 0.0, NULL));
+        ok(core, hook.forward(hook.user, i, x, y, NULL));
+        if (ref) {
+            char nm[128];
+            snprintf(nm, sizeof(nm), "x.%s", t[i].name);
+            ok(core, ghc_st_writer_add(ref, nm, x));
+            snprintf(nm, sizeof(nm), "y.%s", t[i].name);
+            ok(core, ghc_st_writer_add(ref, nm, y));
+        }
+        all = realloc(all, (*len + (size_t)ghc_tensor_numel(y)) * sizeof(float));
+        memcpy(all + *len, ghc_tensor_cdata(y), ghc_tensor_nbytes(y));
+        *len += (size_t)ghc_tensor_numel(y);
+        ghc_tensor_free(x);
+        ghc_tensor_free(y);
+    }
+    return all;
+}
+
+static float *outputs(ghc_core_t *core, ghc_network_t *net, const struct ghc_model_target *t, int32_t n, size_t *len)
+{
+    return outputs_ref(core, net, t, n, len, NULL);
+}
+
+static double max_rel(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Save in each naming, check the keys and alpha, load back into a network with another alpha
+ * and get the same outputs. */
+START_TEST(save_load_formats)
+{
+    static const struct { const char *cfg, *key0, *algo; } fm[] = {
+        { "algo = \"lora\"; rank = 4; alpha = 2.0; format = \"comfyui\"; save_dtype = \"f32\";",
+          "diffusion_model.blocks.0.self_attn.q.lora_down.weight", "lora" },
+        { "algo = \"lora\"; rank = 4; alpha = 2.0; format = \"musubi\"; save_dtype = \"f32\";",
+          "lora_unet_blocks_0_self_attn_q.lora_down.weight", "lora" },
+        { "algo = \"lora\"; rank = 4; alpha = 2.0; format = \"diffusers\"; save_dtype = \"f32\";",
+          "transformer.blocks.0.attn1.to_q.lora_A.weight", "lora" },
+        { "algo = \"loha\"; rank = 2; alpha = 1.0; save_dtype = \"f32\";",
+          "diffusion_model.blocks.0.self_attn.q.hada_w1_a", "loha" },
+        { "algo = \"lokr\"; rank = 2; alpha = 1.0; factor = 4; decompose_both = true; save_dtype = \"f32\";",
+          "diffusion_model.blocks.0.self_attn.q.lokr_w2_a", "lokr" },
+        { "algo = \"lokr\"; rank = 100; factor = 8; format = \"musubi\"; save_dtype = \"f32\";",
+          "lora_unet_blocks_2_ffn_2.lokr_w2", "lokr" },
+        { "algo = \"lora\"; rank = 4; alpha = 2.0;", "diffusion_model.blocks.2.ffn.0.lora_up.weight", "lora" },
+    };
+    char *dir = tu_tmpdir();
+    int32_t n;
+    struct ghc_model_target *t = fake_targets(&n);
+    for (size_t f = 0; f < sizeof(fm) / sizeof(fm[0]); f++) {
+        ghc_core_t *core = core_with(fm[f].cfg, NULL);
+        ghc_network_t *net = ghc_network_get(core);
+        ok(core, ghc_network_attach(net, 0, t, n));
+        randomise(core, net, f + 1);
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/a%zu.safetensors", dir, f);
+        ok(core, ghc_network_save(net, 0, path));
+        size_t len;
+        /* GHC_LYCORIS_KEEP=dir keeps the files and the layer outputs for
+         * tests/fixtures/check_lycoris_load.py (doc/lycoris.md) */
+        const char *keep = getenv("GHC_LYCORIS_KEEP");
+        ghc_st_writer_t *ref = keep ? ghc_st_writer_init(core) : NULL;
+        float *want = outputs_ref(core, net, t, n, &len, ref);
+        if (keep) {
+            char kp[4200];
+            snprintf(kp, sizeof(kp), "%s/a%zu.safetensors", keep, f);
+            ok(core, ghc_network_save(net, 0, kp));
+            snprintf(kp, sizeof(kp), "%s/a%zu.ref.safetensors", keep, f);
+            ok(core, ghc_st_writer_finish(ref, kp));
+            ghc_st_writer_free(ref);
+        }
+
+        ghc_st_t *st = ghc_st_open(core, path);
+        ck_assert_msg(st != NULL, "%s", ghc_error_message(core));
+        struct ghc_st_info info;
+        ck_assert_msg(ghc_st_find(st, fm[f].key0, &info), "%s: no key %s", fm[f].cfg, fm[f].key0);
+        bool peft = strstr(fm[f].cfg, "diffusers") != NULL;
+        int alphas = 0;
+        for (int i = 0; i < ghc_st_count(st); i++) {
+            ghc_st_info_at(st, i, &info);
+            if (!peft)
+                ck_assert_msg(comfy_key(info.name), "key '%s' is not a form ComfyUI loads for Wan", info.name);
+            else
+                ck_assert_msg(strncmp(info.name, "transformer.blocks.", 19) == 0 && strstr(info.name, ".lora_"),
+                              "diffusers key '%s'", info.name);
+            if (strstr(info.name, ".alpha")) {
+                ck_assert_int_eq(info.ndim, 0);
+                ck_assert_int_eq(info.dtype, GHC_DTYPE_F32);
+                alphas++;
+            } else {
+                ck_assert_int_eq(info.dtype, strstr(fm[f].cfg, "save_dtype") ? GHC_DTYPE_F32 : GHC_DTYPE_BF16);
+            }
+        }
+        ck_assert_int_eq(alphas, peft ? 0 : 30);
+        ck_assert_str_eq(ghc_st_metadata(st, "ss_network_args") ? strstr(ghc_st_metadata(st, "ss_network_args"),
+                         fm[f].algo) ? fm[f].algo : "?" : "-", fm[f].algo);
+        ck_assert_str_eq(ghc_st_metadata(st, "ss_base_model_version"), "wan");
+        if (f == 5) {   /* both-full LoKr: the defensive alpha out_k // out_l = 8 // 8... for ffn.2: 64 = (8, 8) */
+            ghc_tensor_t *a = load(core, st, "lora_unet_blocks_2_ffn_2.alpha");
+            ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 1.0f);
+            ghc_tensor_free(a);
+        }
+        if (f == 0) {   /* alpha = alpha (rank 4, alpha 2) */
+            ghc_tensor_t *a = load(core, st, "diffusion_model.blocks.1.ffn.0.alpha");
+            ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 2.0f);
+            ghc_tensor_free(a);
+        }
+        ghc_st_free(st);
+        ghc_core_free(core);
+
+        /* load into a network of another alpha: same outputs (scale difference folded in) */
+        char cfg2[512];
+        snprintf(cfg2, sizeof(cfg2), "%s", fm[f].cfg);
+        char *p = strstr(cfg2, "alpha = ");
+        if (p)   /* blank the old alpha */
+            memset(p, ' ', strcspn(p, ";") + 1);
+        strcat(cfg2, " alpha = 7.0;");
+        core = core_with(cfg2, NULL);
+        net = ghc_network_get(core);
+        ok(core, ghc_network_attach(net, 0, t, n));
+        ok(core, ghc_network_load(net, 0, path));
+        size_t len2;
+        float *got = outputs(core, net, t, n, &len2);
+        ck_assert_uint_eq(len, len2);
+        double e = max_rel(got, want, len);
+        printf("%s: reloaded (alpha 7) outputs rel err %.3g\n", fm[f].cfg, e);
+        ck_assert_msg(e < (strstr(fm[f].cfg, "save_dtype") ? 1e-6 : 1e-2), "%s: reload rel err %g", fm[f].cfg, e);
+        free(got);
+        free(want);
+        ghc_core_free(core);
+    }
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Write a one-module file for target blocks.0.self_attn.q (in 64, out 48) with tensors given as
+ * "name:rows:cols" (cols 0: a 0-dim alpha). */
+static char *write_file(ghc_core_t *core, const char *dir, const char *fname, const char *const *spec, int n)
+{
+    ghc_st_writer_t *w = ghc_st_writer_init(core);
+    for (int i = 0; i < n; i++) {
+        char name[128];
+        int rows, cols;
+        ck_assert_int_eq(sscanf(spec[i], "%127[^:]:%d:%d", name, &rows, &cols), 3);
+        float *v = calloc((size_t)(rows * (cols ? cols : 1)), sizeof(float));
+        v[0] = 1.0f;
+        ok(core, ghc_st_writer_add_raw(w, name, GHC_DTYPE_F32, cols ? 2 : 0, (const int64_t[]){ rows, cols }, v));
+        free(v);
+    }
+    char *path = malloc(strlen(dir) + strlen(fname) + 2);
+    sprintf(path, "%s/%s", dir, fname);
+    ok(core, ghc_st_writer_finish(w, path));
+    ghc_st_writer_free(w);
+    return path;
+}
+
+START_TEST(malformed_files)
+{
+    static const struct { const char *what; const char *t[4]; int n; const char *msg; } bad[] = {
+        { "missing up", { "diffusion_model.blocks.0.self_attn.q.lora_down.weight:4:64",
+                          "diffusion_model.blocks.0.self_attn.q.alpha:1:0" }, 2, "'lora_up.weight' is missing" },
+        { "missing down", { "lora_unet_blocks_0_self_attn_q.lora_up.weight:48:4" }, 1, "'lora_down.weight' is missing" },
+        { "wrong shape", { "diffusion_model.blocks.0.self_attn.q.lora_down.weight:4:65",
+                           "diffusion_model.blocks.0.self_attn.q.lora_up.weight:48:4" }, 2,
+          "lora_down.weight': shape [4, 65] F32, expected [4, 64]" },
+        { "wrong rank", { "diffusion_model.blocks.0.self_attn.q.lora_down.weight:8:64",
+                          "diffusion_model.blocks.0.self_attn.q.lora_up.weight:48:8" }, 2, "expected [4, 64]" },
+        { "unknown algorithm", { "diffusion_model.blocks.0.self_attn.q.oft_blocks:4:12" }, 1,
+          "unknown adapter tensor 'oft_blocks'" },
+        { "other algorithm", { "diffusion_model.blocks.0.self_attn.q.hada_w1_a:48:4" }, 1,
+          "the file holds LoHa tensors, the network is configured for algo \"lora\"" },
+        { "dora", { "diffusion_model.blocks.0.self_attn.q.dora_scale:48:1" }, 1, "DoRA (dora_scale) is not supported" },
+        { "no tensors", { "diffusion_model.blocks.7.self_attn.q.lora_up.weight:48:4" }, 1,
+          "no adapter tensors for module 'blocks.0.self_attn.q'" },
+        { "bad alpha", { "diffusion_model.blocks.0.self_attn.q.lora_down.weight:4:64",
+                         "diffusion_model.blocks.0.self_attn.q.lora_up.weight:48:4",
+                         "diffusion_model.blocks.0.self_attn.q.alpha:2:2" }, 3, "alpha must be one float" },
+    };
+    char *dir = tu_tmpdir();
+    ghc_core_t *core = core_with("algo = \"lora\"; rank = 4;", NULL);
+    ghc_network_t *net = ghc_network_get(core);
+    ok(core, ghc_network_attach(net, 0, &one_target, 1));
+    randomise(core, net, 3);
+    size_t len;
+    float *before = outputs(core, net, &one_target, 1, &len);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *path = write_file(core, dir, "bad.safetensors", bad[i].t, bad[i].n);
+        int rc = ghc_network_load(net, 0, path);
+        const char *msg = ghc_error_message(core);
+        printf("%s: %s\n", bad[i].what, msg);
+        ck_assert_msg(rc == GHC_EFORMAT, "%s: rc %d (%s)", bad[i].what, rc, msg);
+        ck_assert_msg(strstr(msg, bad[i].msg) && strstr(msg, path), "%s: message '%s' lacks '%s' or the path",
+                      bad[i].what, msg, bad[i].msg);
+        free(path);
+    }
+    /* nothing changed */
+    float *after = outputs(core, net, &one_target, 1, &len);
+    ck_assert(memcmp(before, after, len * sizeof(float)) == 0);
+    /* not a safetensors file; absent file */
+    char *junk = tu_write(dir, "junk.safetensors", "not a file");
+    ck_assert_int_eq(ghc_network_load(net, 0, junk), GHC_EFORMAT);
+    ck_assert_int_lt(ghc_network_load(net, 0, "/nonexistent/a.safetensors"), 0);
+    /* a LoKr layout mismatch: full W2 in the file, low-rank in the network */
+    ghc_core_t *c2 = core_with("algo = \"lokr\"; rank = 2; factor = 4;", NULL);
+    ok(c2, ghc_network_attach(ghc_network_get(c2), 0, &one_target, 1));
+    static const char *const lk[] = { "diffusion_model.blocks.0.self_attn.q.lokr_w1:4:4",
+                                      "diffusion_model.blocks.0.self_attn.q.lokr_w2:12:16" };
+    char *path = write_file(c2, dir, "lk.safetensors", lk, 2);
+    ck_assert_int_eq(ghc_network_load(ghc_network_get(c2), 0, path), GHC_EFORMAT);
+    printf("lokr layout: %s\n", ghc_error_message(c2));
+    ck_assert(strstr(ghc_error_message(c2), "lokr_w2") != NULL);
+    free(path);
+    ghc_core_free(c2);
+    free(junk);
+    free(before);
+    free(after);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- targets, dropout, config ----------------------------------------------------------------- */
+
+START_TEST(target_selection)
+{
+    static const struct { const char *cfg; int mods; const char *has, *hasnt; } v[] = {
+        { "", 30, "blocks.2.ffn.2.lora_up.weight", NULL },
+        { "preset = \"attn\";", 24, "blocks.1.cross_attn.o.lora_up.weight", "blocks.0.ffn.0.lora_up.weight" },
+        { "preset = \"attn\"; include = [ \"blocks.0.ffn.*\" ];", 26, "blocks.0.ffn.2.lora_up.weight",
+          "blocks.1.ffn.0.lora_up.weight" },
+        { "exclude = [ \"*.cross_attn.k\", \"*.cross_attn.v\" ];", 24, "blocks.0.cross_attn.q.lora_up.weight",
+          "blocks.2.cross_attn.v.lora_up.weight" },
+        { "exclude = [ \"blocks.2.*\" ];", 20, "blocks.1.ffn.2.lora_down.weight", "blocks.2.self_attn.q.lora_up.weight" },
+    };
+    int32_t n;
+    struct ghc_model_target *t = fake_targets(&n);
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        ghc_core_t *core = core_with(v[i].cfg, NULL);
+        ghc_network_t *net = ghc_network_get(core);
+        ok(core, ghc_network_attach(net, 1, t, n));
+        struct ghc_param *ps;
+        int32_t np;
+        ok(core, ghc_network_params(net, 1, &ps, &np));
+        ck_assert_msg(np == 2 * v[i].mods, "%s: %d params", v[i].cfg, np);
+        bool has = false, hasnt = false;
+        for (int32_t k = 0; k < np; k++) {
+            has |= strcmp(ps[k].name, v[i].has) == 0;
+            hasnt |= v[i].hasnt && strcmp(ps[k].name, v[i].hasnt) == 0;
+            ck_assert_int_eq(ps[k].group, 1);
+        }
+        ck_assert_msg(has && !hasnt, "%s", v[i].cfg);
+        ck_assert_int_eq(ghc_network_params(net, 0, &ps, &np), GHC_EINVAL);   /* expert 0 not attached */
+        ghc_core_free(core);
+    }
+    /* overrides: ffn rank 2 alpha 8 -> alpha file 8, scale 4 */
+    ghc_core_t *core = core_with("rank = 4; overrides = [ \"*.ffn.*:2:8\", \"blocks.0.self_attn.q:6\" ];", NULL);
+    ghc_network_t *net = ghc_network_get(core);
+    ok(core, ghc_network_attach(net, 0, t, n));
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++) {
+        int64_t r = strstr(ps[k].name, "down") ? ghc_tensor_dim(ps[k].value, 0) : ghc_tensor_dim(ps[k].value, 1);
+        int64_t want = strstr(ps[k].name, ".ffn.") ? 2 : strncmp(ps[k].name, "blocks.0.self_attn.q", 20) == 0 ? 6 : 4;
+        ck_assert_msg(r == want, "%s: rank %lld, expected %lld", ps[k].name, (long long)r, (long long)want);
+    }
+    char *dir = tu_tmpdir(), path[4200];
+    snprintf(path, sizeof(path), "%s/o.safetensors", dir);
+    ok(core, ghc_network_save(net, 0, path));
+    ghc_st_t *st = ghc_st_open(core, path);
+    ghc_tensor_t *a = load(core, st, "diffusion_model.blocks.1.ffn.0.alpha");
+    ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 8.0f);   /* per-layer alpha (spec §1.1) */
+    ghc_tensor_free(a);
+    a = load(core, st, "diffusion_model.blocks.0.self_attn.q.alpha");
+    ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 6.0f);   /* alpha unset: = rank */
+    ghc_tensor_free(a);
+    ghc_st_free(st);
+    ghc_core_free(core);
+    /* nothing selected */
+    core = core_with("preset = \"attn\"; exclude = [ \"*attn*\" ];", NULL);
+    ck_assert_int_eq(ghc_network_attach(ghc_network_get(core), 0, t, n), GHC_EINVAL);
+    ck_assert(strstr(ghc_error_message(core), "no target selected") != NULL);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* The adapter's contribution to y of target 0 for an input of ones, at step `step`. */
+static float *delta_at(ghc_core_t *core, ghc_network_t *net, int64_t step)
+{
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_network_hook(net, 0, &hook));
+    ok(core, ghc_network_begin_step(net, step));
+    ghc_tensor_t *x = mk(core, -1, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 2, 64 });
+    ghc_tensor_t *y = mk(core, -1, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 2, 48 });
+    ok(core, ghc_op_fill(x, 1.0, NULL));
+    ok(core, ghc_op_fill(y, 0.0, NULL));
+    ok(core, hook.forward(hook.user, 0, x, y, NULL));
+    float *v = malloc(96 * sizeof(float));
+    memcpy(v, ghc_tensor_cdata(y), 96 * sizeof(float));
+    ghc_tensor_free(x);
+    ghc_tensor_free(y);
+    return v;
+}
+
+START_TEST(dropout)
+{
+    ghc_core_t *c0 = core_with("rank = 4; seed = 3;", NULL);
+    ghc_core_t *c1 = core_with("rank = 4; seed = 3; rank_dropout = 0.5;", NULL);
+    ghc_core_t *c2 = core_with("rank = 4; seed = 3; module_dropout = 1.0;", NULL);
+    ghc_core_t *c3 = core_with("rank = 4; seed = 3; rank_dropout = 0.5; rank_dropout_scale = true;", NULL);
+    ghc_core_t *cs[] = { c0, c1, c2, c3 };
+    for (int i = 0; i < 4; i++) {
+        ok(cs[i], ghc_network_attach(ghc_network_get(cs[i]), 0, &one_target, 1));
+        randomise(cs[i], ghc_network_get(cs[i]), 11);
+    }
+    float *full = delta_at(c0, ghc_network_get(c0), 1);
+    float *a = delta_at(c1, ghc_network_get(c1), 1), *a2 = delta_at(c1, ghc_network_get(c1), 1);
+    float *b = delta_at(c1, ghc_network_get(c1), 2), *off = delta_at(c2, ghc_network_get(c2), 1);
+    float *sc = delta_at(c3, ghc_network_get(c3), 1);
+    ck_assert(memcmp(a, a2, 96 * sizeof(float)) == 0);          /* same step: same masks (recomputation) */
+    ck_assert(memcmp(a, b, 96 * sizeof(float)) != 0);           /* another step: other masks */
+    int kept = 0;
+    for (int k = 0; k < 48; k++) {
+        bool on = a[k] != 0.0f;
+        kept += on;
+        for (int row = 0; row < 2; row++)   /* a whole output row of delta-W is kept or dropped */
+            ck_assert_float_eq(a[row * 48 + k], on ? full[row * 48 + k] : 0.0f);
+    }
+    ck_assert_msg(kept > 10 && kept < 38, "kept %d of 48 rows at p = 0.5", kept);
+    for (int k = 0; k < 48; k++)   /* d / mean(d): kept rows scaled by 48 / kept */
+        if (a[k] != 0.0f)
+            ck_assert_float_eq_tol(sc[k], full[k] * 48.0f / (float)kept, 1e-4f * fabsf(full[k]) + 1e-6f);
+    for (int k = 0; k < 96; k++)
+        ck_assert_float_eq(off[k], 0.0f);                        /* module dropout 1: skipped */
+    float *ptrs[] = { full, a, a2, b, off, sc };
+    for (int i = 0; i < 6; i++)
+        free(ptrs[i]);
+    for (int i = 0; i < 4; i++)
+        ghc_core_free(cs[i]);
+}
+END_TEST
+
+START_TEST(config_errors)
+{
+    static const struct { const char *cfg, *msg; } v[] = {
+        { "dora_wd = true;", "dora_wd is not supported" },
+        { "algo = \"lokr\"; format = \"diffusers\";", "format \"diffusers\" holds LoRA only" },
+        { "algo = \"oft\";", "algo" },
+        { "overrides = [ \"*.ffn.*\" ];", "expected \"pattern:rank\"" },
+        { "overrides = [ \"*.ffn.*:0\" ];", "rank >= 1" },
+        { "factor = 0;", "factor must be -1" },
+        { "rank = 0;", "rank" },
+        { "rank_dropout = 1.5;", "rank_dropout" },
+        { "ranks = 4;", "unknown key 'ranks'" },
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        ghc_core_t *core = ghc_core_init();
+        ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+        char text[1024];
+        snprintf(text, sizeof(text), "mempolicy = { plugin = \"host\"; };\nnetwork = { plugin = \"lycoris\"; %s };\n",
+                 v[i].cfg);
+        ok(core, ghc_config_load_string(core, text, "t.cfg", NULL, NULL, 0));
+        ck_assert_int_lt(ghc_run_init(core), 0);
+        printf("%s -> %s\n", v[i].cfg, ghc_error_message(core));
+        ck_assert_msg(strstr(ghc_error_message(core), v[i].msg) && strstr(ghc_error_message(core), "t.cfg:"),
+                      "%s: '%s'", v[i].cfg, ghc_error_message(core));
+        ghc_core_free(core);
+    }
+    /* wrappers: expert out of range with a model; hook before attach */
+    char mcfg[1024];
+    ghc_core_t *core = core_with("", wan22_cfg(mcfg, sizeof(mcfg), false));
+    ghc_network_t *net = ghc_network_get(core);
+    struct ghc_adapter_hook h;
+    ck_assert_int_eq(ghc_network_attach(net, 1, &one_target, 1), GHC_EINVAL);   /* one expert */
+    ck_assert_int_eq(ghc_network_hook(net, 0, &h), GHC_EINVAL);
+    ck_assert(strstr(ghc_error_message(core), "attach first") != NULL);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* The key prefixes of the three namings. */
+START_TEST(key_names)
+{
+    struct lyc_module md = { .name = "blocks.12.cross_attn.o", .alias = "blocks.12.attn2.to_out.0" };
+    char buf[128];
+    ck_assert_str_eq(lyc_key_prefix(&md, LYC_FMT_COMFYUI, buf, sizeof(buf)), "diffusion_model.blocks.12.cross_attn.o");
+    ck_assert_str_eq(lyc_key_prefix(&md, LYC_FMT_MUSUBI, buf, sizeof(buf)), "lora_unet_blocks_12_cross_attn_o");
+    ck_assert_str_eq(lyc_key_prefix(&md, LYC_FMT_DIFFUSERS, buf, sizeof(buf)), "transformer.blocks.12.attn2.to_out.0");
+}
+END_TEST
+
+static Suite *lycoris_suite(void)
+{
+    Suite *s = suite_create("lycoris");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, factorization);
+    tcase_add_test(tc, key_names);
+    tcase_add_loop_test(tc, golden, 0, N_GCASES);
+    tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
+    tcase_add_test(tc, save_load_formats);
+    tcase_add_test(tc, malformed_files);
+    tcase_add_test(tc, target_selection);
+    tcase_add_test(tc, dropout);
+    tcase_add_test(tc, config_errors);
+    tcase_add_test(tc, wan22_fixture_lora);
+    tcase_add_loop_test(tc, wan22_finite_differences, 0, 3);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run_suite(lycoris_suite(), false);
+}
+
+#endif /* LYC_TEST_GPU */

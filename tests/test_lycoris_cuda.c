@@ -1,0 +1,23 @@
+/* test_lycoris_cuda.c: the lycoris golden cases (f32 and bf16 input), the wan22 fixture LoRA
+ * and the finite-difference checks of tests/test_lycoris.c on GPU 0, through the `device`
+ * memory policy: the same code path (the ops) with the CUDA kernels. Exits 77 without a GPU. */
+#define LYC_TEST_GPU 1
+#include "test_lycoris.c"
+
+#include "../kernels/cuda/device.h"   /* defines: ghc_k_device_count */
+
+int main(void)
+{
+    if (ghc_k_device_count() < 1)
+        return 77;
+    dev = 0;
+    Suite *s = suite_create("lycoris_cuda");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, golden, 0, N_GCASES);
+    tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
+    tcase_add_test(tc, wan22_fixture_lora);
+    tcase_add_loop_test(tc, wan22_finite_differences, 0, 3);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s, true);
+}
