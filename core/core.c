@@ -29,6 +29,7 @@ const char *ghc_status_string(int code)
     case GHC_EUNSUPPORTED: return "not supported";
     case GHC_ECUDA:        return "CUDA error";
     case GHC_EINTERNAL:    return "internal error";
+    case GHC_EINTERRUPTED: return "interrupted";
     default:               return "unknown status";
     }
 }

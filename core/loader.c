@@ -213,7 +213,7 @@ bool ghc_plugin_info_at(ghc_core_t *core, int i, struct ghc_plugin_info *out)
     *out = (struct ghc_plugin_info){
         .kind = r->kind, .name = ((struct ghc_ops_head *)r->ops)->name, .plugin = d->name,
         .version = d->version, .description = d->description ? d->description : "",
-        .path = r->plugin->path,
+        .path = r->plugin->path, .keys = ((struct ghc_ops_head *)r->ops)->keys,
     };
     return true;
 }

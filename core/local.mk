@@ -3,15 +3,15 @@
 # interfaces added -> C+1, R=0, A+1; interfaces removed or changed -> C+1, R=0, A=0.
 lib_LTLIBRARIES += libgh200core.la
 libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
-	core/tensor.c core/safetensors.c core/elem.h core/model.c
+	core/tensor.c core/safetensors.c core/elem.h core/model.c core/schedule.c
 # data (issue 8): backend and cache wrappers, the `local` backend, the dataset
 libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c
 
 # optimizer wrappers (issue 6)
 libgh200core_la_SOURCES += core/optimizer.c
 
-	core/tensor.c core/safetensors.c core/elem.h core/model.c \
-	core/network.c
+# network wrappers (issue 5)
+libgh200core_la_SOURCES += core/network.c
 libgh200core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
 libgh200core_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_la_LIBADD = $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm
@@ -23,7 +23,7 @@ gh200coreinclude_HEADERS = \
 	include/gh200core/cache.h include/gh200core/model.h include/gh200core/network.h \
 	include/gh200core/optimizer.h include/gh200core/scheduler.h \
 	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h
-gh200coreinclude_HEADERS += include/gh200core/dataset.h
+gh200coreinclude_HEADERS += include/gh200core/dataset.h include/gh200core/train.h
 nodist_gh200coreinclude_HEADERS = include/gh200core/version.h
 
 pkgconfigdir = $(libdir)/pkgconfig
@@ -32,5 +32,5 @@ pkgconfig_DATA = gh200core.pc
 # the CLI
 bin_PROGRAMS += gh200core
 gh200core_SOURCES = core/main.c core/inspect.c core/cli.h
-gh200core_LDADD = libgh200core.la
+gh200core_LDADD = libgh200core_train.la libgh200core_ops.la libgh200core.la
 

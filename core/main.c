@@ -10,7 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <gh200core/gh200core.h>
+#include <gh200core/train.h>
 
 #include "cli.h"
 
@@ -41,8 +45,9 @@ static int exit_code(int status)
 }
 
 static const char usage_text[] =
-    "usage: gh200core [OPTIONS] -c FILE        train (for now: check the config and load its plugins)\n"
+    "usage: gh200core [OPTIONS] -c FILE        train as the configuration says\n"
     "       gh200core [OPTIONS] plugins        list the plugins on the search path\n"
+    "       gh200core [OPTIONS] plugins --keys the keys each plugin and core section declares\n"
     "       gh200core inspect FILE             header, tensors and totals of a .safetensors file\n"
     "                                          (or a sharded checkpoint's .index.json)\n"
     "       gh200core --help | --version\n"
@@ -54,7 +59,9 @@ static const char usage_text[] =
     "  -c, --config FILE       the run's configuration (libconfig; @include allowed)\n"
     "  -s, --set KEY=VALUE     override a setting, e.g. --set optimizer.lr=1e-4 (repeatable)\n"
     "  -P, --plugin-path DIR   search DIR for plugins first (repeatable)\n"
-    "  -n, --dry-run           check everything, write nothing\n"
+    "  -n, --dry-run           check the configuration and load its plugins, train nothing,\n"
+    "                          write nothing\n"
+    "  -r, --resume DIR        continue a run from its checkpoint folder (output_dir/checkpoint-N)\n"
     "  -v, --verbose           debug messages (and plugin descriptions in `plugins`)\n"
     "  -q, --quiet             errors only\n"
     "  -h, --help              this text\n"
@@ -64,7 +71,8 @@ static const char usage_text[] =
     "then " GHC_PLUGINSDIR ".\n"
     "\n"
     "exit status: 0 success, 1 failure, 2 usage, 3 configuration error, 4 plugin error,\n"
-    "5 file error, 6 output exists.\n"
+    "5 file error, 6 output exists, 130 / 143 stopped by SIGINT / SIGTERM after writing a\n"
+    "checkpoint.\n"
     "\n"
     "See gh200core(1), doc/config.md and doc/plugin-guide.md.\n";
 
@@ -72,7 +80,9 @@ struct cli {
     const char  *config;
     const char **sets;
     int          n_sets;
+    const char  *resume;
     bool         dry_run;
+    bool         keys;
     int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
 };
 
@@ -135,7 +145,16 @@ static int load_dir(ghc_core_t *core, const char *dir, int *failed)
     return rc;
 }
 
-static int cmd_plugins(ghc_core_t *core)
+static const char *const cfg_type_names[] = { "?", "int", "float", "bool", "string", "list", "group" };
+
+static void print_keys(const char *section, const char *name, const struct ghc_cfg_key *k)
+{
+    for (; k && k->name; k++)
+        printf("%-10s %-16s %-32s %s\n", section, name, k->name,
+               k->type >= GHC_CFG_INT && k->type <= GHC_CFG_GROUP ? cfg_type_names[k->type] : "?");
+}
+
+static int cmd_plugins(ghc_core_t *core, bool keys)
 {
     int failed = 0, rc;
     const char *dir;
@@ -143,6 +162,15 @@ static int cmd_plugins(ghc_core_t *core)
         if ((rc = load_dir(core, dir, &failed)) < 0)
             return fail(core, rc);
     struct ghc_plugin_info info;
+    if (keys) {
+        /* SECTION NAME KEY TYPE: plugin sections by kind and plugin, then the core's own */
+        printf("%-10s %-16s %-32s %s\n", "SECTION", "NAME", "KEY", "TYPE");
+        for (int i = 0; ghc_plugin_info_at(core, i, &info); i++)
+            print_keys(ghc_kind_name(info.kind), info.name, info.keys);
+        print_keys("train", "-", ghc_train_section_keys("train"));
+        print_keys("demo", "-", ghc_train_section_keys("demo"));
+        return failed ? EXIT_PLUGIN : EXIT_OK;
+    }
     printf("%-10s %-16s %-9s %s\n", "KIND", "NAME", "VERSION", "PATH");
     for (int i = 0; ghc_plugin_info_at(core, i, &info); i++) {
         printf("%-10s %-16s %-9s %s\n", ghc_kind_name(info.kind), info.name, info.version, info.path);
@@ -186,6 +214,8 @@ static int mkdir_p(ghc_core_t *core, const char *path)
     return 0;
 }
 
+static void on_signal(int sig) { ghc_train_request_stop(sig); }
+
 static int cmd_train(ghc_core_t *core, const struct cli *cli)
 {
     int rc;
@@ -204,19 +234,34 @@ static int cmd_train(ghc_core_t *core, const struct cli *cli)
     char path[4096];
     struct stat st;
     snprintf(path, sizeof(path), "%s/resolved.cfg", out);
-    if (stat(path, &st) == 0) {
-        ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; choose another (--set output_dir=DIR) or remove it",
-                      path, out);
+    if (!cli->resume && stat(path, &st) == 0) {
+        ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; choose another (--set output_dir=DIR), "
+                      "remove it, or continue it with --resume %s/checkpoint-N", path, out, out);
         return fail(core, GHC_EEXIST);
     }
-    if (!cli->dry_run) {
-        if ((rc = mkdir_p(core, out)) < 0 || (rc = ghc_config_write(core, path)) < 0)
-            return fail(core, rc);
-        ghc_log(core, GHC_LOG_INFO, "wrote %s", path);
+    if (cli->resume && stat(cli->resume, &st) != 0) {
+        ghc_error_set(core, GHC_ENOTFOUND, "%s: no such checkpoint folder (--resume)", cli->resume);
+        return fail(core, GHC_ENOTFOUND);
     }
-    ghc_log(core, GHC_LOG_INFO, "%s: configuration valid, %d plugin%s loaded; this build has no trainer yet, so nothing is trained",
-            cli->config, n, n == 1 ? "" : "s");
-    return EXIT_OK;
+    if (cli->dry_run) {
+        ghc_log(core, GHC_LOG_INFO, "%s: configuration valid, %d plugin%s loaded (dry run: nothing trained or written)",
+                cli->config, n, n == 1 ? "" : "s");
+        return EXIT_OK;
+    }
+    if ((rc = mkdir_p(core, out)) < 0 || (rc = ghc_config_write(core, path)) < 0)
+        return fail(core, rc);
+    ghc_log(core, GHC_LOG_INFO, "wrote %s", path);
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0 };
+    rc = ghc_train(core, &opts);
+    if (rc == GHC_EINTERRUPTED) {
+        fprintf(stderr, "gh200core: %s\n", ghc_error_message(core));
+        return 128 + ghc_train_stop_signal();
+    }
+    return rc < 0 ? fail(core, rc) : EXIT_OK;
 }
 
 /* ---- main ----------------------------------------------------------------------------------- */
@@ -228,6 +273,8 @@ int main(int argc, char **argv)
         { "set", required_argument, NULL, 's' },
         { "plugin-path", required_argument, NULL, 'P' },
         { "dry-run", no_argument, NULL, 'n' },
+        { "resume", required_argument, NULL, 'r' },
+        { "keys", no_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
@@ -248,7 +295,7 @@ int main(int argc, char **argv)
         status = EXIT_FAIL;
         goto out;
     }
-    while ((opt = getopt_long(argc, argv, "c:s:P:nvqhV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:s:P:nr:vqhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': cli.config = optarg; break;
         case 's': cli.sets[cli.n_sets++] = optarg; break;
@@ -259,6 +306,8 @@ int main(int argc, char **argv)
             }
             break;
         case 'n': cli.dry_run = true; break;
+        case 'r': cli.resume = optarg; break;
+        case 'K': cli.keys = true; break;
         case 'v': cli.verbosity++; break;
         case 'q': cli.verbosity = -1; break;
         case 'h': fputs(usage_text, stdout); goto out;
@@ -315,7 +364,12 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    status = cmd ? cmd_plugins(core) : cmd_train(core, &cli);
+    if (cli.keys && (!cmd || strcmp(cmd, "plugins") != 0)) {
+        fprintf(stderr, "gh200core: error: --keys goes with the plugins command\nTry 'gh200core --help'.\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    status = cmd ? cmd_plugins(core, cli.keys) : cmd_train(core, &cli);
 out:
     free(cli.sets);
     ghc_core_free(core);

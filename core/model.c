@@ -77,3 +77,8 @@ int ghc_model_activate(ghc_model_t *m, int32_t expert)
     ghc_error_clear(M_INST(m)->core);
     return failed(m, M_OPS(m)->activate(M_SELF(m), expert), "activate");
 }
+
+int ghc_model_device(ghc_model_t *m)
+{
+    return M_OPS(m)->device ? M_OPS(m)->device(M_SELF(m)) : GHC_DEVICE_CPU;
+}

@@ -54,6 +54,7 @@ enum ghc_status {
     GHC_EUNSUPPORTED = -10,  /* valid, but not supported by this build or device */
     GHC_ECUDA        = -11,  /* a CUDA call failed */
     GHC_EINTERNAL    = -12,  /* a bug: an invariant did not hold */
+    GHC_EINTERRUPTED = -13,  /* stopped on request (a signal); the state was saved */
 };
 
 /* A short fixed description of a status code ("configuration error"). Never NULL; static. */

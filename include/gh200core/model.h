@@ -77,6 +77,9 @@ struct ghc_model_ops {
     int (*activate)(void *self, int32_t expert);
     /* optional; once, last. */
     void (*free)(void *self);
+    /* optional (API 3); the device the model computes on: GHC_DEVICE_CPU or a CUDA ordinal.
+     * Absent: the CPU. Callers put the batch, the noise and the loss there. */
+    int (*device)(void *self);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -97,6 +100,7 @@ GHC_API int ghc_model_forward(ghc_model_t *model, int32_t expert, const struct g
 GHC_API int ghc_model_backward(ghc_model_t *model, int32_t expert, const ghc_tensor_t *dout,
                                ghc_tensor_t *dnoisy, void *stream);
 GHC_API int ghc_model_activate(ghc_model_t *model, int32_t expert);
+GHC_API int ghc_model_device(ghc_model_t *model);
 
 GHC_END_DECLS
 

@@ -51,6 +51,7 @@ struct ghc_plugin_info {
     const char   *version;
     const char   *description;  /* may be "" */
     const char   *path;         /* the file it came from */
+    const struct ghc_cfg_key *keys; /* (API 3) the keys its section declares, or NULL */
 };
 /* Registered entry `i` (0, 1, ...), in load order. Returns false past the end. The strings
  * are borrowed; valid until ghc_core_free(). */

@@ -1,7 +1,9 @@
 /* kernels/cpu/gemm.c: the reference GEMM of ops.h: C = alpha op(A) op(B) (+ beta C) (+ bias)
  * (then GELU-tanh), strided batches with shared 2-D operands, fp8 e4m3 operands dequantised
- * with scale_a * scale_b. Operands are widened to f32 once; each dot product accumulates in
- * fp32 in k order. */
+ * with scale_a * scale_b. Operands are widened to f32 once, A as [M, K] rows and B as [N, K]
+ * rows (transposed where needed) so every dot product reads two contiguous rows; each
+ * accumulates in fp32 in k order (four columns at a time, each its own sequential sum, so the
+ * result is the same as one column at a time). */
 #include <config.h>
 
 #include <math.h>
@@ -12,6 +14,24 @@
 static float gelu(float z)
 {
     return 0.5f * z * (1.0f + tanhf(0.7978845608028654f * (z + 0.044715f * z * z * z)));
+}
+
+/* Each of n [rows, cols] matrices in *p becomes [cols, rows]. */
+static int transpose_batches(float **p, int64_t n, int64_t rows, int64_t cols)
+{
+    float *t = malloc((size_t)(n * rows * cols) * sizeof(float) + 1);
+    if (!t)
+        return GHC_ENOMEM;
+    for (int64_t b = 0; b < n; b++) {
+        const float *src = *p + b * rows * cols;
+        float *dst = t + b * rows * cols;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                dst[c * rows + r] = src[r * cols + c];
+    }
+    free(*p);
+    *p = t;
+    return 0;
 }
 
 int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, const struct ghc_gemm *args)
@@ -38,30 +58,58 @@ int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, 
         rc = GHC_ENOMEM;
         goto out_a;
     }
+    /* rows of op(A) and columns of op(B), contiguous in k */
+    int64_t na = ghc_tensor_ndim(a) == 3 ? batch : 1, nb = ghc_tensor_ndim(b) == 3 ? batch : 1;
+    if (ta && (rc = transpose_batches(&fa, na, K, M)) < 0)
+        goto out_b;
+    if (!tb && (rc = transpose_batches(&fb, nb, K, N)) < 0)
+        goto out_b;
     for (int64_t bi = 0; bi < batch; bi++) {
         const float *pa = fa + bi * stride_a, *pb = fb + bi * stride_b;
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                float acc = 0.0f;
-                for (int64_t k = 0; k < K; k++) {
-                    float av = ta ? pa[k * M + m] : pa[m * K + k];
-                    float bv = tb ? pb[n * K + k] : pb[k * N + n];
-                    acc += av * bv;
+        for (int64_t m = 0; m < M; m++) {
+            const float *ra = pa + m * K;
+            int64_t n = 0;
+            float acc[4];
+            for (; n < N; n += 4) {
+                int64_t w = N - n < 4 ? N - n : 4;
+                if (w == 4) {
+                    const float *r0 = pb + n * K, *r1 = r0 + K, *r2 = r1 + K, *r3 = r2 + K;
+                    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                    for (int64_t k = 0; k < K; k++) {
+                        float av = ra[k];
+                        s0 += av * r0[k];
+                        s1 += av * r1[k];
+                        s2 += av * r2[k];
+                        s3 += av * r3[k];
+                    }
+                    acc[0] = s0, acc[1] = s1, acc[2] = s2, acc[3] = s3;
+                } else {
+                    for (int64_t j = 0; j < w; j++) {
+                        const float *rb = pb + (n + j) * K;
+                        float sj = 0.0f;
+                        for (int64_t k = 0; k < K; k++)
+                            sj += ra[k] * rb[k];
+                        acc[j] = sj;
+                    }
                 }
-                int64_t ic = (bi * M + m) * N + n;
-                float v = alpha * acc;
-                if (beta != 0.0f)
-                    v += beta * GHC_CPU_GET(c, ic);
-                if (bias)
-                    v += GHC_CPU_GET(bias, n);
-                if (use_gelu) {
-                    if (args->pre_gelu)
-                        GHC_CPU_SET(args->pre_gelu, ic, v);
-                    v = gelu(v);
+                for (int64_t j = 0; j < w; j++) {
+                    int64_t ic = (bi * M + m) * N + n + j;
+                    float v = alpha * acc[j];
+                    if (beta != 0.0f)
+                        v += beta * GHC_CPU_GET(c, ic);
+                    if (bias)
+                        v += GHC_CPU_GET(bias, n + j);
+                    if (use_gelu) {
+                        if (args->pre_gelu)
+                            GHC_CPU_SET(args->pre_gelu, ic, v);
+                        v = gelu(v);
+                    }
+                    GHC_CPU_SET(c, ic, v);
                 }
-                GHC_CPU_SET(c, ic, v);
             }
+        }
     }
+out_b:
     free(fb);
 out_a:
     free(fa);

@@ -1,32 +1,33 @@
 /* constant.c: the `constant` scheduler: a fixed number of micro-batches per optimizer step
- * and a constant learning-rate factor after an optional linear warmup. */
+ * and the shared lr factor schedule (linear warmup, then constant or cosine decay). */
 #include <stdlib.h>
 
 #include <gh200core/scheduler.h>
 
 struct constant {
     int32_t micro_batches;
-    int64_t warmup_steps;
+    struct ghc_lr_schedule lr;
 };
 
 static const struct ghc_cfg_key constant_keys[] = {
     { "micro_batches", GHC_CFG_INT },
-    { "warmup_steps", GHC_CFG_INT },
+    GHC_LR_SCHEDULE_KEYS,
     { NULL, 0 }
 };
 
 static int constant_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
-    int64_t mb, warmup;
+    int64_t mb;
+    struct ghc_lr_schedule lr;
     int rc;
     if ((rc = ghc_cfg_get_int(cfg, "micro_batches", 1, 1, 65536, &mb)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "warmup_steps", 0, 0, INT64_C(1) << 40, &warmup)) < 0)
+        (rc = ghc_lr_schedule_read(cfg, &lr)) < 0)
         return rc;
     struct constant *c = malloc(sizeof(*c));
     if (!c)
         return ghc_error_set(core, GHC_ENOMEM, "constant: out of memory");
     c->micro_batches = (int32_t)mb;
-    c->warmup_steps = warmup;
+    c->lr = lr;
     *self = c;
     return 0;
 }
@@ -37,13 +38,9 @@ static int32_t constant_micro_batches(void *self, int64_t step)
     return ((struct constant *)self)->micro_batches;
 }
 
-/* Linear warmup: step k (0-based) of W gets (k+1)/W, then 1. */
 static float constant_lr_factor(void *self, int64_t step)
 {
-    const struct constant *c = self;
-    if (step < c->warmup_steps)
-        return (float)(step + 1) / (float)c->warmup_steps;
-    return 1.0f;
+    return ghc_lr_schedule_factor(&((const struct constant *)self)->lr, step);
 }
 
 static void constant_free(void *self) { free(self); }
@@ -67,6 +64,6 @@ GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_constant = {
     .kinds = GHC_KIND_BIT(GHC_KIND_SCHEDULER),
     .name = "constant",
     .version = GHC_VERSION,
-    .description = "fixed micro-batches per step, constant lr after a linear warmup",
+    .description = "fixed micro-batches per step, lr warmup then constant or cosine",
     .init = constant_plugin_init,
 };

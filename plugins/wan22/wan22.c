@@ -306,6 +306,8 @@ static int wan22_bwd(void *self, int32_t expert, const ghc_tensor_t *dout, ghc_t
 
 /* ---- registration ----------------------------------------------------------------------------- */
 
+static int wan22_device(void *self) { return ((struct wan22 *)self)->device; }
+
 static const struct ghc_model_ops wan22_ops = {
     .struct_size = sizeof(struct ghc_model_ops),
     .name = "wan22",
@@ -319,6 +321,7 @@ static const struct ghc_model_ops wan22_ops = {
     .backward = wan22_bwd,
     .activate = wan22_activate,
     .free = wan22_free,
+    .device = wan22_device,
 };
 
 static int wan22_plugin_init(ghc_core_t *core)

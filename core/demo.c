@@ -1,0 +1,291 @@
+/* demo.c: the embedded demo's dataset, generated before training when the configuration has
+ * a `demo` section. A teacher = the run's model plus a planted low-rank adapter (random
+ * A [r, in], B [out, r] on every target: y += (x A^T) B^T) gives each sample a velocity
+ * v = teacher(x_sigma, t) at a random noisy latent x_sigma and sigma; the sample stores
+ *   latent x0 = x_sigma - sigma v,  noise = x_sigma + (1 - sigma) v,  timestep t = 1000 sigma
+ * so that the trainer's flow-matching target noise - x0 at that (x_sigma, t) is exactly the
+ * teacher's output. Training a fresh adapter of rank >= r recovers the planted one and the
+ * loss falls towards zero. Files go to <output_dir>/demo-data in the dataset format
+ * (doc/dataset.md), and the `data` section is pointed at that folder. */
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+#include <gh200core/safetensors.h>
+#include <gh200core/tensor.h>
+
+#include "core_impl.h"
+#include "train_impl.h"
+
+const struct ghc_cfg_key ghc_demo_keys[] = {
+    { "samples", GHC_CFG_INT },
+    { "channels", GHC_CFG_INT },
+    { "frames", GHC_CFG_INT },
+    { "height", GHC_CFG_INT },
+    { "width", GHC_CFG_INT },
+    { "text_len", GHC_CFG_INT },
+    { "text_dim", GHC_CFG_INT },      /* the model's text_dim (4096 for Wan2.2) */
+    { "rank", GHC_CFG_INT },          /* rank of the planted adapter */
+    { "strength", GHC_CFG_FLOAT },    /* std of the planted B's entries x sqrt(rank) */
+    { "sigma_min", GHC_CFG_FLOAT },
+    { "sigma_max", GHC_CFG_FLOAT },
+    { NULL, 0 }
+};
+
+struct planted {
+    ghc_core_t   *core;
+    int32_t       n;
+    ghc_tensor_t **a, **b;            /* per target: A [r, in], B [out, r], f32 */
+    int64_t       rank;
+};
+
+static int planted_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    struct planted *p = user;
+    ghc_core_t *core = p->core;
+    if (target < 0 || target >= p->n)
+        return ghc_error_set(core, GHC_EINTERNAL, "demo: target %d out of range", target);
+    int rc = 0;
+    const int64_t *xs = ghc_tensor_shape(x);
+    int64_t hs[3] = { xs[0], xs[1], p->rank };
+    ghc_tensor_t *xf = NULL, *h = ghc_tensor_init(core, GHC_DTYPE_F32, 3, hs, ghc_tensor_device(x), GHC_ROLE_WORKSPACE);
+    const ghc_tensor_t *xin = x;
+    if (!h)
+        return ghc_error_code(core);
+    if (ghc_tensor_dtype(x) != GHC_DTYPE_F32) {
+        if (!(xf = ghc_tensor_init(core, GHC_DTYPE_F32, 3, xs, ghc_tensor_device(x), GHC_ROLE_WORKSPACE)))
+            rc = ghc_error_code(core);
+        else
+            rc = ghc_op_cast(xf, x, 1.0f, NULL, stream);
+        xin = xf;
+    }
+    struct ghc_gemm g1 = { .trans_b = true };
+    struct ghc_gemm g2 = { .trans_b = true, .beta = 1.0f };
+    if (rc == 0 && (rc = ghc_op_gemm(h, xin, p->a[target], &g1, stream)) == 0)
+        rc = ghc_op_gemm(y, h, p->b[target], &g2, stream);
+    ghc_tensor_free(xf);
+    ghc_tensor_free(h);
+    return rc;
+}
+
+static void planted_free(struct planted *p)
+{
+    for (int32_t i = 0; i < p->n; i++) {
+        if (p->a)
+            ghc_tensor_free(p->a[i]);
+        if (p->b)
+            ghc_tensor_free(p->b[i]);
+    }
+    free(p->a);
+    free(p->b);
+}
+
+static int fill_normal(ghc_tensor_t *t, struct ghc_rng *rng, float scale)
+{
+    int rc = ghc_op_rand_normal(t, rng, NULL);
+    rng->offset += (uint64_t)(ghc_tensor_numel(t) + 3) / 4;
+    if (rc == 0 && scale != 1.0f)
+        rc = ghc_op_scale(t, t, scale, NULL);
+    return rc;
+}
+
+static int plant(ghc_core_t *core, ghc_model_t *model, int device, int64_t rank, double strength,
+                 struct ghc_rng *rng, struct planted *p)
+{
+    const struct ghc_model_target *targets;
+    int32_t n;
+    int rc = ghc_model_targets(model, &targets, &n);
+    if (rc < 0)
+        return rc;
+    p->core = core;
+    p->rank = rank;
+    p->n = n;
+    if (!(p->a = calloc((size_t)n, sizeof(*p->a))) || !(p->b = calloc((size_t)n, sizeof(*p->b))))
+        return ghc_error_set(core, GHC_ENOMEM, "demo: out of memory");
+    for (int32_t i = 0; i < n && rc == 0; i++) {
+        int64_t as[2] = { rank, targets[i].in_features }, bs[2] = { targets[i].out_features, rank };
+        if (!(p->a[i] = ghc_tensor_init(core, GHC_DTYPE_F32, 2, as, device, GHC_ROLE_WORKSPACE)) ||
+            !(p->b[i] = ghc_tensor_init(core, GHC_DTYPE_F32, 2, bs, device, GHC_ROLE_WORKSPACE)))
+            return ghc_error_code(core);
+        /* x A^T keeps unit scale for unit inputs; B's entries carry the strength */
+        if ((rc = fill_normal(p->a[i], rng, (float)(1.0 / sqrt((double)targets[i].in_features)))) == 0)
+            rc = fill_normal(p->b[i], rng, (float)(strength / sqrt((double)rank)));
+    }
+    return rc;
+}
+
+/* A CPU copy of a device tensor (or the tensor itself on the CPU). */
+static int save_sample(ghc_core_t *core, const char *dir, int64_t i, ghc_tensor_t *x0, ghc_tensor_t *noise,
+                       float t, ghc_tensor_t *text)
+{
+    char path[8400];
+    int rc;
+    int64_t one = 1;
+    ghc_tensor_t *ts = ghc_tensor_wrap(core, GHC_DTYPE_F32, 1, &one, GHC_DEVICE_CPU, &t);
+    ghc_st_writer_t *w = ghc_st_writer_init(core);
+    if (!ts || !w) {
+        rc = GHC_ENOMEM;
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/sample%04lld.latent.safetensors", dir, (long long)i);
+    if ((rc = ghc_st_writer_add(w, "latent", x0)) < 0 || (rc = ghc_st_writer_add(w, "noise", noise)) < 0 ||
+        (rc = ghc_st_writer_add(w, "timestep", ts)) < 0 ||
+        (rc = ghc_st_writer_metadata(w, "made_by", "gh200core demo (planted adapter)")) < 0 ||
+        (rc = ghc_st_writer_finish(w, path)) < 0)
+        goto out;
+    ghc_st_writer_free(w);
+    if (!(w = ghc_st_writer_init(core))) {
+        rc = GHC_ENOMEM;
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/sample%04lld.text.safetensors", dir, (long long)i);
+    if ((rc = ghc_st_writer_add(w, "text_embed", text)) == 0)
+        rc = ghc_st_writer_finish(w, path);
+out:
+    ghc_st_writer_free(w);
+    ghc_tensor_free(ts);
+    return rc;
+}
+
+/* Points data.datasets at `dir` (one dataset), creating the `data` section when absent. */
+static int point_data_at(ghc_core_t *core, const char *dir)
+{
+    config_setting_t *root = config_root_setting(&core->config->lc);
+    config_setting_t *data = config_setting_get_member(root, "data");
+    if (!data && !(data = config_setting_add(root, "data", CONFIG_TYPE_GROUP)))
+        return ghc_error_set(core, GHC_ENOMEM, "demo: out of memory");
+    if (config_setting_get_member(data, "datasets"))
+        config_setting_remove(data, "datasets");
+    config_setting_t *list = config_setting_add(data, "datasets", CONFIG_TYPE_LIST);
+    config_setting_t *g = list ? config_setting_add(list, NULL, CONFIG_TYPE_GROUP) : NULL;
+    config_setting_t *p = g ? config_setting_add(g, "path", CONFIG_TYPE_STRING) : NULL;
+    if (!p || !config_setting_set_string(p, dir))
+        return ghc_error_set(core, GHC_ENOMEM, "demo: out of memory");
+    return 0;
+}
+
+int ghc_demo_generate(ghc_core_t *core)
+{
+    ghc_cfg_t *s;
+    int64_t samples, c, f, h, w, l, d, rank;
+    double strength, smin, smax;
+    int rc = ghc_cfg_get_group(core->config->root, "demo", ghc_demo_keys, &s);
+    if (rc < 0 || !s)
+        return rc;
+    if ((rc = ghc_cfg_get_int(s, "samples", 16, 1, 100000, &samples)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "channels", 16, 1, 4096, &c)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "frames", 1, 1, 4096, &f)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "height", 8, 1, 4096, &h)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "width", 8, 1, 4096, &w)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "text_len", 8, 1, 512, &l)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "text_dim", 4096, 1, 1 << 20, &d)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "rank", 2, 1, 4096, &rank)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "strength", 0.5, 0.0, 1e6, &strength)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "sigma_min", 0.05, 1e-6, 1.0, &smin)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "sigma_max", 0.95, 1e-6, 1.0, &smax)) < 0)
+        return rc;
+    if (smin > smax)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: sigma_min > sigma_max", ghc_cfg_where(s, "sigma_min"));
+    ghc_model_t *model = ghc_model_get(core);
+    if (!model)
+        return ghc_error_set(core, GHC_ECONFIG, "demo: the configuration needs a `model` section");
+    int64_t seed = 42;
+    if ((rc = ghc_cfg_get_int(core->config->root, "seed", 42, 0, INT64_MAX, &seed)) < 0)
+        return rc;
+
+    char dir[8192];
+    snprintf(dir, sizeof(dir), "%s/demo-data", ghc_config_output_dir(core));
+    if (mkdir(ghc_config_output_dir(core), 0777) != 0 && errno != EEXIST)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", ghc_config_output_dir(core), strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", dir, strerror(errno));
+    char abs[8192];
+    if (!realpath(dir, abs))
+        return ghc_error_set(core, GHC_EIO, "%s: %s", dir, strerror(errno));
+
+    int device = ghc_model_device(model);
+    struct ghc_rng rng = { .seed = (uint64_t)seed ^ 0xa4093822299f31d0ull, .offset = 0 };
+    struct planted p = { 0 };
+    int64_t ls[5] = { 1, c, f, h, w }, ts[3] = { 1, l, d }, ms[2] = { 1, l };
+    ghc_tensor_t *xs = NULL, *text = NULL, *mask = NULL, *v = NULL, *x0 = NULL, *noise = NULL, *tt = NULL;
+    ghc_tensor_t *x0h = NULL, *nh = NULL, *th = NULL;
+    float tval;
+    int64_t one = 1;
+    if ((rc = plant(core, model, device, rank, strength, &rng, &p)) < 0)
+        goto out;
+    if (!(xs = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ls, device, GHC_ROLE_ACTIVATIONS)) ||
+        !(v = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ls, device, GHC_ROLE_ACTIVATIONS)) ||
+        !(x0 = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ls, device, GHC_ROLE_ACTIVATIONS)) ||
+        !(noise = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ls, device, GHC_ROLE_ACTIVATIONS)) ||
+        !(text = ghc_tensor_init(core, GHC_DTYPE_F32, 3, ts, device, GHC_ROLE_TEXT_EMBEDS)) ||
+        !(mask = ghc_tensor_init(core, GHC_DTYPE_F32, 2, ms, device, GHC_ROLE_MASKS)) ||
+        !(x0h = ghc_tensor_init(core, GHC_DTYPE_F32, 4, ls + 1, GHC_DEVICE_CPU, GHC_ROLE_LATENTS)) ||
+        !(nh = ghc_tensor_init(core, GHC_DTYPE_F32, 4, ls + 1, GHC_DEVICE_CPU, GHC_ROLE_LATENTS)) ||
+        !(th = ghc_tensor_init(core, GHC_DTYPE_F32, 2, ts + 1, GHC_DEVICE_CPU, GHC_ROLE_TEXT_EMBEDS)) ||
+        !(tt = ghc_tensor_wrap(core, GHC_DTYPE_F32, 1, &one, GHC_DEVICE_CPU, &tval))) {
+        rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
+        goto out;
+    }
+    if ((rc = ghc_op_fill(mask, 1.0, NULL)) < 0)
+        goto out;
+    struct ghc_adapter_hook hook = { .user = &p, .forward = planted_fwd };
+    if ((rc = ghc_model_set_hook(model, &hook)) < 0)
+        goto out;
+    ghc_log(core, GHC_LOG_INFO, "demo: writing %lld samples [%lld, %lld, %lld, %lld] with a planted rank-%lld adapter to %s",
+            (long long)samples, (long long)c, (long long)f, (long long)h, (long long)w, (long long)rank, abs);
+    for (int64_t i = 0; i < samples && rc == 0; i++) {
+        double u[1];
+        uint32_t ctr[4] = { (uint32_t)i, 0, 0, 1 }, key[2] = { (uint32_t)seed, (uint32_t)((uint64_t)seed >> 32) }, o[4];
+        ghc_philox4x32(ctr, key, o);
+        u[0] = ((double)(o[0] >> 8) + 0.5) * 0x1p-24;
+        double sigma = smin + (smax - smin) * u[0];
+        tval = (float)(1000.0 * sigma);
+        sigma = (double)tval / 1000.0;   /* the sigma the trainer will read back from t */
+        if ((rc = fill_normal(xs, &rng, 1.0f)) < 0 || (rc = fill_normal(text, &rng, 1.0f)) < 0)
+            break;
+        struct ghc_model_batch b = { .noisy = xs, .timesteps = tt, .text_embed = text, .text_mask = mask };
+        if ((rc = ghc_model_forward(model, 0, &b, v, false, NULL)) < 0 ||
+            (rc = ghc_op_add(x0, xs, v, 1.0f, (float)-sigma, NULL)) < 0 ||
+            (rc = ghc_op_add(noise, xs, v, 1.0f, (float)(1.0 - sigma), NULL)) < 0)
+            break;
+        ghc_tensor_t *src[3] = { x0, noise, text }, *dst[3] = { x0h, nh, th };
+        for (int k = 0; k < 3 && rc == 0; k++) {
+            ghc_tensor_t *flat = ghc_tensor_wrap(core, GHC_DTYPE_F32, ghc_tensor_ndim(dst[k]), ghc_tensor_shape(dst[k]),
+                                                 device, ghc_tensor_data(src[k]));
+            rc = flat ? ghc_op_copy(dst[k], flat, NULL) : GHC_ENOMEM;
+            ghc_tensor_free(flat);
+        }
+        if (rc == 0 && (rc = ghc_op_sync(core, device, NULL)) == 0)
+            rc = save_sample(core, abs, i, x0h, nh, tval, th);
+    }
+    /* removing the hook clears the error message: keep it */
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+    int rc2 = ghc_model_set_hook(model, NULL);
+    if (rc < 0)
+        ghc_error_set(core, rc, "%s", msg);
+    else
+        rc = rc2;
+    if (rc == 0)
+        rc = point_data_at(core, abs);
+out:
+    planted_free(&p);
+    ghc_tensor_free(xs);
+    ghc_tensor_free(v);
+    ghc_tensor_free(x0);
+    ghc_tensor_free(noise);
+    ghc_tensor_free(text);
+    ghc_tensor_free(mask);
+    ghc_tensor_free(x0h);
+    ghc_tensor_free(nh);
+    ghc_tensor_free(th);
+    ghc_tensor_free(tt);
+    return rc;
+}

@@ -1,0 +1,568 @@
+/* test_train.c: the trainer's pieces and the trainer itself: sigma samplers (ranges, moments,
+ * acceptance, the hard error), TensorBoard records (framing, CRC-32C, decoded values), the
+ * lr schedule and the gradient_ramp scheduler's windows, and whole runs of the tiny model
+ * (the demo learns, resume is bit-for-bit, signals, NaN skipping, expert routing). */
+#include <config.h>
+
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/train.h>
+
+#include "../core/train_impl.h"
+#include "testutil.h"
+
+static void ok(ghc_core_t *core, int rc)
+{
+    ck_assert_msg(rc == 0, "failed (%d): %s", rc, ghc_error_message(core));
+}
+
+/* ---- samplers ------------------------------------------------------------------------------- */
+
+static struct ghc_sampler sampler(enum ghc_sampler_family fam, double lo, double hi)
+{
+    return (struct ghc_sampler){ .family = fam, .base = GHC_SAMPLER_BASE_SIGMOID, .scale = 1.0, .mean = 0.0,
+                                 .std = 1.0, .shift = 1.0, .lo = lo, .hi = hi, .seed = 1234,
+                                 .max_tries = 100000 };
+}
+
+/* E[sigma | in range] from the family's CDF (the mean of a variable in [lo, hi] is
+ * lo + integral of (1 - F_cond)). */
+static double cond_mean(const struct ghc_sampler *s, double k)
+{
+    double flo = ghc_sampler_cdf(s, k, s->lo), fhi = ghc_sampler_cdf(s, k, s->hi), acc = s->lo;
+    int n = 20000;
+    double h = (s->hi - s->lo) / n;
+    for (int i = 0; i < n; i++) {
+        double x = s->lo + (i + 0.5) * h;
+        acc += h * (1.0 - (ghc_sampler_cdf(s, k, x) - flo) / (fhi - flo));
+    }
+    return acc;
+}
+
+/* Draws n values: all in range, mean within 5 standard errors of the analytic one, and the
+ * empirical CDF within 0.02 of the analytic one at 9 points (a KS-style check). */
+static void check_family(struct ghc_sampler s, double k)
+{
+    ghc_core_t *core = ghc_core_init();
+    enum { N = 40000 };
+    static double x[N];
+    double sum = 0.0, sum2 = 0.0;
+    for (int i = 0; i < N; i++) {
+        ok(core, ghc_sampler_draw(core, &s, k, &x[i]));
+        ck_assert_msg(x[i] >= s.lo && (x[i] < s.hi || (s.hi >= 1.0 && x[i] <= 1.0)),
+                      "%s: %g outside [%g, %g)", ghc_sampler_family_names[s.family], x[i], s.lo, s.hi);
+        sum += x[i];
+        sum2 += x[i] * x[i];
+    }
+    double mean = sum / N, sd = sqrt(sum2 / N - mean * mean), want = cond_mean(&s, k);
+    ck_assert_msg(fabs(mean - want) < 5.0 * sd / sqrt((double)N) + 1e-9,
+                  "%s on [%g, %g): mean %.6f, analytic %.6f", ghc_sampler_family_names[s.family], s.lo, s.hi, mean, want);
+    double flo = ghc_sampler_cdf(&s, k, s.lo), fhi = ghc_sampler_cdf(&s, k, s.hi);
+    for (int q = 1; q <= 9; q++) {
+        double at = s.lo + (s.hi - s.lo) * q / 10.0;
+        int below = 0;
+        for (int i = 0; i < N; i++)
+            below += x[i] < at;
+        double emp = (double)below / N, th = (ghc_sampler_cdf(&s, k, at) - flo) / (fhi - flo);
+        ck_assert_msg(fabs(emp - th) < 0.02, "%s: CDF at %g: %.4f drawn, %.4f analytic",
+                      ghc_sampler_family_names[s.family], at, emp, th);
+    }
+    ghc_core_free(core);
+}
+
+START_TEST(test_sampler_families)
+{
+    /* each family unrestricted, and cut to the high (>= 0.875) and low (< 0.875) experts */
+    double ranges[3][2] = { { 0.0, 1.0 }, { 0.875, 1.0 }, { 0.0, 0.875 } };
+    for (int r = 0; r < 3; r++) {
+        check_family(sampler(GHC_SAMPLER_UNIFORM, ranges[r][0], ranges[r][1]), 1.0);
+        check_family(sampler(GHC_SAMPLER_SIGMOID, ranges[r][0], ranges[r][1]), 1.0);
+        struct ghc_sampler ln = sampler(GHC_SAMPLER_LOGIT_NORMAL, ranges[r][0], ranges[r][1]);
+        ln.mean = 0.5, ln.std = 1.2;
+        check_family(ln, 1.0);
+        check_family(sampler(GHC_SAMPLER_SHIFT, ranges[r][0], ranges[r][1]), 3.0);
+        struct ghc_sampler su = sampler(GHC_SAMPLER_SHIFT, ranges[r][0], ranges[r][1]);
+        su.base = GHC_SAMPLER_BASE_UNIFORM;
+        check_family(su, 5.0);
+        check_family(sampler(GHC_SAMPLER_FLUX_SHIFT, ranges[r][0], ranges[r][1]), ghc_sampler_flux_k(1560));
+    }
+}
+END_TEST
+
+START_TEST(test_sampler_acceptance)
+{
+    /* spec/training.md 2.1: the share of draws above 0.875 and 0.9 */
+    struct { enum ghc_sampler_family f; enum ghc_sampler_base b; double k, p875, p900; } t[] = {
+        { GHC_SAMPLER_UNIFORM, 0, 1.0, 0.125, 0.100 },
+        { GHC_SAMPLER_SIGMOID, 0, 1.0, 0.026, 0.014 },
+        { GHC_SAMPLER_SHIFT, GHC_SAMPLER_BASE_SIGMOID, 3.0, 0.198, 0.136 },
+        { GHC_SAMPLER_SHIFT, GHC_SAMPLER_BASE_SIGMOID, 5.0, 0.368, 0.278 },
+        { GHC_SAMPLER_SHIFT, GHC_SAMPLER_BASE_SIGMOID, 12.0, 0.705, 0.613 },
+        { GHC_SAMPLER_SHIFT, GHC_SAMPLER_BASE_UNIFORM, 3.0, 0.300, 0.250 },
+        { GHC_SAMPLER_SHIFT, GHC_SAMPLER_BASE_UNIFORM, 5.0, 0.417, 0.357 },
+        { GHC_SAMPLER_SHIFT, GHC_SAMPLER_BASE_UNIFORM, 12.0, 0.632, 0.571 },
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        struct ghc_sampler s = sampler(t[i].f, 0.875, 1.0);
+        s.base = t[i].b;
+        ck_assert_msg(fabs(ghc_sampler_acceptance(&s, t[i].k) - t[i].p875) < 0.0006, "row %zu: %.4f", i,
+                      ghc_sampler_acceptance(&s, t[i].k));
+        s.lo = 0.9;
+        ck_assert_msg(fabs(ghc_sampler_acceptance(&s, t[i].k) - t[i].p900) < 0.0006, "row %zu: %.4f", i,
+                      ghc_sampler_acceptance(&s, t[i].k));
+    }
+    /* flux_shift's k for 480x832 and 720x1280 latents */
+    ck_assert(fabs(ghc_sampler_flux_k(1560) - 2.06) < 0.01);
+    ck_assert(fabs(ghc_sampler_flux_k(3600) - 2.90) < 0.01);
+}
+END_TEST
+
+START_TEST(test_sampler_state_and_error)
+{
+    ghc_core_t *core = ghc_core_init();
+    struct ghc_sampler a = sampler(GHC_SAMPLER_SIGMOID, 0.875, 1.0), b;
+    double x[64], y[64];
+    for (int i = 0; i < 32; i++)
+        ok(core, ghc_sampler_draw(core, &a, 1.0, &x[i]));
+    b = a;   /* the counter is the whole state: a copy continues identically */
+    for (int i = 32; i < 64; i++) {
+        ok(core, ghc_sampler_draw(core, &a, 1.0, &x[i]));
+        ok(core, ghc_sampler_draw(core, &b, 1.0, &y[i]));
+        ck_assert(x[i] == y[i]);
+    }
+    /* a range the family cannot reach: a hard error that says so, never an unrestricted draw */
+    struct ghc_sampler s = sampler(GHC_SAMPLER_SIGMOID, 0.875, 1.0);
+    s.scale = 1e-3;   /* sigma ~ 0.5 always */
+    s.max_tries = 1000;
+    double v = -1.0;
+    ck_assert_int_eq(ghc_sampler_draw(core, &s, 1.0, &v), GHC_EINVAL);
+    ck_assert(v == -1.0);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "none fell in the expert's range"));
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- TensorBoard ---------------------------------------------------------------------------- */
+
+static uint64_t rd_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t rd_varint(const uint8_t **p)
+{
+    uint64_t v = 0;
+    for (int s = 0;; s += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80))
+            return v;
+    }
+}
+
+START_TEST(test_tensorboard)
+{
+    /* CRC-32C check value of "123456789" (RFC 3720) */
+    ck_assert_uint_eq(ghc_crc32c("123456789", 9), 0xe3069283u);
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir();
+    ghc_tboard_t *tb;
+    ok(core, ghc_tboard_open(core, dir, &tb));
+    float vals[3] = { 1.5f, -0.25f, 3e-7f };
+    for (int i = 0; i < 3; i++)
+        ok(core, ghc_tboard_scalar(tb, i == 1 ? "train/lr" : "train/loss", 10 * i + 1, vals[i]));
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", ghc_tboard_path(tb));
+    ghc_tboard_free(tb);
+    ck_assert_ptr_nonnull(strstr(path, "/events.out.tfevents."));
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static uint8_t buf[65536];
+    size_t len = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    /* record by record: length, masked CRC of the length, data, masked CRC of the data */
+    size_t off = 0;
+    int rec = 0;
+    while (off < len) {
+        ck_assert(off + 12 <= len);
+        uint64_t n = rd_le(buf + off, 8);
+        ck_assert_uint_eq(rd_le(buf + off + 8, 4), ghc_crc32c_masked(buf + off, 8));
+        ck_assert(off + 12 + n + 4 <= len);
+        const uint8_t *d = buf + off + 12, *e = d + n;
+        ck_assert_uint_eq(rd_le(e, 4), ghc_crc32c_masked(d, n));
+        /* decode the Event */
+        int64_t step = -1;
+        char tag[64] = "", version[64] = "";
+        float value = NAN;
+        bool wall = false;
+        while (d < e) {
+            uint64_t key = rd_varint(&d);
+            if (key == (1 << 3 | 1)) {
+                double w;
+                memcpy(&w, d, 8);
+                ck_assert(w > 1.6e9);
+                wall = true;
+                d += 8;
+            } else if (key == (2 << 3 | 0)) {
+                step = (int64_t)rd_varint(&d);
+            } else if (key == (3 << 3 | 2)) {
+                uint64_t l = rd_varint(&d);
+                memcpy(version, d, l);
+                d += l;
+            } else if (key == (5 << 3 | 2)) {           /* Summary { Value value = 1; } */
+                uint64_t l = rd_varint(&d);
+                const uint8_t *se = d + l;
+                ck_assert_uint_eq(rd_varint(&d), 1 << 3 | 2);
+                uint64_t vl = rd_varint(&d);
+                ck_assert(d + vl == se);
+                ck_assert_uint_eq(rd_varint(&d), 1 << 3 | 2);   /* tag */
+                uint64_t tl = rd_varint(&d);
+                memcpy(tag, d, tl);
+                d += tl;
+                ck_assert_uint_eq(rd_varint(&d), 2 << 3 | 5);   /* simple_value */
+                memcpy(&value, d, 4);
+                d += 4;
+            } else {
+                ck_abort_msg("unexpected field key %llu", (unsigned long long)key);
+            }
+        }
+        ck_assert(wall);
+        if (rec == 0) {
+            ck_assert_str_eq(version, "brain.Event:2");
+        } else {
+            ck_assert_int_eq(step, 10 * (rec - 1) + 1);
+            ck_assert_str_eq(tag, rec == 2 ? "train/lr" : "train/loss");
+            ck_assert(value == vals[rec - 1]);
+        }
+        off += 12 + n + 4;
+        rec++;
+    }
+    ck_assert_int_eq(rec, 4);
+    tu_rm_rf(dir);
+    free(dir);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- schedules ------------------------------------------------------------------------------ */
+
+static ghc_core_t *sched_core(const char *sched)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_ptr_nonnull(core);
+    ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+    ok(core, ghc_config_load_string(core, sched, "t.cfg", NULL, NULL, 0));
+    ok(core, ghc_run_init(core));
+    return core;
+}
+
+START_TEST(test_gradient_ramp)
+{
+    /* spec/training.md 7.2's example, indexed by optimizer step (b = 1, E0 = 4, E1 = 32, R = 400) */
+    ghc_core_t *core = sched_core("scheduler = { plugin = \"gradient_ramp\"; initial_effective_batch_size = 4; "
+                                  "target_effective_batch_size = 32; batch_rampup_steps = 400; };");
+    ghc_scheduler_t *s = ghc_scheduler_get(core);
+    int64_t steps[] = { 0, 1, 75, 100, 200, 300, 399, 400, 5000 };
+    int32_t want[] = { 4, 5, 5, 6, 11, 20, 32, 32, 32 };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+        ck_assert_msg(ghc_scheduler_micro_batches(s, steps[i]) == want[i], "step %lld: %d, want %d",
+                      (long long)steps[i], ghc_scheduler_micro_batches(s, steps[i]), want[i]);
+    ck_assert(ghc_scheduler_lr_factor(s, 0) == 1.0f);
+    ghc_core_free(core);
+    /* in samples with micro-batches of 4 (data.batch_size), linear ease, and downwards */
+    core = sched_core("data = { batch_size = 4; };\nscheduler = { plugin = \"gradient_ramp\"; ease = \"linear\"; "
+                      "initial_effective_batch_size = 64; target_effective_batch_size = 8; batch_rampup_steps = 10; };");
+    s = ghc_scheduler_get(core);
+    int32_t down[] = { 16, 14, 13, 11, 10, 9, 7, 6, 4, 3, 2, 2 };   /* floor(16 - 14 s / 10) */
+    for (int i = 0; i < 12; i++)
+        ck_assert_msg(ghc_scheduler_micro_batches(s, i) == down[i], "step %d: %d", i, ghc_scheduler_micro_batches(s, i));
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(test_lr_schedule)
+{
+    ghc_core_t *core = sched_core("scheduler = { plugin = \"constant\"; warmup_steps = 4; lr_decay = \"cosine\"; "
+                                  "decay_steps = 104; min_lr_factor = 0.1; };");
+    ghc_scheduler_t *s = ghc_scheduler_get(core);
+    ck_assert(fabsf(ghc_scheduler_lr_factor(s, 0) - 0.25f) < 1e-7f);
+    ck_assert(fabsf(ghc_scheduler_lr_factor(s, 3) - 1.0f) < 1e-7f);
+    ck_assert(fabsf(ghc_scheduler_lr_factor(s, 4) - 1.0f) < 1e-7f);
+    ck_assert(fabsf(ghc_scheduler_lr_factor(s, 54) - 0.55f) < 1e-6f);   /* half way: 0.1 + 0.9 / 2 */
+    ck_assert(fabsf(ghc_scheduler_lr_factor(s, 104) - 0.1f) < 1e-7f);
+    ck_assert(fabsf(ghc_scheduler_lr_factor(s, 1000) - 0.1f) < 1e-7f);
+    ghc_core_free(core);
+    /* cosine without a decay horizon is a configuration error that names the key */
+    core = ghc_core_init();
+    ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+    ok(core, ghc_config_load_string(core, "scheduler = { plugin = \"constant\";\n  lr_decay = \"cosine\"; };", "t.cfg",
+                                    NULL, NULL, 0));
+    ck_assert_int_eq(ghc_run_init(core), GHC_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "t.cfg:"));
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "decay_steps"));
+    ghc_core_free(core);
+}
+END_TEST
+
+
+/* ---- whole runs of the tiny model (the CLI) ------------------------------------------------- */
+
+/* A tiny run's configuration: etc/tiny.cfg's model (1 or 2 experts), LoRA, AdamW, 2
+ * micro-batches per step, with `train` as the train section's body and `more` appended. */
+static char *tiny_cfg(const char *dir, const char *name, int experts, const char *train, const char *more)
+{
+    char text[8192];
+    snprintf(text, sizeof(text),
+             "seed = 42;\noutput_dir = \"%s/%s.out\";\nmempolicy = { plugin = \"host\"; };\n"
+             "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1;\n"
+             "  random = { dim = 64; ffn_dim = 128; heads = 2; layers = 2; in_channels = 16; out_channels = 16;\n"
+             "             text_dim = 32; freq_dim = 64; seed = 7; experts = %d; }; };\n"
+             "network = { plugin = \"lycoris\"; algo = \"lora\"; rank = 4; alpha = 4.0; };\n"
+             "optimizer = { plugin = \"adamw\"; lr = 1e-2; weight_decay = 0.0; };\n"
+             "scheduler = { plugin = \"constant\"; micro_batches = 2; };\n"
+             "train = { %s };\n%s\n", dir, name, experts, train, more);
+    return tu_write(dir, name, text);
+}
+
+static int cli(const char *args, char **out)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s' '%s' %s", tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_CLI"), args);
+    return tu_run(cmd, out);
+}
+
+/* The metrics.jsonl lines of a run that carry a loss: step, loss (as printed, %.9g), expert,
+ * skipped. Returns the count. */
+struct mline { long long step; char loss[40]; int expert; int skipped; };
+
+static int read_metrics(const char *path, struct mline *m, int max)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no %s", path);
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) && n < max) {
+        char *l = strstr(line, "\"loss\":"), *e = strstr(line, "\"expert\":"), *k = strstr(line, "\"skipped\":");
+        if (!l)
+            continue;
+        m[n].step = atoll(line + 8);
+        sscanf(l + 7, "%39[^,]", m[n].loss);
+        m[n].expert = e ? atoi(e + 9) : -9;
+        m[n].skipped = k && !strncmp(k + 10, "true", 4);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static bool files_equal(const char *a, const char *b)
+{
+    char cmd[8400];
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+START_TEST(test_demo_learns)
+{
+    /* the README's demo itself: etc/tiny.cfg, the loss falls at least 10x */
+    char *dir = tu_tmpdir(), *out, args[8192];
+    snprintf(args, sizeof(args), "-q -c '%s/etc/tiny.cfg' --set output_dir='\"%s/tiny\"'", tu_env("GHC_TOP_SRCDIR"), dir);
+    int rc = cli(args, &out);
+    ck_assert_msg(rc == 0, "demo failed (%d): %s", rc, out);
+    free(out);
+    char p[8400];
+    snprintf(p, sizeof(p), "%s/tiny/metrics.jsonl", dir);
+    static struct mline m[4096];
+    int n = read_metrics(p, m, 4096);
+    ck_assert_int_ge(n, 100);
+    double first = 0.0, last = 0.0;
+    for (int i = 0; i < 5; i++)
+        first += atof(m[i].loss) / 5.0;
+    for (int i = n - 5; i < n; i++)
+        last += atof(m[i].loss) / 5.0;
+    ck_assert_msg(first > 10.0 * last, "the demo's loss fell from %g to %g only", first, last);
+    snprintf(p, sizeof(p), "%s/tiny/adapter.safetensors", dir);
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_resume_bitwise)
+{
+    /* 12 steps straight; 6 steps, then --resume to 12: the same losses and the same adapter bytes */
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400], q[8400];
+    char *cfg = tiny_cfg(dir, "a.cfg", 1, "steps = 12; save_every = 6; keep_last = 0; max_grad_norm = 1.0;",
+                         "demo = { samples = 6; height = 4; width = 4; text_len = 4; text_dim = 32; };\ndata = { batch_size = 2; seed = 3; };");
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    /* the second run continues a copy of the first's step-6 checkpoint in another folder */
+    snprintf(args, sizeof(args), "-q -c '%s' --set output_dir='\"%s/b.out\"' --resume '%s/a.cfg.out/checkpoint-6'",
+             cfg, dir, dir);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    struct mline a[64], b[64];
+    snprintf(p, sizeof(p), "%s/a.cfg.out/metrics.jsonl", dir);
+    snprintf(q, sizeof(q), "%s/b.out/metrics.jsonl", dir);
+    int na = read_metrics(p, a, 64), nb = read_metrics(q, b, 64);
+    ck_assert_int_eq(na, 12);
+    ck_assert_int_eq(nb, 6);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(b[i].step, a[6 + i].step);
+        ck_assert_msg(!strcmp(a[6 + i].loss, b[i].loss), "step %lld: %s uninterrupted, %s resumed", a[6 + i].step,
+                      a[6 + i].loss, b[i].loss);
+    }
+    snprintf(p, sizeof(p), "%s/a.cfg.out/adapter.safetensors", dir);
+    snprintf(q, sizeof(q), "%s/b.out/adapter.safetensors", dir);
+    ck_assert_msg(files_equal(p, q), "the resumed run's adapter differs from the uninterrupted one's");
+    snprintf(p, sizeof(p), "%s/a.cfg.out/checkpoint-12/optimizer.safetensors", dir);
+    snprintf(q, sizeof(q), "%s/b.out/checkpoint-12/optimizer.safetensors", dir);
+    ck_assert_msg(files_equal(p, q), "the optimizer states differ");
+    /* a second run into the same folder is refused, nothing overwritten */
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_int_eq(cli(args, &out), 6);
+    free(out);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_signal_stops_with_checkpoint)
+{
+    char *dir = tu_tmpdir(), *out, cmd[8400], p[8400];
+    char *cfg = tiny_cfg(dir, "s.cfg", 1, "steps = 100000; log_every = 1;",
+                         "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\ndata = { batch_size = 2; };");
+    /* start, wait for the first steps, SIGTERM, expect 143 and a resumable checkpoint */
+    snprintf(cmd, sizeof(cmd),
+             "GHC_PLUGIN_PATH='%s' '%s' -q -c '%s' & pid=$!; "
+             "for i in $(seq 300); do grep -q '\"step\":3,' '%s/s.cfg.out/metrics.jsonl' 2>/dev/null && break; sleep 0.1; done; "
+             "kill -TERM $pid; wait $pid", tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_CLI"), cfg, dir);
+    int rc = tu_run(cmd, &out);
+    ck_assert_msg(rc == 143, "exit %d: %s", rc, out);
+    ck_assert_ptr_nonnull(strstr(out, "--resume"));
+    free(out);
+    DIR *d;
+    snprintf(p, sizeof(p), "%s/s.cfg.out", dir);
+    ck_assert_ptr_nonnull(d = opendir(p));
+    struct dirent *e;
+    char ck[512] = "";
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "checkpoint-", 11) && !strstr(e->d_name, ".tmp"))
+            snprintf(ck, sizeof(ck), "%s", e->d_name);
+    closedir(d);
+    ck_assert_msg(*ck, "no checkpoint after SIGTERM");
+    snprintf(p, sizeof(p), "%s/s.cfg.out/%s/trainer.json", dir, ck);
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_experts_alternate)
+{
+    const char *demo = "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; sigma_min = 0.9; sigma_max = 0.95; };\n"
+                       "data = { batch_size = 1; };";
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400];
+    /* stored timesteps that all route high: the low-noise turn refuses them with a clear error */
+    char *cfg = tiny_cfg(dir, "e.cfg", 2, "steps = 8; mode = \"separate\"; switch_every = 2;", demo);
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_int_ne(cli(args, &out), 0);
+    ck_assert_msg(strstr(out, "routes to the high-noise expert") != NULL, "%s", out);
+    free(out);
+    free(cfg);
+    /* drawn sigmas: the experts alternate every 2 steps, one adapter file each */
+    cfg = tiny_cfg(dir, "f.cfg", 2, "steps = 8; mode = \"separate\"; switch_every = 2; stored_noise = false;", demo);
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    struct mline m[16];
+    snprintf(p, sizeof(p), "%s/f.cfg.out/metrics.jsonl", dir);
+    ck_assert_int_eq(read_metrics(p, m, 16), 8);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(m[i].expert == (i / 2) % 2, "step %d trained expert %d", i, m[i].expert);
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/f.cfg.out/adapter_high_noise.safetensors", dir);
+    ck_assert_int_eq(stat(p, &st), 0);
+    snprintf(p, sizeof(p), "%s/f.cfg.out/adapter_low_noise.safetensors", dir);
+    ck_assert_int_eq(stat(p, &st), 0);
+    free(cfg);
+    /* one expert only (low): every step on expert 1, one file */
+    cfg = tiny_cfg(dir, "g.cfg", 2, "steps = 3; mode = \"single\"; expert = \"low\"; stored_noise = false;", demo);
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    snprintf(p, sizeof(p), "%s/g.cfg.out/metrics.jsonl", dir);
+    ck_assert_int_eq(read_metrics(p, m, 16), 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(m[i].expert, 1);
+    snprintf(p, sizeof(p), "%s/g.cfg.out/adapter_high_noise.safetensors", dir);
+    ck_assert_int_ne(stat(p, &st), 0);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_nan_skipped)
+{
+    /* a huge planted strength drives the targets to inf: every step non-finite, the run stops
+     * after max_bad_steps with the message, and the earlier checkpoint stays */
+    char *dir = tu_tmpdir(), *out, args[8400];
+    char *cfg = tiny_cfg(dir, "n.cfg", 1, "steps = 10; max_bad_steps = 3;",
+                         "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; strength = 1e38; };\n"
+                         "data = { batch_size = 1; };");
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_int_eq(cli(args, &out), 1);
+    ck_assert_msg(strstr(out, "3 non-finite losses in a row") != NULL, "%s", out);
+    free(out);
+    struct mline m[16];
+    char p[8400];
+    snprintf(p, sizeof(p), "%s/n.cfg.out/metrics.jsonl", dir);
+    ck_assert_int_eq(read_metrics(p, m, 16), 2);   /* the third aborts before it is logged */
+    ck_assert(m[0].skipped && m[1].skipped);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+static Suite *train_suite(void)
+{
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("parts");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_sampler_families);
+    tcase_add_test(tc, test_sampler_acceptance);
+    tcase_add_test(tc, test_sampler_state_and_error);
+    tcase_add_test(tc, test_tensorboard);
+    tcase_add_test(tc, test_gradient_ramp);
+    tcase_add_test(tc, test_lr_schedule);
+    suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("runs");
+    tcase_set_timeout(tr, 600);
+    tcase_add_test(tr, test_demo_learns);
+    tcase_add_test(tr, test_resume_bitwise);
+    tcase_add_test(tr, test_signal_stops_with_checkpoint);
+    tcase_add_test(tr, test_experts_alternate);
+    tcase_add_test(tr, test_nan_skipped);
+    suite_add_tcase(s, tr);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run_suite(train_suite(), false);
+}
