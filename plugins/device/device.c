@@ -6,6 +6,7 @@
  * peak; an optional limit turns runaway allocation into a clear error before the card's, and
  * an out-of-memory error names the role, the bytes asked for and what is in use by role. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
