@@ -1,1 +1,9 @@
-# tests/mem.mk: (to be written)
+# tests/mem.mk: the memory policies (issue 7). test_mem (CPU) links the pure state machine of
+# gh200_uvm and loads the policies through runs; test_mem_cuda (GPU suite, exit 77 without a
+# GPU) checks placement per role, the discrete cap and equal losses under device, gh200_uvm
+# and offload on a tiny multi-block wan22 model.
+check_PROGRAMS += tests/test_mem
+tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h plugins/gh200_uvm/uvm_sm.c plugins/gh200_uvm/uvm_sm.h
+tests_test_mem_CFLAGS = $(TEST_CFLAGS)
+tests_test_mem_LDADD = $(TEST_LIBS) -lm
+TESTS += tests/test_mem
