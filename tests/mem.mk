@@ -7,3 +7,7 @@ tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h plugins/gh200_uvm/uvm
 tests_test_mem_CFLAGS = $(TEST_CFLAGS)
 tests_test_mem_LDADD = $(TEST_LIBS) -lm
 TESTS += tests/test_mem
+
+# test_wan22 links the wan22 sources; forward.c and backward.c map block weights through
+# plugins/wan22/stream.c (issue 7)
+tests_test_wan22_SOURCES += plugins/wan22/stream.c

@@ -14,6 +14,8 @@
 
 #include <gh200core/mempolicy.h>
 
+#include "devpool.h"
+
 struct dev_block {               /* one live allocation, in a list for release and stats */
     void              *ptr;
     size_t             bytes;
@@ -22,11 +24,9 @@ struct dev_block {               /* one live allocation, in a list for release a
     struct dev_block  *next;
 };
 
-#define DEV_MAX 64   /* CUDA ordinals with a pool */
-
 struct dev {
     ghc_core_t        *core;
-    cudaMemPool_t      pool[DEV_MAX];   /* the device's default pool, set up on first use */
+    struct devpool     pools;
     uint64_t           limit;     /* bytes, 0 = none */
     pthread_mutex_t    lock;
     struct dev_block  *blocks;
@@ -62,42 +62,6 @@ static int dev_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     return 0;
 }
 
-/* The caching pool of `device` (the default pool, release threshold UINT64_MAX). */
-static cudaError_t dev_pool(struct dev *d, int device, cudaMemPool_t *out)
-{
-    if (device < 0 || device >= DEV_MAX)
-        return cudaErrorInvalidDevice;
-    if (d->pool[device]) {
-        *out = d->pool[device];
-        return cudaSuccess;
-    }
-    cudaMemPool_t p;
-    cudaError_t e = cudaDeviceGetDefaultMemPool(&p, device);
-    if (e != cudaSuccess)
-        return e;
-    uint64_t keep = UINT64_MAX;
-    if ((e = cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep)) != cudaSuccess)
-        return e;
-    *out = d->pool[device] = p;
-    return cudaSuccess;
-}
-
-/* Device memory from the pool, ordered on the legacy stream (the one the ops use); after a
- * failure the pools give back their cached blocks and it is tried once more. */
-static cudaError_t dev_pool_alloc(struct dev *d, int device, size_t n, void **ptr)
-{
-    cudaMemPool_t pool;
-    cudaError_t e = dev_pool(d, device, &pool);
-    if (e != cudaSuccess)
-        return e;
-    if ((e = cudaMallocFromPoolAsync(ptr, n, pool, NULL)) != cudaErrorMemoryAllocation)
-        return e;
-    cudaGetLastError();
-    cudaDeviceSynchronize();
-    cudaMemPoolTrimTo(pool, 0);
-    return cudaMallocFromPoolAsync(ptr, n, pool, NULL);
-}
-
 static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
 {
     struct dev *d = self;
@@ -131,7 +95,7 @@ static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
         cudaGetDevice(&cur);
         if (cur != device && (e = cudaSetDevice(device)) != cudaSuccess)
             goto fail;
-        e = dev_pool_alloc(d, device, n, ptr);
+        e = devpool_alloc(&d->pools, device, n, ptr);
     }
     if (e != cudaSuccess)
         goto fail;
@@ -201,19 +165,13 @@ static void dev_release(void *self, void *ptr)
     if (b->device == GHC_DEVICE_CPU)
         cudaFreeHost(ptr);
     else
-        cudaFreeAsync(ptr, NULL);   /* back to the pool, after the work queued before it */
+        devpool_release(ptr);
     free(b);
 }
 
 static int dev_trim(void *self, bool hard)
 {
-    struct dev *d = self;
-    if (hard)
-        cudaDeviceSynchronize();
-    for (int i = 0; i < DEV_MAX; i++)
-        if (d->pool[i])
-            cudaMemPoolTrimTo(d->pool[i], 0);
-    cudaGetLastError();
+    devpool_trim(&((struct dev *)self)->pools, hard);
     return 0;
 }
 
