@@ -215,6 +215,18 @@ const char *ghc_mem_usage_text(const uint64_t bytes_role[GHC_ROLE_COUNT], char *
     return buf;
 }
 
+int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_opts *opts, struct ghc_probe *out)
+{
+    int rc = ghc_plugin_load(core, plugin);
+    if (rc < 0)
+        return rc;
+    const struct ghc_registered *r = ghc_registry_find(core, GHC_KIND_MEMPOLICY, plugin);
+    const struct ghc_mempolicy_ops *ops = r ? r->ops : NULL;
+    if (!ops || !ops->probe)
+        return ghc_error_set(core, GHC_ENOTFOUND, "mem: mempolicy '%s' has no probe", plugin);
+    return ops->probe(core, opts, out);
+}
+
 const char *ghc_mem_platform_name(enum ghc_mem_platform p)
 {
     static const char *const names[] = { "none", "discrete", "coherent", "integrated" };

@@ -159,6 +159,10 @@ GHC_API int  ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out);
 GHC_API int   ghc_mem_trim(ghc_mempolicy_t *mp, bool hard);
 GHC_API void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr);
 GHC_API int   ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const size_t *bytes, int n);
+/* Run the `probe` of mempolicy plugin `plugin` (loaded if needed) into *out. Returns 0,
+ * GHC_ELOAD / GHC_ENOTFOUND (message set) when it is absent or has no probe. */
+GHC_API int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_opts *opts,
+                          struct ghc_probe *out);
 /* "weights 1.2 GiB, activations 300.0 MiB" (roles in use, largest first) into buf. Returns buf. */
 GHC_API const char *ghc_mem_usage_text(const uint64_t bytes_role[GHC_ROLE_COUNT], char *buf, size_t len);
 /* "discrete", "coherent", ... Static. */
