@@ -3,9 +3,10 @@
 # GPU) checks placement per role, the discrete cap and equal losses under device, gh200_uvm
 # and offload on a tiny multi-block wan22 model.
 check_PROGRAMS += tests/test_mem
-tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h plugins/gh200_uvm/uvm_sm.c plugins/gh200_uvm/uvm_sm.h
+tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h tests/mem_step.h plugins/gh200_uvm/uvm_sm.c \
+	plugins/gh200_uvm/uvm_sm.h core/estimate.c core/cli.h
 tests_test_mem_CFLAGS = $(TEST_CFLAGS)
-tests_test_mem_LDADD = $(TEST_LIBS) -lm
+tests_test_mem_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_mem
 
 # test_wan22 links the wan22 sources; forward.c and backward.c map block weights through

@@ -11,7 +11,9 @@
 #include <gh200core/gh200core.h>
 #include <gh200core/mempolicy.h>
 
+#include "../core/cli.h"
 #include "../plugins/gh200_uvm/uvm_sm.h"
+#include "mem_step.h"
 #include "testutil.h"
 
 #define GiB ((uint64_t)1 << 30)
@@ -414,6 +416,92 @@ START_TEST(host_oom_names_roles)
 }
 END_TEST
 
+/* ---- estimate and diag ---------------------------------------------------------------------- */
+
+/* The estimate of a tiny CPU run against the peak the host policy measured in the same run. */
+START_TEST(estimate_matches_peak)
+{
+    static const char cfg[] =
+        "mempolicy = { plugin = \"host\"; };\n"
+        "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1; checkpointing = \"block\"; checkpoint_every = 2;\n"
+        "  random = { dim = 64; ffn_dim = 160; heads = 2; layers = 4; text_dim = 32; freq_dim = 32; experts = 2; seed = 3; }; };\n";
+    struct mem_step r;
+    mem_step_run(cfg, GHC_DEVICE_CPU, 1, 16, 3, 16, 16, 32, &r);
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load_string(core, cfg, "e.cfg", NULL, NULL, 0), 0);
+    struct ghc_estimate est;
+    struct ghc_estimate_opts o = { .batch = 1, .tokens = 3 * 8 * 8, .adapters = false };
+    ck_assert_msg(ghc_cli_estimate(core, &o, &est, NULL) == 0, "%s", ghc_error_message(core));
+    double got = (double)est.at[0], peak = (double)r.stats.bytes_peak;
+    ck_assert_msg(fabs(got - peak) <= 0.10 * peak, "estimate %.0f B vs measured peak %.0f B (%.1f%%)", got, peak,
+                  100.0 * (got - peak) / peak);
+    /* the weights as loaded: the host policy's counts at the end of the run */
+    ck_assert_uint_eq(est.role[GHC_ROLE_WEIGHTS] + est.role[GHC_ROLE_WEIGHTS_INACTIVE],
+                      r.stats.bytes_role[GHC_ROLE_WEIGHTS] + r.stats.bytes_role[GHC_ROLE_WEIGHTS_INACTIVE]);
+    ck_assert(est.activations_ckpt < est.activations_full);
+    mem_step_free(&r);
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(estimate_cli)
+{
+    char *dir = tu_tmpdir(), *out, cmd[8192];
+    char *cfg = tu_write(dir, "a14b.cfg",
+        "mempolicy = { plugin = \"offload\"; ring = 3; };\n"
+        "model = { plugin = \"wan22\"; dtype = \"bf16\"; checkpointing = \"block\";\n"
+        "  random = { dim = 5120; ffn_dim = 13824; heads = 40; layers = 40; experts = 2; }; };\n");
+    snprintf(cmd, sizeof(cmd), "'%s' estimate -c '%s' --tokens 32760", tu_env("GHC_CLI"), cfg);
+    ck_assert_int_eq(tu_run(cmd, &out), 0);
+    /* an A14B expert: 40 blocks of 351.4 M bf16 parameters plus f32 embeddings, about 27 GiB */
+    ck_assert_msg(strstr(out, "weights                  26.9") && strstr(out, "pinned host") &&
+                  strstr(out, "offload ring") && strstr(out, "without"), "%s", out);
+    free(out);
+    char *bad = tu_write(dir, "bad.cfg", "model = { plugin = \"wan22\"; checkpoint = \"/nonexistent.safetensors\"; };\n");
+    snprintf(cmd, sizeof(cmd), "'%s' estimate -c '%s'", tu_env("GHC_CLI"), bad);
+    ck_assert_int_ne(tu_run(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "/nonexistent.safetensors"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "'%s' estimate", tu_env("GHC_CLI"));
+    ck_assert_int_eq(tu_run(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "needs a configuration"), "%s", out);
+    free(out);
+    free(cfg);
+    free(bad);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(diag_cli)
+{
+    char *dir = tu_tmpdir(), *out, cmd[8192], json[4200];
+    snprintf(json, sizeof(json), "%s/diag.json", dir);
+    snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s' '%s' diag --skip-allocation --json '%s'", tu_env("GHC_BUILD_PLUGINS"),
+             tu_env("GHC_CLI"), json);
+    int rc = tu_run(cmd, &out);
+    /* no GPU is visible here: the probe says so and the run fails with the mark */
+    ck_assert_msg(rc == 1 && strstr(out, "[env]") && strstr(out, "host_total") && strstr(out, "1 check failed"),
+                  "exit %d: %s", rc, out);
+    if (access(tu_env("GHC_BUILD_PLUGINS"), R_OK) == 0 && strstr(out, "[gpu]"))
+        ck_assert_msg(strstr(out, "FAIL devices") && strstr(out, "platform") && strstr(out, "none"), "%s", out);
+    free(out);
+    FILE *f = fopen(json, "r");
+    ck_assert_msg(f != NULL, "no %s", json);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(buf, "\"failed\": 1") && strstr(buf, "\"key\": \"host_total\"") && buf[n - 2] == '}', "%s", buf);
+    snprintf(cmd, sizeof(cmd), "'%s' diag --oversubscription-scale -1", tu_env("GHC_CLI"));
+    ck_assert_int_eq(tu_run(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "--oversubscription-scale '-1'"), "%s", out);
+    free(out);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *mem_suite(void)
 {
     Suite *s = suite_create("mem");
@@ -438,6 +526,12 @@ static Suite *mem_suite(void)
     tcase_add_test(pol, gpu_policies_without_gpu);
     tcase_add_test(pol, host_oom_names_roles);
     suite_add_tcase(s, pol);
+    TCase *cli = tcase_create("cli");
+    tcase_set_timeout(cli, 120);
+    tcase_add_test(cli, estimate_matches_peak);
+    tcase_add_test(cli, estimate_cli);
+    tcase_add_test(cli, diag_cli);
+    suite_add_tcase(s, cli);
     return s;
 }
 
