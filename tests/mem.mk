@@ -12,3 +12,13 @@ TESTS += tests/test_mem
 # test_wan22 links the wan22 sources; forward.c and backward.c map block weights through
 # plugins/wan22/stream.c (issue 7)
 tests_test_wan22_SOURCES += plugins/wan22/stream.c
+
+if HAVE_CUDA
+check_PROGRAMS += tests/test_mem_cuda
+tests_test_mem_cuda_SOURCES = tests/test_mem_cuda.c tests/testutil.h tests/mem_step.h core/estimate.c core/diag.c \
+	core/cli.h
+tests_test_mem_cuda_CFLAGS = $(TEST_CFLAGS) $(CUDA_CFLAGS)
+tests_test_mem_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS) $(CUDA_LIBS) -lm
+TESTS += tests/test_mem_cuda
+endif
+EXTRA_DIST += tests/test_mem_cuda.c

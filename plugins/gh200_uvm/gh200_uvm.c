@@ -91,7 +91,7 @@ static int uvm_settings_read(ghc_core_t *core, ghc_cfg_t *cfg, struct uvm_settin
     if ((rc = ghc_cfg_get_int(cfg, "device", 0, 0, 1023, &s->device)) < 0 ||
         (rc = ghc_cfg_get_float(cfg, "oversubscription_ratio", 5.0, -INFINITY, INFINITY, &s->ratio)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "access_pattern", "gpu_first", &pat)) < 0 ||
-        (rc = ghc_cfg_get_float(cfg, "stage1_threshold", 0.15, 0.0, 0.9, &s->threshold)) < 0 ||
+        (rc = ghc_cfg_get_float(cfg, "stage1_threshold", 0.15, 0.0, 1.0, &s->threshold)) < 0 ||
         (rc = ghc_cfg_get_float(cfg, "stage1_min_gib", 10.0, 0.0, 1e6, &s->min_gib)) < 0 ||
         (rc = ghc_cfg_get_float(cfg, "hysteresis", 0.05, 0.0, 0.5, &s->hysteresis)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "headroom_mib", -1, -1, INT64_C(1) << 30, &s->headroom_mib)) < 0 ||

@@ -118,11 +118,9 @@ enum uvm_kind uvm_kind_for(enum ghc_mem_role role, bool hints)
 void uvm_sm_init(struct uvm_sm *sm, uint64_t total, double threshold, uint64_t min_bytes, double hysteresis,
                  uint64_t managed_cap, uint64_t headroom, bool discrete)
 {
-    uint64_t t = (uint64_t)(threshold * (double)total);
-    if (t < min_bytes)
-        t = min_bytes;
-    if (t > total / 2)
-        t = total / 2;
+    uint64_t t = (uint64_t)(threshold * (double)total), floor = min_bytes < total / 2 ? min_bytes : total / 2;
+    if (t < floor)   /* the minimum never takes more than half of a small device */
+        t = floor;
     *sm = (struct uvm_sm){ .cfg = { .total = total, .t_in = t, .hysteresis = (uint64_t)(hysteresis * (double)total),
                                     .managed_cap = managed_cap, .headroom = headroom, .discrete = discrete } };
 }

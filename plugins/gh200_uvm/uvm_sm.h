@@ -81,8 +81,8 @@ struct uvm_sm {
 enum uvm_where { UVM_AT_DEVICE = 0, UVM_AT_MANAGED };
 enum uvm_result { UVM_OK = 0, UVM_OOM_DEVICE = -1, UVM_OOM_CAP = -2 };
 
-/* Stage thresholds from the settings: t_in = max(threshold x total, min_bytes), at most
- * total / 2; hysteresis = fraction x total. */
+/* Stage thresholds from the settings: t_in = max(threshold x total, min(min_bytes, total / 2));
+ * hysteresis = fraction x total. */
 void uvm_sm_init(struct uvm_sm *sm, uint64_t total, double threshold, uint64_t min_bytes, double hysteresis,
                  uint64_t managed_cap, uint64_t headroom, bool discrete);
 

@@ -54,7 +54,7 @@ struct off {
     cudaStream_t      copy;
     struct off_block *blocks;
     struct off_group *groups;
-    int64_t           n_groups, n_blocks, base, cur;
+    int64_t           n_groups, n_blocks, expert, base, cur;
     int               dir;
     struct off_slot  *slots;
     size_t            slot_bytes;
@@ -315,13 +315,14 @@ static int off_phase(void *self, enum ghc_mem_phase phase, int64_t index)
     case GHC_PHASE_FORWARD_BEGIN:
     case GHC_PHASE_BACKWARD_BEGIN:
         o->n_blocks = index;
+        o->base = o->expert * index;   /* groups are expert x blocks + block */
         o->dir = phase == GHC_PHASE_FORWARD_BEGIN ? 1 : -1;
         if (!o->slots && (rc = off_ring_make(o)) < 0)
             break;
         off_fetch(o, o->base + (o->dir > 0 ? 0 : index - 1));
         break;
     case GHC_PHASE_EXPERT_SWITCH:
-        o->base = index * o->n_blocks;
+        o->expert = index;
         break;
     case GHC_PHASE_BLOCK_BEGIN: {
         int64_t g = o->base + index;
