@@ -203,6 +203,9 @@ int main(int argc, char **argv)
     rc |= run("plugin = \"gh200_uvm\"; telemetry = true;", "dim = 512; ffn_dim = 1024; heads = 4;", 4, frames, 60, 104,
               reps, &uvm);
     int64_t T = frames * 30 * 52;
+    if (layers <= 2)
+        printf("note: with %d blocks the offload ring (2 buffers) holds every block after the first step, so "
+               "nothing is streamed; use --layers 4 or more\n", layers);
     printf("bench_mem: A14B dims, %d blocks, %lld tokens, bf16, checkpointing per block, fwd+bwd of the base\n",
            layers, (long long)T);
     printf("offload step                    %8.3f s   overhead %+.1f%% (target <= 15%%)\n", off.step_s,
