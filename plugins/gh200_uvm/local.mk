@@ -1,6 +1,7 @@
 # plugins/gh200_uvm: the `gh200_uvm` memory policy (device pool + managed memory with placement
 # per role, the two-stage state machine, CUPTI telemetry, the `diag` probe); CUDA builds only.
 # uvm_sm.c is pure C and also linked into tests/test_mem (the state machine on the CPU).
+EXTRA_DIST += doc/memory.md
 EXTRA_DIST += plugins/gh200_uvm/gh200_uvm.c plugins/gh200_uvm/uvm_sm.c plugins/gh200_uvm/uvm_sm.h \
 	plugins/gh200_uvm/uvm_impl.h plugins/gh200_uvm/telemetry.c plugins/gh200_uvm/probe.c
 if HAVE_CUDA
