@@ -36,3 +36,12 @@ bench_bench_lycoris_LDADD = libgh200core_ops.la libgh200core.la
 endif
 EXTRA_DIST += bench/bench_lycoris.c
 # ---- end lycoris ----
+
+# ---- bench_mem (issue 7): device vs offload vs gh200_uvm on a multi-block A14B-dims step ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_mem
+bench_bench_mem_SOURCES = bench/bench_mem.c
+bench_bench_mem_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
+bench_bench_mem_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS) -lm
+endif
+EXTRA_DIST += bench/bench_mem.c

@@ -11,4 +11,27 @@
  * a table of tensors (name, dtype, shape, bytes), and totals per dtype, printed to `out`. */
 int ghc_cli_inspect(ghc_core_t *core, const char *path, FILE *out);
 
+/* ---- appended for issue 7: estimate and diag ---- */
+
+#include <gh200core/mempolicy.h>   /* defines: GHC_ROLE_COUNT, struct ghc_probe_opts */
+
+struct ghc_estimate_opts {
+    int64_t batch;       /* samples per micro-batch (default 1) */
+    int64_t tokens;      /* tokens per sample (default 32760: 480x832x81) */
+    bool    adapters;    /* count adapters, grads and optimizer state */
+};
+struct ghc_estimate {
+    uint64_t role[GHC_ROLE_COUNT];
+    int      where[GHC_ROLE_COUNT];   /* 0 host, 1 device, 2 managed, 3 pinned host */
+    uint64_t at[4];                   /* totals by location */
+    uint64_t activations_full, activations_ckpt, ring;
+};
+/* `gh200core estimate`: memory by role and location for the loaded configuration, from the
+ * checkpoint headers only; printed to `print` when not NULL. */
+int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct ghc_estimate *out, FILE *print);
+
+/* `gh200core diag`: the machine probe of the gh200_uvm plugin, printed with pass/fail marks to
+ * `out`, and as JSON to json_path when not NULL. *failed gets the number of failed checks. */
+int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *json_path, FILE *out, int *failed);
+
 #endif /* GHC_CLI_H */

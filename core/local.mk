@@ -31,6 +31,6 @@ pkgconfig_DATA = gh200core.pc
 
 # the CLI
 bin_PROGRAMS += gh200core
-gh200core_SOURCES = core/main.c core/inspect.c core/cli.h
+gh200core_SOURCES = core/main.c core/inspect.c core/cli.h core/diag.c core/estimate.c
 gh200core_LDADD = libgh200core_train.la libgh200core_ops.la libgh200core.la
 

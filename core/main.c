@@ -50,6 +50,10 @@ static const char usage_text[] =
     "       gh200core [OPTIONS] plugins --keys the keys each plugin and core section declares\n"
     "       gh200core inspect FILE             header, tensors and totals of a .safetensors file\n"
     "                                          (or a sharded checkpoint's .index.json)\n"
+    "       gh200core diag [--json FILE] [--oversubscription-scale X] [--skip-allocation]\n"
+    "                                          GPU, platform, managed memory and bandwidth checks\n"
+    "       gh200core estimate -c FILE [--batch N] [--tokens N]\n"
+    "                                          memory by role and location, before loading\n"
     "       gh200core --help | --version\n"
     "\n"
     "Fine-tunes diffusion transformers (Wan2.2) with LoRA/LyCORIS adapters; every part of a run\n"
@@ -77,6 +81,10 @@ static const char usage_text[] =
     "See gh200core(1), doc/config.md and doc/plugin-guide.md.\n";
 
 struct cli {
+    /* diag and estimate (issue 7) */
+    const char  *json;
+    struct ghc_probe_opts probe;
+    struct ghc_estimate_opts est;
     const char  *config;
     const char **sets;
     int          n_sets;
@@ -279,9 +287,15 @@ int main(int argc, char **argv)
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "json", required_argument, NULL, 1001 },
+        { "oversubscription-scale", required_argument, NULL, 1002 },
+        { "skip-allocation", no_argument, NULL, 1003 },
+        { "batch", required_argument, NULL, 1004 },
+        { "tokens", required_argument, NULL, 1005 },
         { NULL, 0, NULL, 0 },
     };
-    struct cli cli = { 0 };
+    struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
+                       .est = { .batch = 1, .tokens = 32760, .adapters = true } };
     int status = EXIT_OK, opt;
     ghc_core_t *core = ghc_core_init();
     if (!core) {
@@ -308,6 +322,25 @@ int main(int argc, char **argv)
         case 'n': cli.dry_run = true; break;
         case 'r': cli.resume = optarg; break;
         case 'K': cli.keys = true; break;
+        case 1001: cli.json = optarg; break;
+        case 1002:
+        case 1004:
+        case 1005: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (*end || !(v > 0) || v > 1e12) {
+                fprintf(stderr, "gh200core: error: --%s '%s': expected a number > 0\n",
+                        opt == 1002 ? "oversubscription-scale" : opt == 1004 ? "batch" : "tokens", optarg);
+                status = EXIT_USAGE;
+                goto out;
+            }
+            if (opt == 1002)
+                cli.probe.oversubscription_scale = v;
+            else
+                *(opt == 1004 ? &cli.est.batch : &cli.est.tokens) = (int64_t)v;
+            break;
+        }
+        case 1003: cli.probe.skip_allocation = true; break;
         case 'v': cli.verbosity++; break;
         case 'q': cli.verbosity = -1; break;
         case 'h': fputs(usage_text, stdout); goto out;
@@ -337,14 +370,26 @@ int main(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    if (cmd && strcmp(cmd, "plugins") != 0 && strcmp(cmd, "inspect") != 0) {
-        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect)\nTry 'gh200core --help'.\n", cmd);
+    if (cmd && strcmp(cmd, "plugins") != 0 && strcmp(cmd, "inspect") != 0 && strcmp(cmd, "diag") != 0 &&
+        strcmp(cmd, "estimate") != 0) {
+        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect, diag, estimate)\n"
+                "Try 'gh200core --help'.\n", cmd);
         status = EXIT_USAGE;
         goto out;
     }
     if (operand) {
         int rc = ghc_cli_inspect(core, operand, stdout);
         status = rc < 0 ? fail(core, rc) : EXIT_OK;
+        goto out;
+    }
+    if (cmd && strcmp(cmd, "diag") == 0) {   /* issue 7 */
+        int failed = 0, rc = ghc_cli_diag(core, &cli.probe, cli.json, stdout, &failed);
+        status = rc < 0 ? fail(core, rc) : failed ? EXIT_FAIL : EXIT_OK;
+        goto out;
+    }
+    if (cmd && strcmp(cmd, "estimate") == 0 && !cli.config) {
+        fprintf(stderr, "gh200core: error: estimate needs a configuration (-c FILE)\n");
+        status = EXIT_USAGE;
         goto out;
     }
     if (!cmd && !cli.config) {
@@ -363,6 +408,12 @@ int main(int argc, char **argv)
             status = fail(core, rc);
             goto out;
         }
+    }
+    if (cmd && strcmp(cmd, "estimate") == 0) {   /* issue 7 */
+        struct ghc_estimate est;
+        int rc = ghc_cli_estimate(core, &cli.est, &est, stdout);
+        status = rc < 0 ? fail(core, rc) : EXIT_OK;
+        goto out;
     }
     if (cli.keys && (!cmd || strcmp(cmd, "plugins") != 0)) {
         fprintf(stderr, "gh200core: error: --keys goes with the plugins command\nTry 'gh200core --help'.\n");

@@ -3,6 +3,8 @@
  * core wrappers through which the rest of the program calls them. */
 #include <config.h>
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +172,85 @@ int ghc_mem_phase(ghc_mempolicy_t *mp, enum ghc_mem_phase phase, int64_t index)
 int ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out)
 {
     return MP_OPS(mp)->stats ? MP_OPS(mp)->stats(MP_SELF(mp), out) : 0;
+}
+
+/* ---- mempolicy wrappers appended for issue 7 (trim, map, group, platforms, probes) ---- */
+
+int ghc_mem_trim(ghc_mempolicy_t *mp, bool hard)
+{
+    return MP_OPS(mp)->trim ? MP_OPS(mp)->trim(MP_SELF(mp), hard) : 0;
+}
+
+void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr)
+{
+    return mp && ptr && MP_OPS(mp)->map ? MP_OPS(mp)->map(MP_SELF(mp), ptr) : ptr;
+}
+
+int ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const size_t *bytes, int n)
+{
+    return MP_OPS(mp)->group ? MP_OPS(mp)->group(MP_SELF(mp), group, ptrs, bytes, n) : 0;
+}
+
+const char *ghc_mem_usage_text(const uint64_t bytes_role[GHC_ROLE_COUNT], char *buf, size_t len)
+{
+    bool done[GHC_ROLE_COUNT] = { false };
+    size_t at = 0;
+    buf[0] = '\0';
+    for (;;) {
+        int best = -1;
+        for (int r = 0; r < GHC_ROLE_COUNT; r++)
+            if (!done[r] && bytes_role[r] && (best < 0 || bytes_role[r] > bytes_role[best]))
+                best = r;
+        if (best < 0 || at >= len)
+            break;
+        done[best] = true;
+        double b = (double)bytes_role[best];
+        const char *u = b >= 1073741824.0 ? "GiB" : b >= 1048576.0 ? "MiB" : b >= 1024.0 ? "KiB" : "B";
+        double v = b >= 1073741824.0 ? b / 1073741824.0 : b >= 1048576.0 ? b / 1048576.0 : b >= 1024.0 ? b / 1024.0 : b;
+        int w = snprintf(buf + at, len - at, "%s%s %.1f %s", at ? ", " : "", ghc_mem_role_name((enum ghc_mem_role)best), v, u);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    if (!buf[0])
+        snprintf(buf, len, "nothing");
+    return buf;
+}
+
+int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_opts *opts, struct ghc_probe *out)
+{
+    int rc = ghc_plugin_load(core, plugin);
+    if (rc < 0)
+        return rc;
+    const struct ghc_registered *r = ghc_registry_find(core, GHC_KIND_MEMPOLICY, plugin);
+    const struct ghc_mempolicy_ops *ops = r ? r->ops : NULL;
+    if (!ops || !ops->probe)
+        return ghc_error_set(core, GHC_ENOTFOUND, "mem: mempolicy '%s' has no probe", plugin);
+    return ops->probe(core, opts, out);
+}
+
+const char *ghc_mem_platform_name(enum ghc_mem_platform p)
+{
+    static const char *const names[] = { "none", "discrete", "coherent", "integrated" };
+    return (unsigned)p < sizeof(names) / sizeof(names[0]) ? names[p] : "?";
+}
+
+void ghc_probe_add(struct ghc_probe *p, const char *section, const char *key, enum ghc_probe_mark mark,
+                   double value, const char *unit, const char *fmt, ...)
+{
+    if (!p || p->n_items >= p->cap)
+        return;
+    struct ghc_probe_item *it = &p->items[p->n_items++];
+    memset(it, 0, sizeof(*it));
+    snprintf(it->section, sizeof(it->section), "%s", section);
+    snprintf(it->key, sizeof(it->key), "%s", key);
+    snprintf(it->unit, sizeof(it->unit), "%s", unit ? unit : "");
+    it->value = value;
+    it->mark = mark;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(it->text, sizeof(it->text), fmt, ap);
+        va_end(ap);
+    }
 }
 
 #define SC_OPS(s) ((const struct ghc_scheduler_ops *)((struct ghc_instance *)(s))->ops)

@@ -1,1 +1,24 @@
-# tests/mem.mk: (to be written)
+# tests/mem.mk: the memory policies (issue 7). test_mem (CPU) links the pure state machine of
+# gh200_uvm and loads the policies through runs; test_mem_cuda (GPU suite, exit 77 without a
+# GPU) checks placement per role, the discrete cap and equal losses under device, gh200_uvm
+# and offload on a tiny multi-block wan22 model.
+check_PROGRAMS += tests/test_mem
+tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h tests/mem_step.h plugins/gh200_uvm/uvm_sm.c \
+	plugins/gh200_uvm/uvm_sm.h core/estimate.c core/cli.h
+tests_test_mem_CFLAGS = $(TEST_CFLAGS)
+tests_test_mem_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+TESTS += tests/test_mem
+
+# test_wan22 links the wan22 sources; forward.c and backward.c map block weights through
+# plugins/wan22/stream.c (issue 7)
+tests_test_wan22_SOURCES += plugins/wan22/stream.c
+
+if HAVE_CUDA
+check_PROGRAMS += tests/test_mem_cuda
+tests_test_mem_cuda_SOURCES = tests/test_mem_cuda.c tests/testutil.h tests/mem_step.h core/estimate.c core/diag.c \
+	core/cli.h
+tests_test_mem_cuda_CFLAGS = $(TEST_CFLAGS) $(CUDA_CFLAGS)
+tests_test_mem_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS) $(CUDA_LIBS) -lm
+TESTS += tests/test_mem_cuda
+endif
+EXTRA_DIST += tests/test_mem_cuda.c

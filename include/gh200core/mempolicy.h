@@ -34,6 +34,11 @@ enum ghc_mem_phase {
     GHC_PHASE_BLOCK_BEGIN,       /* index: transformer block, forward and backward */
     GHC_PHASE_BLOCK_END,
     GHC_PHASE_EXPERT_SWITCH,     /* index: the expert becoming active */
+    /* appended (issue 7): the direction of the block walk that follows, so a streaming policy
+     * knows which block comes next. index: the number of blocks. */
+    GHC_PHASE_FORWARD_BEGIN,     /* BLOCK_BEGIN follows for 0, 1, ..., index - 1 */
+    GHC_PHASE_BACKWARD_BEGIN,    /* BLOCK_BEGIN follows for index - 1, ..., 0 */
+    GHC_PHASE_PASS_END,          /* the forward or backward walk is over */
 };
 
 /* Statistics. The caller sets struct_size = sizeof(struct ghc_mem_stats) and zeroes the rest;
@@ -49,7 +54,53 @@ struct ghc_mem_stats {
     uint64_t prefetched_bytes;
     uint64_t page_faults;                 /* CUPTI, where available */
     uint64_t transitions;                 /* stage changes */
-    uint64_t reclamations;
+    uint64_t reclamations;                /* light + hard */
+    /* appended (issue 7) */
+    uint64_t light_reclamations;          /* gh200_uvm: pool trims without synchronisation */
+    uint64_t hard_reclamations;           /* gh200_uvm: synchronise, trim to zero, evict cold */
+    uint64_t bytes_pinned;                /* live pinned host bytes (offload: streamed weights) */
+    uint64_t bytes_gpu_preferred;         /* managed bytes advised to prefer the GPU */
+    uint64_t device_budget;               /* bytes the policy may keep on the device */
+    uint64_t managed_cap;                 /* most managed bytes the policy will hold */
+    uint64_t bytes_role_managed[GHC_ROLE_COUNT];   /* the managed part of bytes_role */
+    uint64_t cpu_page_faults;             /* CUPTI (telemetry = true), since the last step */
+    uint64_t bytes_htod;                  /* CUPTI: migrated host -> device */
+    uint64_t bytes_dtoh;                  /* CUPTI: migrated device -> host */
+    uint64_t thrashing;                   /* CUPTI: thrashing + throttling events */
+    uint64_t streamed_bytes;              /* offload: weight bytes copied to the device */
+    int32_t  platform;                    /* enum ghc_mem_platform, where the policy knows it */
+};
+
+/* The kind of machine a managed-memory policy runs on (spec/memory.md §2, first match wins). */
+enum ghc_mem_platform {
+    GHC_PLATFORM_NONE = 0,       /* no CUDA device, or no concurrent managed access */
+    GHC_PLATFORM_DISCRETE,       /* x86 + H100/H200 over PCIe: never oversubscribe */
+    GHC_PLATFORM_COHERENT,       /* GH200 / GB200: NVLink-C2C with ATS */
+    GHC_PLATFORM_INTEGRATED,     /* GB10: one LPDDR5X pool for CPU and GPU */
+};
+
+/* One line of a diagnostic probe (`gh200core diag`): a section ("env", "gpu", "memory",
+ * "alloc", "bandwidth"), a key, a number and/or a text, and a mark. */
+enum ghc_probe_mark { GHC_PROBE_INFO = 0, GHC_PROBE_PASS, GHC_PROBE_FAIL, GHC_PROBE_SKIP };
+struct ghc_probe_item {
+    char                section[16];
+    char                key[48];
+    char                text[160];
+    double              value;       /* NAN when the item has only a text */
+    char                unit[12];
+    enum ghc_probe_mark mark;
+};
+struct ghc_probe_opts {
+    uint32_t struct_size;
+    bool     skip_allocation;        /* no managed allocation test */
+    double   oversubscription_scale; /* managed test size as a multiple of HBM (coherent and
+                                      * integrated only; elsewhere capped at the safe budget) */
+};
+/* The probe's answer: items[] owned by the caller, n_items filled up to cap. */
+struct ghc_probe {
+    struct ghc_probe_item *items;
+    int                    n_items;
+    int                    cap;
 };
 
 struct ghc_mempolicy_ops {
@@ -74,6 +125,20 @@ struct ghc_mempolicy_ops {
     int (*stats)(void *self, struct ghc_mem_stats *out);
     /* optional; once, last. */
     void (*free)(void *self);
+    /* ---- appended (issue 7) ---- */
+    /* optional; give cached free memory back (pool trims) and re-evaluate any state that
+     * depends on free memory; `hard` also synchronises. Any time outside a step. */
+    int (*trim)(void *self, bool hard);
+    /* optional; the address at which `ptr` (from alloc) can be read on the device now, between
+     * GHC_PHASE_BLOCK_BEGIN and _END of the block that uses it; ptr itself when the bytes live
+     * where kernels read them. A streaming policy (offload) returns its ring buffer's copy. */
+    void *(*map)(void *self, void *ptr);
+    /* optional; group allocations (a block's weights) so a streaming policy can move them as
+     * one: `group` is the block index, ptrs/bytes the allocations. Once, after loading. */
+    int (*group)(void *self, int64_t group, void *const *ptrs, const size_t *bytes, int n);
+    /* optional; environment, GPU and platform probes and bandwidth tests for `gh200core diag`.
+     * No instance: may be called without init. Returns 0 or GHC_E*. */
+    int (*probe)(ghc_core_t *core, const struct ghc_probe_opts *opts, struct ghc_probe *out);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -90,6 +155,21 @@ GHC_API int  ghc_mem_advise(ghc_mempolicy_t *mp, void *ptr, size_t bytes, enum g
 GHC_API int  ghc_mem_prefetch(ghc_mempolicy_t *mp, void *ptr, size_t bytes, int device, void *stream);
 GHC_API int  ghc_mem_phase(ghc_mempolicy_t *mp, enum ghc_mem_phase phase, int64_t index);
 GHC_API int  ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out);
+/* Appended (issue 7); a NULL optional member is a no-op: trim 0, map returns ptr, group 0. */
+GHC_API int   ghc_mem_trim(ghc_mempolicy_t *mp, bool hard);
+GHC_API void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr);
+GHC_API int   ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const size_t *bytes, int n);
+/* Run the `probe` of mempolicy plugin `plugin` (loaded if needed) into *out. Returns 0,
+ * GHC_ELOAD / GHC_ENOTFOUND (message set) when it is absent or has no probe. */
+GHC_API int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_opts *opts,
+                          struct ghc_probe *out);
+/* "weights 1.2 GiB, activations 300.0 MiB" (roles in use, largest first) into buf. Returns buf. */
+GHC_API const char *ghc_mem_usage_text(const uint64_t bytes_role[GHC_ROLE_COUNT], char *buf, size_t len);
+/* "discrete", "coherent", ... Static. */
+GHC_API const char *ghc_mem_platform_name(enum ghc_mem_platform p);
+/* Append an item to a probe (truncating strings); ignored when the probe is full. */
+GHC_API void ghc_probe_add(struct ghc_probe *p, const char *section, const char *key, enum ghc_probe_mark mark,
+                           double value, const char *unit, const char *fmt, ...) GHC_PRINTF(7, 8);
 /* "weights", "weights_inactive", ... Static; "?" when out of range. */
 GHC_API const char *ghc_mem_role_name(enum ghc_mem_role role);
 

@@ -1,8 +1,8 @@
 # plugins/device: the `device` memory policy (plain cudaMalloc for every role); CUDA builds only.
-EXTRA_DIST += plugins/device/device.c
+EXTRA_DIST += plugins/device/device.c plugins/device/devpool.c plugins/device/devpool.h
 if HAVE_CUDA
 plugins_LTLIBRARIES += plugins/ghc_device.la
-plugins_ghc_device_la_SOURCES = plugins/device/device.c
+plugins_ghc_device_la_SOURCES = plugins/device/device.c plugins/device/devpool.c plugins/device/devpool.h
 plugins_ghc_device_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 plugins_ghc_device_la_CFLAGS = $(PLUGIN_CFLAGS)
 plugins_ghc_device_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'

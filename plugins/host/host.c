@@ -64,20 +64,24 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
         if (h->live > h->peak)
             h->peak = h->live;
     }
+    uint64_t by_role[GHC_ROLE_COUNT];
+    memcpy(by_role, h->role, sizeof(by_role));
     pthread_mutex_unlock(&h->lock);
+    char use[512];
     if (over)
         return ghc_error_set(h->core, GHC_ENOMEM,
-                             "host: %zu bytes of %s would exceed limit_mib (%llu of %llu MiB in use)",
+                             "host: %zu bytes of %s would exceed limit_mib (%llu of %llu MiB in use: %s)",
                              bytes, ghc_mem_role_name(role), (unsigned long long)(live >> 20),
-                             (unsigned long long)(h->limit >> 20));
+                             (unsigned long long)(h->limit >> 20), ghc_mem_usage_text(by_role, use, sizeof(use)));
     char *base = aligned_alloc(HOST_ALIGN, total);
     if (!base) {
         pthread_mutex_lock(&h->lock);
         h->live -= bytes;
         h->role[role] -= bytes;
+        memcpy(by_role, h->role, sizeof(by_role));
         pthread_mutex_unlock(&h->lock);
-        return ghc_error_set(h->core, GHC_ENOMEM, "host: cannot allocate %zu bytes of %s",
-                             bytes, ghc_mem_role_name(role));
+        return ghc_error_set(h->core, GHC_ENOMEM, "host: out of memory: %zu bytes of %s; in use by role: %s",
+                             bytes, ghc_mem_role_name(role), ghc_mem_usage_text(by_role, use, sizeof(use)));
     }
     struct host_hdr *hdr = (struct host_hdr *)base;
     hdr->bytes = bytes;

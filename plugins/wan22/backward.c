@@ -219,16 +219,27 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
     TRY(ghc_op_layernorm_bwd(g->G, g->du, s->xs[N], s->hst, NULL, s->hscale, false, stream));
 
     /* blocks in reverse */
+    if (mp)
+        TRY(ghc_mem_phase(mp, GHC_PHASE_BACKWARD_BEGIN, N));
     for (int64_t i = N - 1; i >= 0; i--) {
         struct wan22_act *a = &s->acts[wan22_act_slot(m, i)];
+        struct wan22_block_w mapped;
+        const struct wan22_block_w *bw;
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
+        TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
+        rc = 0;
         if (wan22_recomputed(m, i))   /* recompute; xs[i + 1] gets the same values again */
-            TRY(wan22_block_forward(m, &w->blocks[i], (int32_t)i, s->xs[i], s->xs[i + 1], a, stream));
-        TRY(block_backward(m, &w->blocks[i], (int32_t)i, s->xs[i], a, stream));
+            rc = wan22_block_forward(m, bw, (int32_t)i, s->xs[i], s->xs[i + 1], a, stream);
+        if (rc == 0)
+            rc = block_backward(m, bw, (int32_t)i, s->xs[i], a, stream);
+        wan22_block_unmap(&w->blocks[i], bw == &mapped ? &mapped : NULL);
+        TRY(rc);
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_END, i));
     }
+    if (mp)
+        TRY(ghc_mem_phase(mp, GHC_PHASE_PASS_END, N));
 
     /* the input latent, through the (frozen) patch embedding */
     if (dnoisy) {

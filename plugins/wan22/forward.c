@@ -586,15 +586,24 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
     TRY(linear(m, -1, s->ctx, s->ctx_h, w->te2_w, w->te2_b, stream));
 
     /* blocks */
+    if (mp)
+        TRY(ghc_mem_phase(mp, GHC_PHASE_FORWARD_BEGIN, N));
     for (int64_t i = 0; i < N; i++) {
         struct wan22_act *a = &s->acts[keep ? wan22_act_slot(m, i) : 0];
         ghc_tensor_t *xi = keep ? s->xs[i] : s->xs[i % 2], *xo = keep ? s->xs[i + 1] : s->xs[(i + 1) % 2];
+        struct wan22_block_w mapped;
+        const struct wan22_block_w *bw;
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
-        TRY(wan22_block_forward(m, &w->blocks[i], (int32_t)i, xi, xo, a, stream));
+        TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
+        rc = wan22_block_forward(m, bw, (int32_t)i, xi, xo, a, stream);
+        wan22_block_unmap(&w->blocks[i], bw == &mapped ? &mapped : NULL);
+        TRY(rc);
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_END, i));
     }
+    if (mp)
+        TRY(ghc_mem_phase(mp, GHC_PHASE_PASS_END, N));
 
     /* head: shift, scale = head.modulation + e (no SiLU); f32 */
     ghc_tensor_t *xN = keep ? s->xs[N] : s->xs[N % 2];

@@ -212,7 +212,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
             struct wan22_detected det;
             rc = wan22_load(m, paths[e], heads, &m->experts[e], role, &det);
         }
-        if (rc < 0)
+        if (rc < 0 || (rc = wan22_weights_group(m, e)) < 0)   /* streaming policies (issue 7) */
             goto fail;
     }
     double def_boundary = m->d.in_ch == 36 ? 0.9 : 0.875;

@@ -289,6 +289,18 @@ float *wan22_host_f32(struct wan22 *m, const ghc_tensor_t *t, void *stream);
 /* Store host f32 values into tensor `t` (any device, f32 or bf16). Returns 0 or GHC_E*. */
 int wan22_store_f32(struct wan22 *m, ghc_tensor_t *t, const float *v, void *stream);
 
+/* ---- stream.c: weights through the memory policy (issue 7) --------------------------------- */
+
+/* Declare each block's weights of expert e to the policy as group e x layers + block, so a
+ * streaming policy (offload) can move a block as one. Returns 0 or GHC_E*. */
+int wan22_weights_group(struct wan22 *m, int32_t expert);
+/* The block's weights as kernels read them now: bw itself (*out = bw) unless the policy maps
+ * some elsewhere (offload's ring buffer), then *out = tmp whose tensors wrap the mapped
+ * addresses; wan22_block_unmap(bw, tmp) frees those (tmp NULL: nothing). Call between the block's phase hooks. */
+int  wan22_block_map(struct wan22 *m, const struct wan22_block_w *bw, struct wan22_block_w *tmp,
+                     const struct wan22_block_w **out);
+void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp);
+
 /* ---- backward.c ------------------------------------------------------------------------------- */
 
 int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy,

@@ -1,0 +1,457 @@
+/* offload.c: the `offload` memory policy: base weights (either expert) in pinned host memory,
+ * streamed block by block into a ring of device buffers on a copy stream, overlapped with the
+ * compute on the legacy stream, in forward order and in backward order; every other role in
+ * device memory from the caching pool. The way past HBM on discrete GPUs (DESIGN.md, safety
+ * rule). The model declares each block's weights once (group(), id expert x blocks + block)
+ * and asks map() for the device address of a weight between BLOCK_BEGIN and BLOCK_END; any
+ * other weight is read in place from pinned memory (zero-copy), so results never depend on
+ * the streaming. mode "direct" reads every weight in place (GH200: over NVLink-C2C). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include <gh200core/mempolicy.h>
+
+#include "../device/devpool.h"
+
+#define OFF_ALIGN 256
+
+enum off_at { OFF_DEVICE = 0, OFF_PINNED };
+
+struct off_block {
+    void             *ptr;
+    size_t            bytes;
+    enum ghc_mem_role role;
+    enum off_at       at;
+    struct off_block *next;
+};
+
+struct off_group {                 /* one block's weights: where they live and their place in a slot */
+    void  **ptrs;
+    size_t *bytes, *offs;
+    int     n;
+    size_t  total;
+    int     slot;                  /* ring slot holding a copy, or -1 */
+};
+
+struct off_slot {
+    void       *buf;
+    int64_t     group;             /* -1: empty */
+    cudaEvent_t ready;             /* the copy into it is done (copy stream) */
+    cudaEvent_t done;              /* the compute that read it is done (legacy stream) */
+    uint64_t    used;              /* last use, for LRU */
+};
+
+struct off {
+    ghc_core_t       *core;
+    int               device, ring;
+    bool              direct;
+    struct devpool    pools;
+    pthread_mutex_t   lock;
+    cudaStream_t      copy;
+    struct off_block *blocks;
+    struct off_group *groups;
+    int64_t           n_groups, n_blocks, expert, base, cur;
+    int               dir;
+    struct off_slot  *slots;
+    size_t            slot_bytes;
+    uint64_t          clock;
+    uint64_t          role[GHC_ROLE_COUNT], live, live_dev, live_pinned, peak, streamed;
+};
+
+static const struct ghc_cfg_key off_keys[] = {
+    { "device", GHC_CFG_INT },
+    { "ring", GHC_CFG_INT },          /* device buffers in the ring (>= 2) */
+    { "mode", GHC_CFG_STRING },       /* "copy" (default) or "direct" */
+    { NULL, 0 }
+};
+
+static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
+{
+    int64_t device, ring;
+    const char *mode;
+    int rc, n = 0;
+    if ((rc = ghc_cfg_get_int(cfg, "device", 0, 0, DEVPOOL_MAX - 1, &device)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "ring", 2, 2, 64, &ring)) < 0 ||
+        (rc = ghc_cfg_get_string(cfg, "mode", "copy", &mode)) < 0)
+        return rc;
+    if (strcmp(mode, "copy") != 0 && strcmp(mode, "direct") != 0)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: offload: mode '%s' is unknown; expected \"copy\" (stream into "
+                             "device buffers) or \"direct\" (read in place)", ghc_cfg_where(cfg, "mode"), mode);
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "%s: offload: no CUDA device (%s); use mempolicy \"host\" on a "
+                             "machine without a GPU", ghc_cfg_where(cfg, NULL),
+                             e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+    }
+    if (device >= n)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: offload: device %lld, but there are %d CUDA devices",
+                             ghc_cfg_where(cfg, "device"), (long long)device, n);
+    struct off *o = calloc(1, sizeof(*o));
+    if (!o)
+        return ghc_error_set(core, GHC_ENOMEM, "offload: out of memory");
+    *o = (struct off){ .core = core, .device = (int)device, .ring = (int)ring, .direct = strcmp(mode, "direct") == 0,
+                       .cur = -1, .dir = 1 };
+    pthread_mutex_init(&o->lock, NULL);
+    if ((e = cudaSetDevice(o->device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess) {
+        cudaGetLastError();
+        pthread_mutex_destroy(&o->lock);
+        free(o);
+        return ghc_error_set(core, GHC_ECUDA, "offload: setting up device %lld: %s", (long long)device,
+                             cudaGetErrorString(e));
+    }
+    ghc_log(core, GHC_LOG_INFO, "offload: weights in pinned host memory, %s on cuda:%d",
+            o->direct ? "read in place" : "streamed per block through a ring of device buffers", o->device);
+    *self = o;
+    return 0;
+}
+
+/* ---- alloc / release ------------------------------------------------------------------------- */
+
+static bool off_pinned_role(enum ghc_mem_role role)
+{
+    return role == GHC_ROLE_WEIGHTS || role == GHC_ROLE_WEIGHTS_INACTIVE;
+}
+
+static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
+{
+    struct off *o = self;
+    struct off_block *b = calloc(1, sizeof(*b));
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e;
+    if (!b)
+        return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory");
+    if (device != GHC_DEVICE_CPU && device != o->device) {
+        free(b);
+        return ghc_error_set(o->core, GHC_EUNSUPPORTED, "offload: %s asked for on cuda:%d, but the policy manages "
+                             "cuda:%d", ghc_mem_role_name(role), device, o->device);
+    }
+    b->at = device == GHC_DEVICE_CPU || off_pinned_role(role) ? OFF_PINNED : OFF_DEVICE;
+    e = b->at == OFF_PINNED ? cudaMallocHost(&b->ptr, n) : devpool_alloc(&o->pools, o->device, n, &b->ptr);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        char use[512];
+        uint64_t by_role[GHC_ROLE_COUNT];
+        bool pinned = b->at == OFF_PINNED;
+        pthread_mutex_lock(&o->lock);
+        memcpy(by_role, o->role, sizeof(by_role));
+        pthread_mutex_unlock(&o->lock);
+        free(b);
+        return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory: %zu bytes (%.2f GiB) of %s in %s: %s; in "
+                             "use by role: %s", bytes, bytes / 1073741824.0, ghc_mem_role_name(role),
+                             pinned ? "pinned host memory" : "device memory", cudaGetErrorString(e),
+                             ghc_mem_usage_text(by_role, use, sizeof(use)));
+    }
+    b->bytes = bytes;
+    b->role = role;
+    pthread_mutex_lock(&o->lock);
+    b->next = o->blocks;
+    o->blocks = b;
+    o->role[role] += bytes;
+    o->live += bytes;
+    if (b->at == OFF_PINNED)
+        o->live_pinned += bytes;
+    else
+        o->live_dev += bytes;
+    if (o->live > o->peak)
+        o->peak = o->live;
+    pthread_mutex_unlock(&o->lock);
+    *ptr = b->ptr;
+    return 0;
+}
+
+static void off_release(void *self, void *ptr)
+{
+    struct off *o = self;
+    struct off_block *b = NULL;
+    pthread_mutex_lock(&o->lock);
+    for (struct off_block **p = &o->blocks; *p; p = &(*p)->next)
+        if ((*p)->ptr == ptr) {
+            b = *p;
+            *p = b->next;
+            o->role[b->role] -= b->bytes;
+            o->live -= b->bytes;
+            if (b->at == OFF_PINNED)
+                o->live_pinned -= b->bytes;
+            else
+                o->live_dev -= b->bytes;
+            break;
+        }
+    pthread_mutex_unlock(&o->lock);
+    if (!b) {
+        ghc_log(o->core, GHC_LOG_ERROR, "offload: release of %p, which it did not allocate", ptr);
+        return;
+    }
+    if (b->at == OFF_PINNED) {
+        cudaDeviceSynchronize();   /* a copy or a zero-copy read may still use it */
+        cudaFreeHost(ptr);
+    } else {
+        devpool_release(ptr);
+    }
+    cudaGetLastError();
+    free(b);
+}
+
+static int off_advise(void *self, void *ptr, size_t bytes, enum ghc_mem_role role)
+{
+    struct off *o = self;
+    (void)bytes;
+    pthread_mutex_lock(&o->lock);
+    for (struct off_block *b = o->blocks; b; b = b->next)
+        if (b->ptr == ptr) {
+            o->role[b->role] -= b->bytes;
+            o->role[role] += b->bytes;
+            b->role = role;   /* the expert switch: both experts' weights stay pinned */
+            break;
+        }
+    pthread_mutex_unlock(&o->lock);
+    return 0;
+}
+
+/* ---- groups and the ring ----------------------------------------------------------------------- */
+
+static int off_group(void *self, int64_t group, void *const *ptrs, const size_t *bytes, int n)
+{
+    struct off *o = self;
+    if (group < 0 || group > (1 << 20) || n < 0)
+        return ghc_error_set(o->core, GHC_EINVAL, "offload: group %lld out of range", (long long)group);
+    if (o->slots)
+        return ghc_error_set(o->core, GHC_EINVAL, "offload: group %lld declared after streaming began", (long long)group);
+    if (group >= o->n_groups) {
+        struct off_group *g = realloc(o->groups, (size_t)(group + 1) * sizeof(*g));
+        if (!g)
+            return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory");
+        for (int64_t i = o->n_groups; i <= group; i++)
+            g[i] = (struct off_group){ .slot = -1 };
+        o->groups = g;
+        o->n_groups = group + 1;
+    }
+    struct off_group *g = &o->groups[group];
+    free(g->ptrs);
+    free(g->bytes);
+    free(g->offs);
+    *g = (struct off_group){ .slot = -1, .n = n, .ptrs = malloc((size_t)n * sizeof(void *) + 1),
+                             .bytes = malloc((size_t)n * sizeof(size_t) + 1), .offs = malloc((size_t)n * sizeof(size_t) + 1) };
+    if (!g->ptrs || !g->bytes || !g->offs)
+        return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory");
+    for (int k = 0; k < n; k++) {
+        g->ptrs[k] = ptrs[k];
+        g->bytes[k] = bytes[k];
+        g->offs[k] = g->total;
+        g->total += (bytes[k] + OFF_ALIGN - 1) / OFF_ALIGN * OFF_ALIGN;
+    }
+    return 0;
+}
+
+/* The ring: `ring` device buffers of the largest group, made when streaming begins. */
+static int off_ring_make(struct off *o)
+{
+    size_t most = 0;
+    for (int64_t i = 0; i < o->n_groups; i++)
+        if (o->groups[i].total > most)
+            most = o->groups[i].total;
+    if (!most)
+        return 0;
+    if (!(o->slots = calloc((size_t)o->ring, sizeof(*o->slots))))
+        return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory");
+    for (int s = 0; s < o->ring; s++) {
+        cudaError_t e;
+        o->slots[s].group = -1;
+        if ((e = devpool_alloc(&o->pools, o->device, most, &o->slots[s].buf)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&o->slots[s].ready, cudaEventDisableTiming)) != cudaSuccess ||
+            (e = cudaEventCreateWithFlags(&o->slots[s].done, cudaEventDisableTiming)) != cudaSuccess) {
+            cudaGetLastError();
+            return ghc_error_set(o->core, GHC_ENOMEM, "offload: cannot make ring buffer %d of %.1f MiB on cuda:%d: %s",
+                                 s, most / 1048576.0, o->device, cudaGetErrorString(e));
+        }
+        o->live_dev += most;   /* in bytes_device, not in the per-role counts of allocations */
+    }
+    o->slot_bytes = most;
+    ghc_log(o->core, GHC_LOG_DEBUG, "offload: ring of %d x %.1f MiB for %lld groups", o->ring, most / 1048576.0,
+            (long long)o->n_groups);
+    return 0;
+}
+
+/* Start the copy of group g into the least recently used slot other than the current group's,
+ * after the compute that last read that slot. */
+static void off_fetch(struct off *o, int64_t g)
+{
+    if (g < 0 || g >= o->n_groups || !o->groups[g].n || o->groups[g].slot >= 0 || !o->slots)
+        return;
+    int pick = -1;
+    for (int s = 0; s < o->ring; s++) {
+        if (o->cur >= 0 && o->slots[s].group == o->cur)
+            continue;
+        if (pick < 0 || o->slots[s].used < o->slots[pick].used)
+            pick = s;
+    }
+    struct off_slot *sl = &o->slots[pick];
+    if (sl->group >= 0)
+        o->groups[sl->group].slot = -1;
+    cudaStreamWaitEvent(o->copy, sl->done, 0);   /* never recorded: no wait */
+    struct off_group *gr = &o->groups[g];
+    for (int k = 0; k < gr->n; k++)
+        cudaMemcpyAsync((char *)sl->buf + gr->offs[k], gr->ptrs[k], gr->bytes[k], cudaMemcpyHostToDevice, o->copy);
+    cudaEventRecord(sl->ready, o->copy);
+    sl->group = g;
+    sl->used = ++o->clock;
+    gr->slot = pick;
+    o->streamed += gr->total;
+}
+
+static int off_phase(void *self, enum ghc_mem_phase phase, int64_t index)
+{
+    struct off *o = self;
+    int rc = 0;
+    if (o->direct)
+        return 0;
+    pthread_mutex_lock(&o->lock);
+    switch (phase) {
+    case GHC_PHASE_FORWARD_BEGIN:
+    case GHC_PHASE_BACKWARD_BEGIN:
+        o->n_blocks = index;
+        o->base = o->expert * index;   /* groups are expert x blocks + block */
+        o->dir = phase == GHC_PHASE_FORWARD_BEGIN ? 1 : -1;
+        if (!o->slots && (rc = off_ring_make(o)) < 0)
+            break;
+        off_fetch(o, o->base + (o->dir > 0 ? 0 : index - 1));
+        break;
+    case GHC_PHASE_EXPERT_SWITCH:
+        o->expert = index;
+        break;
+    case GHC_PHASE_BLOCK_BEGIN: {
+        int64_t g = o->base + index;
+        if (g >= o->n_groups || !o->groups[g].n || !o->slots)
+            break;
+        off_fetch(o, g);   /* not prefetched (first block, or an irregular order) */
+        struct off_slot *sl = &o->slots[o->groups[g].slot];
+        cudaStreamWaitEvent(NULL, sl->ready, 0);   /* the compute waits for its weights only */
+        sl->used = ++o->clock;
+        o->cur = g;
+        int64_t next = index + o->dir;
+        if (next >= 0 && next < o->n_blocks)
+            off_fetch(o, o->base + next);   /* overlaps this block's compute */
+        break;
+    }
+    case GHC_PHASE_BLOCK_END:
+        if (o->cur >= 0 && o->groups[o->cur].slot >= 0)
+            cudaEventRecord(o->slots[o->groups[o->cur].slot].done, NULL);
+        o->cur = -1;
+        break;
+    default:
+        break;
+    }
+    cudaError_t e = cudaGetLastError();
+    pthread_mutex_unlock(&o->lock);
+    if (rc == 0 && e != cudaSuccess)
+        rc = ghc_error_set(o->core, GHC_ECUDA, "offload: streaming block %lld: %s", (long long)index,
+                           cudaGetErrorString(e));
+    return rc;
+}
+
+static void *off_map(void *self, void *ptr)
+{
+    struct off *o = self;
+    void *at = ptr;
+    pthread_mutex_lock(&o->lock);
+    if (o->cur >= 0) {
+        struct off_group *g = &o->groups[o->cur];
+        for (int k = 0; k < g->n && g->slot >= 0; k++)
+            if (g->ptrs[k] == ptr) {
+                at = (char *)o->slots[g->slot].buf + g->offs[k];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&o->lock);
+    return at;
+}
+
+static int off_trim(void *self, bool hard)
+{
+    devpool_trim(&((struct off *)self)->pools, hard);
+    return 0;
+}
+
+static int off_stats(void *self, struct ghc_mem_stats *out)
+{
+    struct off *o = self;
+    if (out->struct_size < sizeof(*out))
+        return ghc_error_set(o->core, GHC_EINVAL, "offload: stats struct_size %u too small", out->struct_size);
+    pthread_mutex_lock(&o->lock);
+    memcpy(out->bytes_role, o->role, sizeof(o->role));
+    out->bytes_host = o->live_pinned;
+    out->bytes_pinned = o->live_pinned;
+    out->bytes_device = o->live_dev;
+    out->bytes_peak = o->peak;
+    out->streamed_bytes = o->streamed;
+    pthread_mutex_unlock(&o->lock);
+    return 0;
+}
+
+static void off_free(void *self)
+{
+    struct off *o = self;
+    if (!o)
+        return;
+    if (o->live)
+        ghc_log(o->core, GHC_LOG_WARN, "offload: %llu bytes still allocated at exit", (unsigned long long)o->live);
+    cudaDeviceSynchronize();
+    for (int s = 0; o->slots && s < o->ring; s++) {
+        if (o->slots[s].buf)
+            devpool_release(o->slots[s].buf);
+        if (o->slots[s].ready)
+            cudaEventDestroy(o->slots[s].ready);
+        if (o->slots[s].done)
+            cudaEventDestroy(o->slots[s].done);
+    }
+    free(o->slots);
+    for (int64_t i = 0; i < o->n_groups; i++) {
+        free(o->groups[i].ptrs);
+        free(o->groups[i].bytes);
+        free(o->groups[i].offs);
+    }
+    free(o->groups);
+    while (o->blocks) {
+        struct off_block *b = o->blocks;
+        o->blocks = b->next;
+        free(b);   /* the memory itself goes with the CUDA context */
+    }
+    cudaStreamDestroy(o->copy);
+    cudaGetLastError();
+    pthread_mutex_destroy(&o->lock);
+    free(o);
+}
+
+static const struct ghc_mempolicy_ops off_ops = {
+    .struct_size = sizeof(struct ghc_mempolicy_ops),
+    .name = "offload",
+    .keys = off_keys,
+    .init = off_init,
+    .alloc = off_alloc,
+    .release = off_release,
+    .advise = off_advise,
+    .phase = off_phase,
+    .stats = off_stats,
+    .free = off_free,
+    .trim = off_trim,
+    .map = off_map,
+    .group = off_group,
+};
+
+static int off_plugin_init(ghc_core_t *core) { return ghc_register_mempolicy(core, &off_ops); }
+
+GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_offload = {
+    .abi = GHC_PLUGIN_ABI,
+    .api = GHC_API_VERSION,
+    .struct_size = sizeof(struct ghc_plugin),
+    .kinds = GHC_KIND_BIT(GHC_KIND_MEMPOLICY),
+    .name = "offload",
+    .version = GHC_VERSION,
+    .description = "base weights in pinned host memory, streamed per block into a ring of device buffers",
+    .init = off_plugin_init,
+};

@@ -1,0 +1,103 @@
+/* stream.c: the wan22 side of streaming weights through the memory policy (issue 7): each
+ * block's weights declared as one group, and a block's weights mapped to where the policy
+ * holds them for the block's compute (offload: a ring buffer on the device). With any other
+ * policy map() is the identity and the block's own tensors are used unchanged. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "wan22_impl.h"
+
+#define BLOCK_FIELDS (1 + 2 * WAN22_TARGETS + 6)
+
+/* The tensor fields of a block, in a fixed order. */
+static void block_fields(struct wan22_block_w *bw, ghc_tensor_t **f[BLOCK_FIELDS])
+{
+    int n = 0;
+    f[n++] = &bw->mod;
+    for (int k = 0; k < WAN22_TARGETS; k++) {
+        f[n++] = &bw->w[k];
+        f[n++] = &bw->b[k];
+    }
+    f[n++] = &bw->norm_q;
+    f[n++] = &bw->norm_k;
+    f[n++] = &bw->cnorm_q;
+    f[n++] = &bw->cnorm_k;
+    f[n++] = &bw->norm3_w;
+    f[n++] = &bw->norm3_b;
+}
+
+int wan22_weights_group(struct wan22 *m, int32_t expert)
+{
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(m->core);
+    struct wan22_weights *w = &m->experts[expert];
+    if (!mp || !w->blocks)
+        return 0;
+    for (int64_t i = 0; i < m->d.layers; i++) {
+        ghc_tensor_t **f[BLOCK_FIELDS];
+        void *ptrs[BLOCK_FIELDS];
+        size_t bytes[BLOCK_FIELDS];
+        int n = 0, rc;
+        block_fields(&w->blocks[i], f);
+        for (int k = 0; k < BLOCK_FIELDS; k++)
+            if (*f[k]) {
+                ptrs[n] = ghc_tensor_data(*f[k]);
+                bytes[n++] = ghc_tensor_nbytes(*f[k]);
+            }
+        if ((rc = ghc_mem_group(mp, (int64_t)expert * m->d.layers + i, ptrs, bytes, n)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int wan22_block_map(struct wan22 *m, const struct wan22_block_w *bw, struct wan22_block_w *tmp,
+                    const struct wan22_block_w **out)
+{
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(m->core);
+    ghc_tensor_t **src[BLOCK_FIELDS], **dst[BLOCK_FIELDS];
+    bool moved = false;
+    *out = bw;
+    if (!mp)
+        return 0;
+    *tmp = *bw;
+    block_fields((struct wan22_block_w *)bw, src);
+    block_fields(tmp, dst);
+    for (int k = 0; k < BLOCK_FIELDS; k++)
+        *dst[k] = NULL;
+    for (int k = 0; k < BLOCK_FIELDS; k++) {
+        ghc_tensor_t *t = *src[k];
+        void *at = t ? ghc_mem_map(mp, ghc_tensor_data(t)) : NULL;
+        if (!t || at == ghc_tensor_data(t)) {
+            *dst[k] = t;
+            continue;
+        }
+        *dst[k] = ghc_tensor_wrap(m->core, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
+                                  ghc_tensor_device(t), at);
+        if (!*dst[k]) {
+            for (int j = 0; j < k; j++)
+                if (*dst[j] != *src[j])
+                    ghc_tensor_free(*dst[j]);
+            return ghc_error_code(m->core);
+        }
+        moved = true;
+    }
+    if (moved) {
+        *out = tmp;
+    } else {
+        memset(tmp, 0, sizeof(*tmp));
+    }
+    return 0;
+}
+
+void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp)
+{
+    ghc_tensor_t **src[BLOCK_FIELDS], **dst[BLOCK_FIELDS];
+    if (!tmp)
+        return;
+    block_fields((struct wan22_block_w *)bw, src);
+    block_fields(tmp, dst);
+    for (int k = 0; k < BLOCK_FIELDS; k++)   /* only the wrappers wan22_block_map made */
+        if (*dst[k] != *src[k])
+            ghc_tensor_free(*dst[k]);
+}

@@ -1,0 +1,544 @@
+/* test_mem.c: the memory policies on the CPU. The gh200_uvm state machine (uvm_sm.c, linked
+ * in) against a simulated device budget: transitions at the thresholds, light reclamation
+ * before a change of stage, no oscillation inside the hysteresis band, the stage after caches
+ * are emptied, the managed cap with hard reclamation, the discrete safety rule; platform
+ * classes, caps, advice by role and setting parsing; bad settings of the policies and a
+ * policy that needs a GPU on a machine without one (CUDA_VISIBLE_DEVICES is emptied so this
+ * holds on a GPU machine too); the host policy's out-of-memory message; and the `estimate`
+ * and `diag` commands of the CLI. */
+#include <math.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/mempolicy.h>
+
+#include "../core/cli.h"
+#include "../plugins/gh200_uvm/uvm_sm.h"
+#include "mem_step.h"
+#include "testutil.h"
+
+#define GiB ((uint64_t)1 << 30)
+
+/* ---- a simulated device: used bytes, cached pool slack, reclamation counts ------------------- */
+
+struct sim {
+    uint64_t total, used, slack;   /* free = total - used - slack */
+    int      light, hard;
+    uint64_t hard_frees;           /* what a hard reclamation frees beyond the slack */
+};
+
+static uint64_t sim_free(void *u)
+{
+    struct sim *s = u;
+    return s->total - s->used - s->slack;
+}
+static void sim_light(void *u)
+{
+    struct sim *s = u;
+    s->slack = 0;
+    s->light++;
+}
+static void sim_hard(void *u)
+{
+    struct sim *s = u;
+    s->slack = 0;
+    s->used -= s->hard_frees;
+    s->hard_frees = 0;
+    s->hard++;
+}
+
+/* An 80 GiB device: t_in = max(0.15 x 80, 10) = 12 GiB, hysteresis 4 GiB, cap 400 GiB. */
+static void sim_setup(struct uvm_sm *sm, struct sim *s, struct uvm_env *env, bool discrete, uint64_t cap)
+{
+    *s = (struct sim){ .total = 80 * GiB };
+    *env = (struct uvm_env){ s, sim_free, sim_light, sim_hard };
+    uvm_sm_init(sm, 80 * GiB, 0.15, 10 * GiB, 0.05, cap, 1 * GiB, discrete);
+    ck_assert_uint_eq(sm->cfg.t_in, 12 * GiB);
+    ck_assert_uint_eq(sm->cfg.hysteresis, 4 * GiB);
+}
+
+/* Place and, for device placements, count the bytes as used on the simulated device. */
+static enum uvm_where place(struct uvm_sm *sm, struct uvm_env *env, struct sim *s, uint64_t bytes)
+{
+    enum uvm_where w = UVM_AT_DEVICE;
+    ck_assert_int_eq(uvm_sm_place(sm, env, bytes, UVM_KIND_STAGE, &w), UVM_OK);
+    if (w == UVM_AT_DEVICE)
+        s->used += bytes;
+    return w;
+}
+
+START_TEST(sm_threshold)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    sim_setup(&sm, &s, &env, false, 400 * GiB);
+    /* 60 GiB leaves 20 free: stage 0, on the device, no reclamation */
+    ck_assert_int_eq(place(&sm, &env, &s, 60 * GiB), UVM_AT_DEVICE);
+    ck_assert_int_eq(sm.stage, 0);
+    ck_assert_int_eq(s.light, 0);
+    /* 8 more would leave exactly 12 = t_in: still stage 0 */
+    ck_assert_int_eq(place(&sm, &env, &s, 8 * GiB), UVM_AT_DEVICE);
+    ck_assert_int_eq(sm.stage, 0);
+    /* one byte more would cross t_in: a light reclamation first, then stage 1, managed */
+    ck_assert_int_eq(place(&sm, &env, &s, 1), UVM_AT_MANAGED);
+    ck_assert_int_eq(s.light, 1);
+    ck_assert_int_eq(sm.light, 1);
+    ck_assert_int_eq(sm.stage, 1);
+    ck_assert_uint_eq(sm.transitions, 1);
+    ck_assert_uint_eq(sm.managed, 1);
+    ck_assert_uint_eq(s.used, 68 * GiB);   /* the managed byte is not device memory */
+}
+END_TEST
+
+START_TEST(sm_light_rescues)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    sim_setup(&sm, &s, &env, false, 400 * GiB);
+    s.used = 50 * GiB;
+    s.slack = 15 * GiB;   /* 15 free; the pool caches 15 more */
+    /* 10 GiB would leave 5 < 12, but after the light reclamation 20 are left: stay in stage 0 */
+    ck_assert_int_eq(place(&sm, &env, &s, 10 * GiB), UVM_AT_DEVICE);
+    ck_assert_int_eq(s.light, 1);
+    ck_assert_int_eq(sm.stage, 0);
+    ck_assert_uint_eq(sm.transitions, 0);
+}
+END_TEST
+
+START_TEST(sm_no_oscillation)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    sim_setup(&sm, &s, &env, false, 400 * GiB);
+    s.used = 69 * GiB;                                   /* 11 free: below t_in */
+    ck_assert_int_eq(place(&sm, &env, &s, GiB), UVM_AT_MANAGED);
+    ck_assert_int_eq(sm.stage, 1);
+    /* free memory wanders inside [t_in, t_in + hysteresis) = [12, 16): stage 1 stays */
+    for (int i = 0; i < 20; i++) {
+        s.used = (i % 2 ? 66 : 63) * GiB;                /* 14 or 17 free before the request */
+        ck_assert_int_eq(place(&sm, &env, &s, 2 * GiB), UVM_AT_MANAGED);   /* leaves 12 or 15 */
+        uvm_sm_release(&sm, 2 * GiB);
+        ck_assert_int_eq(sm.stage, 1);
+    }
+    ck_assert_uint_eq(sm.transitions, 1);
+    /* past the band: back to stage 0 and on the device */
+    s.used = 50 * GiB;                                   /* 30 free, 28 left >= 16 */
+    ck_assert_int_eq(place(&sm, &env, &s, 2 * GiB), UVM_AT_DEVICE);
+    ck_assert_int_eq(sm.stage, 0);
+    ck_assert_uint_eq(sm.transitions, 2);
+    /* and in stage 0 a request that leaves free inside the band stays on the device */
+    s.used = 60 * GiB;                                   /* 20 free, 13 left after 7 */
+    ck_assert_int_eq(place(&sm, &env, &s, 7 * GiB), UVM_AT_DEVICE);
+    ck_assert_int_eq(sm.stage, 0);
+    ck_assert_uint_eq(sm.transitions, 2);
+}
+END_TEST
+
+START_TEST(sm_after_empty_cache)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    sim_setup(&sm, &s, &env, false, 400 * GiB);
+    s.used = 75 * GiB;
+    ck_assert_int_eq(place(&sm, &env, &s, GiB), UVM_AT_MANAGED);
+    ck_assert_int_eq(sm.stage, 1);
+    /* 40 GiB of device memory is released, but the pool keeps it cached: free stays low, so a
+     * re-evaluation keeps stage 1 */
+    s.used -= 40 * GiB;
+    s.slack += 40 * GiB;
+    uvm_sm_reevaluate(&sm, sim_free(&s));
+    ck_assert_int_eq(sm.stage, 1);
+    /* emptying the caches (light reclamation) and re-evaluating returns to stage 0 */
+    sim_light(&s);
+    uvm_sm_reevaluate(&sm, sim_free(&s));
+    ck_assert_int_eq(sm.stage, 0);
+    ck_assert_uint_eq(sm.transitions, 2);
+    /* a re-evaluation inside the band changes nothing */
+    s.used = 66 * GiB;   /* 14 free */
+    uvm_sm_reevaluate(&sm, sim_free(&s));
+    ck_assert_int_eq(sm.stage, 0);
+    s.used = 69 * GiB;   /* 11 free: below t_in */
+    uvm_sm_reevaluate(&sm, sim_free(&s));
+    ck_assert_int_eq(sm.stage, 1);
+    s.used = 66 * GiB;   /* 14 free: inside the band, stays 1 */
+    uvm_sm_reevaluate(&sm, sim_free(&s));
+    ck_assert_int_eq(sm.stage, 1);
+    ck_assert_uint_eq(sm.transitions, 3);
+}
+END_TEST
+
+START_TEST(sm_cap_and_hard)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    enum uvm_where w;
+    sim_setup(&sm, &s, &env, false, 100 * GiB);   /* coherent-like: managed may pass HBM up to the cap */
+    s.used = 70 * GiB;
+    ck_assert_int_eq(place(&sm, &env, &s, 90 * GiB), UVM_AT_MANAGED);   /* 90 > HBM's 80: allowed */
+    ck_assert_int_eq(s.hard, 0);
+    /* 20 more would pass the 100 GiB cap: one hard reclamation, then out of memory, nothing counted */
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, 20 * GiB, UVM_KIND_STAGE, &w), UVM_OOM_CAP);
+    ck_assert_int_eq(s.hard, 1);
+    ck_assert_uint_eq(sm.hard, 1);
+    ck_assert_uint_eq(sm.managed, 90 * GiB);
+    /* after a release it fits */
+    uvm_sm_release(&sm, 30 * GiB);
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, 20 * GiB, UVM_KIND_STAGE, &w), UVM_OK);
+    ck_assert_int_eq(w, UVM_AT_MANAGED);
+    ck_assert_uint_eq(sm.managed, 80 * GiB);
+}
+END_TEST
+
+START_TEST(sm_discrete_never_past_free)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    enum uvm_where w;
+    sim_setup(&sm, &s, &env, true, 400 * GiB);   /* even with a large cap, discrete follows free memory */
+    s.used = 70 * GiB;                             /* 10 free, headroom 1 */
+    ck_assert_int_eq(place(&sm, &env, &s, 5 * GiB), UVM_AT_MANAGED);
+    ck_assert_int_eq(place(&sm, &env, &s, 4 * GiB), UVM_AT_MANAGED);   /* 9 + 1 headroom = 10: fits */
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, 1, UVM_KIND_STAGE, &w), UVM_OOM_CAP);
+    ck_assert_int_eq(s.hard, 1);
+    /* a hard reclamation that frees device memory makes room */
+    s.hard_frees = 8 * GiB;
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, 6 * GiB, UVM_KIND_STAGE, &w), UVM_OK);
+    ck_assert_int_eq(w, UVM_AT_MANAGED);
+    ck_assert_int_eq(s.hard, 2);
+    ck_assert_uint_le(sm.managed + sm.cfg.headroom, sim_free(&s));
+}
+END_TEST
+
+START_TEST(sm_kinds)
+{
+    struct uvm_sm sm;
+    struct sim s;
+    struct uvm_env env;
+    enum uvm_where w;
+    sim_setup(&sm, &s, &env, false, 400 * GiB);
+    /* managed kinds are managed even in stage 0 with room */
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, GiB, UVM_KIND_MANAGED, &w), UVM_OK);
+    ck_assert_int_eq(w, UVM_AT_MANAGED);
+    ck_assert_int_eq(sm.stage, 0);
+    /* device kinds stay on the device in stage 1 */
+    s.used = 75 * GiB;
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, GiB, UVM_KIND_DEVICE, &w), UVM_OK);
+    ck_assert_int_eq(w, UVM_AT_DEVICE);
+    ck_assert_int_eq(sm.stage, 1);
+    /* and fail clearly when the device is full even after a hard reclamation */
+    ck_assert_int_eq(uvm_sm_place(&sm, &env, 10 * GiB, UVM_KIND_DEVICE, &w), UVM_OOM_DEVICE);
+    ck_assert_int_eq(s.hard, 1);
+    /* a failed device allocation: hard reclamation and retry, then managed */
+    ck_assert_int_eq(uvm_sm_device_failed(&sm, &env, GiB, false, &w), UVM_OK);
+    ck_assert_int_eq(w, UVM_AT_DEVICE);
+    ck_assert_int_eq(s.hard, 2);
+    uint64_t before = sm.managed;
+    ck_assert_int_eq(uvm_sm_device_failed(&sm, &env, GiB, true, &w), UVM_OK);
+    ck_assert_int_eq(w, UVM_AT_MANAGED);
+    ck_assert_uint_eq(sm.managed, before + GiB);
+}
+END_TEST
+
+START_TEST(sm_thresholds_small_device)
+{
+    struct uvm_sm sm;
+    uvm_sm_init(&sm, 16 * GiB, 0.15, 10 * GiB, 0.05, 80 * GiB, GiB, false);
+    ck_assert_uint_eq(sm.cfg.t_in, 8 * GiB);   /* min 10 GiB, at most half of 16 */
+    uvm_sm_init(&sm, 96 * GiB, 0.15, 10 * GiB, 0.05, 0, GiB, false);
+    ck_assert_uint_eq(sm.cfg.t_in, (uint64_t)(0.15 * 96 * GiB));
+}
+END_TEST
+
+/* ---- platform, cap, advice, settings --------------------------------------------------------- */
+
+START_TEST(platform_classes)
+{
+    ck_assert_int_eq(uvm_platform_classify(1, 1, 1), GHC_PLATFORM_INTEGRATED);
+    ck_assert_int_eq(uvm_platform_classify(0, 1, 1), GHC_PLATFORM_COHERENT);
+    ck_assert_int_eq(uvm_platform_classify(0, 0, 1), GHC_PLATFORM_DISCRETE);
+    ck_assert_int_eq(uvm_platform_classify(0, 0, 0), GHC_PLATFORM_NONE);
+    ck_assert_str_eq(ghc_mem_platform_name(GHC_PLATFORM_COHERENT), "coherent");
+    bool capped;
+    /* discrete: the ratio's 400 GiB become free 70 - headroom 4 */
+    ck_assert_uint_eq(uvm_cap(GHC_PLATFORM_DISCRETE, 80 * GiB, 70 * GiB, 500 * GiB, 5.0, 4 * GiB, &capped), 66 * GiB);
+    ck_assert(capped);
+    /* coherent: ratio x HBM, at most the host's available memory */
+    ck_assert_uint_eq(uvm_cap(GHC_PLATFORM_COHERENT, 96 * GiB, 90 * GiB, 1000 * GiB, 3.0, 4 * GiB, &capped), 288 * GiB);
+    ck_assert(!capped);
+    ck_assert_uint_eq(uvm_cap(GHC_PLATFORM_COHERENT, 96 * GiB, 90 * GiB, 200 * GiB, 3.0, 4 * GiB, &capped), 200 * GiB);
+    /* integrated: MemAvailable minus the headroom */
+    ck_assert_uint_eq(uvm_cap(GHC_PLATFORM_INTEGRATED, 120 * GiB, 100 * GiB, 100 * GiB, 5.0, 6 * GiB, &capped), 94 * GiB);
+    ck_assert_uint_eq(uvm_cap(GHC_PLATFORM_NONE, 80 * GiB, 80 * GiB, 80 * GiB, 5.0, GiB, &capped), 0);
+}
+END_TEST
+
+START_TEST(advice_by_role)
+{
+    /* the placement rules of DESIGN.md */
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_LATENTS, UVM_GPU_FIRST, 0, true, true), UVM_ADVICE_HOST);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_WEIGHTS_INACTIVE, UVM_GPU_FIRST, 0, true, true), UVM_ADVICE_HOST);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_TEXT_EMBEDS, UVM_CPU_FIRST, 0, true, true), UVM_ADVICE_GPU);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_MASKS, UVM_BALANCED, 1, true, true), UVM_ADVICE_GPU);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_WEIGHTS, UVM_GPU_FIRST, 1, true, true), UVM_ADVICE_GPU);
+    /* GPU-preferred only while it fits the device budget */
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_WEIGHTS, UVM_GPU_FIRST, 1, true, false), UVM_ADVICE_NONE);
+    /* optimizer state: by pattern in stage 0, on the host when pressed */
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_OPTIMIZER_STATE, UVM_GPU_FIRST, 0, true, true), UVM_ADVICE_GPU);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_OPTIMIZER_STATE, UVM_GPU_FIRST, 1, true, true), UVM_ADVICE_HOST);
+    /* the rest by access pattern */
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_ACTIVATIONS, UVM_GPU_FIRST, 1, true, true), UVM_ADVICE_GPU);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_ACTIVATIONS, UVM_CPU_FIRST, 1, true, true), UVM_ADVICE_HOST);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_GRADS, UVM_BALANCED, 1, true, true), UVM_ADVICE_NONE);
+    /* hints off: nothing */
+    for (int r = 0; r < GHC_ROLE_COUNT; r++)
+        ck_assert_int_eq(uvm_advice_for((enum ghc_mem_role)r, UVM_GPU_FIRST, 1, false, true), UVM_ADVICE_NONE);
+    ck_assert_int_eq(uvm_kind_for(GHC_ROLE_WORKSPACE, true), UVM_KIND_DEVICE);
+    ck_assert_int_eq(uvm_kind_for(GHC_ROLE_LATENTS, true), UVM_KIND_MANAGED);
+    ck_assert_int_eq(uvm_kind_for(GHC_ROLE_LATENTS, false), UVM_KIND_STAGE);
+    ck_assert_int_eq(uvm_kind_for(GHC_ROLE_WEIGHTS, true), UVM_KIND_STAGE);
+}
+END_TEST
+
+START_TEST(settings_parse)
+{
+    double r;
+    enum uvm_pattern p;
+    ck_assert(uvm_ratio_parse("3.0", &r));
+    ck_assert(r == 3.0);
+    ck_assert(!uvm_ratio_parse("0", &r));
+    ck_assert(!uvm_ratio_parse("-1", &r));
+    ck_assert(!uvm_ratio_parse("nan", &r));
+    ck_assert(!uvm_ratio_parse("5x", &r));
+    ck_assert(!uvm_ratio_parse("", &r));
+    ck_assert(uvm_pattern_parse("cpu_first", &p));
+    ck_assert_int_eq(p, UVM_CPU_FIRST);
+    ck_assert(!uvm_pattern_parse("gpu-first", &p));
+    ck_assert_str_eq(uvm_pattern_name(UVM_BALANCED), "balanced");
+}
+END_TEST
+
+/* ---- policies through a run: bad settings, no GPU, out-of-memory messages ------------------- */
+
+/* ghc_run_init's status for `cfg`, its message into msg. */
+static int run_with(const char *cfg, char *msg, size_t len)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_ptr_nonnull(core);
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
+    int rc = ghc_config_load_string(core, cfg, "mem.cfg", NULL, NULL, 0);
+    if (rc == 0)
+        rc = ghc_run_init(core);
+    snprintf(msg, len, "%s", ghc_error_message(core));
+    ghc_core_free(core);
+    return rc;
+}
+
+static bool have_plugin(const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/ghc_%s.so", tu_env("GHC_BUILD_PLUGINS"), name);
+    return access(path, R_OK) == 0;
+}
+
+START_TEST(uvm_bad_settings)
+{
+    char msg[1024];
+    if (!have_plugin("gh200_uvm"))
+        return;   /* a build without CUDA has no gh200_uvm */
+    ck_assert_int_eq(run_with("mempolicy = { plugin = \"gh200_uvm\";\n oversubscription_ratio = 0.0; };", msg, sizeof(msg)),
+                     GHC_ECONFIG);
+    ck_assert_msg(strstr(msg, "mem.cfg:2") && strstr(msg, "oversubscription_ratio must be > 0"), "%s", msg);
+    ck_assert_int_eq(run_with("mempolicy = { plugin = \"gh200_uvm\"; oversubscription_ratio = -2.5; };", msg, sizeof(msg)),
+                     GHC_ECONFIG);
+    ck_assert_msg(strstr(msg, "got -2.5"), "%s", msg);
+    ck_assert_int_eq(run_with("mempolicy = { plugin = \"gh200_uvm\";\n\n access_pattern = \"gpu_only\"; };", msg, sizeof(msg)),
+                     GHC_ECONFIG);
+    ck_assert_msg(strstr(msg, "mem.cfg:3") && strstr(msg, "'gpu_only' is unknown") && strstr(msg, "cpu_first"), "%s", msg);
+    ck_assert_int_eq(run_with("mempolicy = { plugin = \"gh200_uvm\"; hysteresis = 0.9; };", msg, sizeof(msg)), GHC_ECONFIG);
+    ck_assert_msg(strstr(msg, "hysteresis"), "%s", msg);
+    /* the environment overrides the config, and is checked the same way */
+    setenv("GH200_UVM_OVERSUBSCRIPTION_RATIO", "0", 1);
+    ck_assert_int_eq(run_with("mempolicy = { plugin = \"gh200_uvm\"; };", msg, sizeof(msg)), GHC_ECONFIG);
+    ck_assert_msg(strstr(msg, "GH200_UVM_OVERSUBSCRIPTION_RATIO='0'"), "%s", msg);
+    unsetenv("GH200_UVM_OVERSUBSCRIPTION_RATIO");
+    setenv("GH200_UVM_ACCESS_PATTERN", "everywhere", 1);
+    ck_assert_int_eq(run_with("mempolicy = { plugin = \"gh200_uvm\"; };", msg, sizeof(msg)), GHC_ECONFIG);
+    ck_assert_msg(strstr(msg, "GH200_UVM_ACCESS_PATTERN='everywhere'") && strstr(msg, "balanced"), "%s", msg);
+    unsetenv("GH200_UVM_ACCESS_PATTERN");
+}
+END_TEST
+
+START_TEST(gpu_policies_without_gpu)
+{
+    /* main() hid every GPU (CUDA_VISIBLE_DEVICES=""), so this holds on any machine */
+    static const char *const names[] = { "gh200_uvm", "device", "offload" };
+    char cfg[256], msg[1024];
+    for (int i = 0; i < 3; i++) {
+        if (!have_plugin(names[i]))
+            continue;
+        snprintf(cfg, sizeof(cfg), "mempolicy = { plugin = \"%s\"; };", names[i]);
+        ck_assert_int_eq(run_with(cfg, msg, sizeof(msg)), GHC_EUNSUPPORTED);
+        ck_assert_msg(strstr(msg, "no CUDA device") && strstr(msg, "\"host\""), "%s: %s", names[i], msg);
+    }
+}
+END_TEST
+
+START_TEST(host_oom_names_roles)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
+    ck_assert_int_eq(ghc_config_load_string(core, "mempolicy = { plugin = \"host\"; limit_mib = 4; };", "m.cfg",
+                                            NULL, NULL, 0), 0);
+    ck_assert_int_eq(ghc_run_init(core), 0);
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(core);
+    void *a, *b, *c;
+    ck_assert_int_eq(ghc_mem_alloc(mp, 3 << 20, GHC_ROLE_WEIGHTS, GHC_DEVICE_CPU, &a), 0);
+    ck_assert_int_eq(ghc_mem_alloc(mp, 512 << 10, GHC_ROLE_LATENTS, GHC_DEVICE_CPU, &b), 0);
+    ck_assert_int_eq(ghc_mem_alloc(mp, 1 << 20, GHC_ROLE_GRADS, GHC_DEVICE_CPU, &c), GHC_ENOMEM);
+    const char *m = ghc_error_message(core);
+    ck_assert_msg(strstr(m, "1048576 bytes of grads") && strstr(m, "weights 3.0 MiB, latents 512.0 KiB"), "%s", m);
+    struct ghc_mem_stats st = { .struct_size = sizeof(st) };
+    ck_assert_int_eq(ghc_mem_stats(mp, &st), 0);
+    ck_assert_uint_eq(st.bytes_role[GHC_ROLE_WEIGHTS], 3 << 20);
+    ck_assert_uint_eq(st.bytes_role[GHC_ROLE_GRADS], 0);
+    /* trim, map and group are no-ops on a policy without them */
+    ck_assert_int_eq(ghc_mem_trim(mp, true), 0);
+    ck_assert_ptr_eq(ghc_mem_map(mp, a), a);
+    ck_assert_int_eq(ghc_mem_group(mp, 0, &a, (const size_t[]){ 3 << 20 }, 1), 0);
+    ghc_mem_release(mp, a);
+    ghc_mem_release(mp, b);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* ---- estimate and diag ---------------------------------------------------------------------- */
+
+/* The estimate of a tiny CPU run against the peak the host policy measured in the same run. */
+START_TEST(estimate_matches_peak)
+{
+    static const char cfg[] =
+        "mempolicy = { plugin = \"host\"; };\n"
+        "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1; checkpointing = \"block\"; checkpoint_every = 2;\n"
+        "  random = { dim = 64; ffn_dim = 160; heads = 2; layers = 4; text_dim = 32; freq_dim = 32; experts = 2; seed = 3; }; };\n";
+    struct mem_step r;
+    mem_step_run(cfg, GHC_DEVICE_CPU, 1, 16, 3, 16, 16, 32, &r);
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load_string(core, cfg, "e.cfg", NULL, NULL, 0), 0);
+    struct ghc_estimate est;
+    struct ghc_estimate_opts o = { .batch = 1, .tokens = 3 * 8 * 8, .adapters = false };
+    ck_assert_msg(ghc_cli_estimate(core, &o, &est, NULL) == 0, "%s", ghc_error_message(core));
+    double got = (double)est.at[0], peak = (double)r.stats.bytes_peak;
+    ck_assert_msg(fabs(got - peak) <= 0.10 * peak, "estimate %.0f B vs measured peak %.0f B (%.1f%%)", got, peak,
+                  100.0 * (got - peak) / peak);
+    /* the weights as loaded: the host policy's counts at the end of the run */
+    ck_assert_uint_eq(est.role[GHC_ROLE_WEIGHTS] + est.role[GHC_ROLE_WEIGHTS_INACTIVE],
+                      r.stats.bytes_role[GHC_ROLE_WEIGHTS] + r.stats.bytes_role[GHC_ROLE_WEIGHTS_INACTIVE]);
+    ck_assert(est.activations_ckpt < est.activations_full);
+    mem_step_free(&r);
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(estimate_cli)
+{
+    char *dir = tu_tmpdir(), *out, cmd[8192];
+    char *cfg = tu_write(dir, "a14b.cfg",
+        "mempolicy = { plugin = \"offload\"; ring = 3; };\n"
+        "model = { plugin = \"wan22\"; dtype = \"bf16\"; checkpointing = \"block\";\n"
+        "  random = { dim = 5120; ffn_dim = 13824; heads = 40; layers = 40; experts = 2; }; };\n");
+    snprintf(cmd, sizeof(cmd), "'%s' estimate -c '%s' --tokens 32760", tu_env("GHC_CLI"), cfg);
+    ck_assert_int_eq(tu_run(cmd, &out), 0);
+    /* an A14B expert: 40 blocks of 351.4 M bf16 parameters plus f32 embeddings, about 27 GiB */
+    ck_assert_msg(strstr(out, "weights                  26.9") && strstr(out, "pinned host") &&
+                  strstr(out, "offload ring") && strstr(out, "without"), "%s", out);
+    free(out);
+    char *bad = tu_write(dir, "bad.cfg", "model = { plugin = \"wan22\"; checkpoint = \"/nonexistent.safetensors\"; };\n");
+    snprintf(cmd, sizeof(cmd), "'%s' estimate -c '%s'", tu_env("GHC_CLI"), bad);
+    ck_assert_int_ne(tu_run(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "/nonexistent.safetensors"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "'%s' estimate", tu_env("GHC_CLI"));
+    ck_assert_int_eq(tu_run(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "needs a configuration"), "%s", out);
+    free(out);
+    free(cfg);
+    free(bad);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(diag_cli)
+{
+    char *dir = tu_tmpdir(), *out, cmd[8192], json[4200];
+    snprintf(json, sizeof(json), "%s/diag.json", dir);
+    snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s' '%s' diag --skip-allocation --json '%s'", tu_env("GHC_BUILD_PLUGINS"),
+             tu_env("GHC_CLI"), json);
+    int rc = tu_run(cmd, &out);
+    /* no GPU is visible here: the probe says so and the run fails with the mark */
+    ck_assert_msg(rc == 1 && strstr(out, "[env]") && strstr(out, "host_total") && strstr(out, "1 check failed"),
+                  "exit %d: %s", rc, out);
+    if (access(tu_env("GHC_BUILD_PLUGINS"), R_OK) == 0 && strstr(out, "[gpu]"))
+        ck_assert_msg(strstr(out, "FAIL devices") && strstr(out, "platform") && strstr(out, "none"), "%s", out);
+    free(out);
+    FILE *f = fopen(json, "r");
+    ck_assert_msg(f != NULL, "no %s", json);
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(buf, "\"failed\": 1") && strstr(buf, "\"key\": \"host_total\"") && buf[n - 2] == '}', "%s", buf);
+    snprintf(cmd, sizeof(cmd), "'%s' diag --oversubscription-scale -1", tu_env("GHC_CLI"));
+    ck_assert_int_eq(tu_run(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "--oversubscription-scale '-1'"), "%s", out);
+    free(out);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+static Suite *mem_suite(void)
+{
+    Suite *s = suite_create("mem");
+    TCase *sm = tcase_create("state_machine");
+    tcase_add_test(sm, sm_threshold);
+    tcase_add_test(sm, sm_light_rescues);
+    tcase_add_test(sm, sm_no_oscillation);
+    tcase_add_test(sm, sm_after_empty_cache);
+    tcase_add_test(sm, sm_cap_and_hard);
+    tcase_add_test(sm, sm_discrete_never_past_free);
+    tcase_add_test(sm, sm_kinds);
+    tcase_add_test(sm, sm_thresholds_small_device);
+    suite_add_tcase(s, sm);
+    TCase *rules = tcase_create("rules");
+    tcase_add_test(rules, platform_classes);
+    tcase_add_test(rules, advice_by_role);
+    tcase_add_test(rules, settings_parse);
+    suite_add_tcase(s, rules);
+    TCase *pol = tcase_create("policies");
+    tcase_set_timeout(pol, 60);
+    tcase_add_test(pol, uvm_bad_settings);
+    tcase_add_test(pol, gpu_policies_without_gpu);
+    tcase_add_test(pol, host_oom_names_roles);
+    suite_add_tcase(s, pol);
+    TCase *cli = tcase_create("cli");
+    tcase_set_timeout(cli, 120);
+    tcase_add_test(cli, estimate_matches_peak);
+    tcase_add_test(cli, estimate_cli);
+    tcase_add_test(cli, diag_cli);
+    suite_add_tcase(s, cli);
+    return s;
+}
+
+int main(void)
+{
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);   /* before any CUDA call: this suite sees no GPU */
+    unsetenv("GH200_UVM_OVERSUBSCRIPTION_RATIO");
+    unsetenv("GH200_UVM_ACCESS_PATTERN");
+    return tu_run_suite(mem_suite(), false);
+}
