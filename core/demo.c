@@ -187,7 +187,7 @@ int ghc_demo_generate(ghc_core_t *core)
         (rc = ghc_cfg_get_int(s, "text_len", 8, 1, 512, &l)) < 0 ||
         (rc = ghc_cfg_get_int(s, "text_dim", 4096, 1, 1 << 20, &d)) < 0 ||
         (rc = ghc_cfg_get_int(s, "rank", 2, 1, 4096, &rank)) < 0 ||
-        (rc = ghc_cfg_get_float(s, "strength", 0.5, 0.0, 1e6, &strength)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "strength", 0.5, 0.0, 1e38, &strength)) < 0 ||
         (rc = ghc_cfg_get_float(s, "sigma_min", 0.05, 1e-6, 1.0, &smin)) < 0 ||
         (rc = ghc_cfg_get_float(s, "sigma_max", 0.95, 1e-6, 1.0, &smax)) < 0)
         return rc;

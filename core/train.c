@@ -27,6 +27,7 @@
 #include <gh200core/dataset.h>
 #include <gh200core/gh200core.h>
 #include <gh200core/ops.h>
+#include <gh200core/safetensors.h>
 #include <gh200core/tensor.h>
 #include <gh200core/train.h>
 
@@ -696,6 +697,70 @@ out:
     return rc;
 }
 
+/* The adapters' fp32 params exactly as trained (the adapter files may be saved in bf16 or
+ * f16): params.safetensors of a checkpoint, restored over what the adapter files loaded. */
+static int save_params(struct trainer *tr, const char *path)
+{
+    ghc_core_t *core = tr->core;
+    ghc_st_writer_t *w = ghc_st_writer_init(core);
+    int rc = w ? 0 : GHC_ENOMEM;
+    for (int a = 0; a < tr->n_adapters && rc == 0; a++)
+        for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
+            ghc_tensor_t *v = tr->params[a][i].value, *h = v;
+            if (ghc_tensor_device(v) != GHC_DEVICE_CPU) {
+                if (!(h = ghc_tensor_init(core, ghc_tensor_dtype(v), ghc_tensor_ndim(v), ghc_tensor_shape(v),
+                                          GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE)))
+                    rc = ghc_error_code(core);
+                else if ((rc = ghc_op_copy(h, v, NULL)) == 0)
+                    rc = ghc_op_sync(core, ghc_tensor_device(v), NULL);
+            }
+            if (rc == 0)
+                rc = ghc_st_writer_add(w, tr->params[a][i].name, h);
+            if (h != v)
+                ghc_tensor_free(h);
+        }
+    if (rc == 0 && (rc = ghc_st_writer_metadata(w, "format", "gh200core-params")) == 0)
+        rc = ghc_st_writer_finish(w, path);
+    ghc_st_writer_free(w);
+    return rc;
+}
+
+static int load_params(struct trainer *tr, const char *path)
+{
+    ghc_core_t *core = tr->core;
+    ghc_st_t *st = ghc_st_open(core, path);
+    if (!st)
+        return ghc_error_code(core) ? ghc_error_code(core) : GHC_EIO;
+    int rc = 0;
+    int32_t total = 0;
+    for (int a = 0; a < tr->n_adapters; a++)
+        total += tr->n_params[a];
+    if (ghc_st_count(st) != total)
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: %d tensors, but the adapters have %d params", path,
+                           ghc_st_count(st), (int)total);
+    for (int a = 0; a < tr->n_adapters && rc == 0; a++)
+        for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
+            ghc_tensor_t *v = tr->params[a][i].value;
+            struct ghc_st_info info;
+            if (!ghc_st_find(st, tr->params[a][i].name, &info)) {
+                rc = ghc_error_set(core, GHC_EFORMAT, "%s: no tensor '%s'", path, tr->params[a][i].name);
+                break;
+            }
+            ghc_tensor_t *h = ghc_st_load(st, tr->params[a][i].name, ghc_tensor_dtype(v), GHC_ROLE_WORKSPACE);
+            if (!h) {
+                rc = ghc_error_code(core);
+            } else if (!ghc_tensor_same_shape(h, v)) {
+                rc = ghc_error_set(core, GHC_EFORMAT, "%s: '%s' has another shape than the adapter's param", path,
+                                   tr->params[a][i].name);
+            } else if ((rc = ghc_op_copy(v, h, NULL)) == 0) {
+                rc = ghc_op_sync(core, ghc_tensor_device(v), NULL);
+            }
+            ghc_tensor_free(h);
+        }
+    ghc_st_free(st);
+    return rc;
+}
+
 /* Removes all but the newest keep_last checkpoint-N folders. */
 static int prune_checkpoints(struct trainer *tr)
 {
@@ -742,6 +807,9 @@ static int checkpoint(struct trainer *tr)
     if ((rc = rm_rf(core, tmp)) < 0 || (rc = mkdir_one(core, tmp)) < 0 ||
         (rc = save_adapters(tr, tmp, -1, NULL, 0)) < 0)
         return rc;
+    snprintf(p, sizeof(p), "%s/params.safetensors", tmp);
+    if ((rc = save_params(tr, p)) < 0)
+        return rc;
     snprintf(p, sizeof(p), "%s/optimizer.safetensors", tmp);
     if ((rc = ghc_optimizer_save(tr->opt, p)) < 0)
         return rc;
@@ -770,6 +838,9 @@ static int resume(struct trainer *tr, const char *dir)
         if ((rc = ghc_network_load(tr->net, e, p)) < 0)
             return rc;
     }
+    snprintf(p, sizeof(p), "%s/params.safetensors", dir);
+    if ((rc = load_params(tr, p)) < 0)
+        return rc;
     snprintf(p, sizeof(p), "%s/optimizer.safetensors", dir);
     if ((rc = ghc_optimizer_load(tr->opt, p)) < 0)
         return rc;
@@ -1083,7 +1154,7 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
         tr.boundary = find_boundary(tr.model);
         ghc_log(core, GHC_LOG_INFO, "train: two experts, boundary sigma %.6g (high noise at and above)", tr.boundary);
     }
-    if ((rc = setup_adapters(&tr)) < 0 || (!(opts && opts->resume) && (rc = ghc_demo_generate(core)) < 0) ||
+    if ((rc = setup_adapters(&tr)) < 0 || (rc = ghc_demo_generate(core)) < 0 ||
         (rc = ghc_dataset_open(core, &tr.ds)) < 0)
         goto out;
     ghc_dataset_set_copy(tr.ds, ghc_op_copy);

@@ -439,7 +439,7 @@ static int lyc_attach(void *self, int32_t expert, const struct ghc_model_target 
         for (int i = 0; i < LYC_MAX_PARAMS; i++)
             if (md->p[i]) {
                 e->n_params++;
-                names_len += strlen(md->name) + strlen(lyc_param_suffix(md, i)) + 2;
+                names_len += strlen(md->name) + strlen(lyc_param_suffix(md, i)) + 2 + 16;
             }
     }
     if (!e->n_mods) {
@@ -452,12 +452,17 @@ static int lyc_attach(void *self, int32_t expert, const struct ghc_model_target 
     char *p = e->names;
     int32_t k = 0;
     int64_t total = 0;
+    /* With two experts the two adapters' params share module names: prefix them by expert so
+     * that names stay unique in the optimizer and its state file. */
+    ghc_model_t *model = ghc_model_get(net->core);
+    bool prefix = model && ghc_model_experts(model) > 1;
     for (int32_t m = 0; m < e->n_mods; m++) {
         struct lyc_module *md = &e->mods[m];
         for (int i = 0; i < LYC_MAX_PARAMS; i++) {
             if (!md->p[i])
                 continue;
-            int len = sprintf(p, "%s.%s", md->name, lyc_param_suffix(md, i));
+            int len = prefix ? sprintf(p, "expert%d.%s.%s", (int)expert, md->name, lyc_param_suffix(md, i))
+                             : sprintf(p, "%s.%s", md->name, lyc_param_suffix(md, i));
             e->params[k++] = (struct ghc_param){ .name = p, .value = md->p[i], .grad = md->g[i], .group = expert };
             p += len + 1;
             total += ghc_tensor_numel(md->p[i]);
