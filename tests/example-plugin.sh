@@ -124,7 +124,9 @@ if command -v nm >/dev/null 2>&1; then
 fi
 
 # ---- run the installed CLI ------------------------------------------------------------------
-LD_LIBRARY_PATH=$stage$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The CLI also needs libgh200core_ops and libgh200core_train, not installed here (see above):
+# they come from the build tree, after the staged libgh200core.
+LD_LIBRARY_PATH=$stage$libdir:$GHC_TOP_BUILDDIR/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 unset GHC_PLUGIN_PATH
 cd "$tmp" || fail "cd $tmp"
@@ -143,28 +145,39 @@ awk -v so="$so" '$1 == "scheduler" && $2 == "cosine" && $4 == so { found = 1 } E
     fail "gh200core plugins does not list scheduler 'cosine' from $so"
 
 cat >"$tmp/train.cfg" <<'EOF'
-# the example plugin's configuration
+# the example plugin's configuration: its scheduler in a real (tiny) training run with the
+# shipped plugins of the build tree
+mempolicy = { plugin = "host"; };
 scheduler = { plugin = "cosine"; warmup_steps = 2; decay_steps = 10; };
+model = { plugin = "wan22"; dtype = "f32"; device = -1;
+  random = { dim = 64; ffn_dim = 128; heads = 2; layers = 1; in_channels = 16; out_channels = 16;
+             text_dim = 32; freq_dim = 64; }; };
+network = { plugin = "lycoris"; rank = 2; };
+optimizer = { plugin = "adamw"; };
+demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; };
+train = { steps = 3; tensorboard = false; };
 EOF
-run_cli --plugin-path "$tmp/plugins" -c "$tmp/train.cfg" --dry-run
+run_cli --plugin-path "$tmp/plugins" --plugin-path "$GHC_TOP_BUILDDIR/plugins/.libs" -c "$tmp/train.cfg" --dry-run
 [ "$rc" -eq 0 ] || fail "--dry-run with scheduler cosine: exit $rc, expected 0"
 
 # A real run writes the resolved configuration, with the defaults the plugin read.
-run_cli --plugin-path "$tmp/plugins" -c "$tmp/train.cfg" --set output_dir="$tmp/out.d"
+run_cli --plugin-path "$tmp/plugins" --plugin-path "$GHC_TOP_BUILDDIR/plugins/.libs" -c "$tmp/train.cfg" --set output_dir="$tmp/out.d"
 [ "$rc" -eq 0 ] || fail "a run with scheduler cosine: exit $rc, expected 0"
+[ "$(grep -c '"loss"' "$tmp/out.d/metrics.jsonl")" -eq 3 ] ||
+    fail "$tmp/out.d/metrics.jsonl does not hold the 3 steps of the run"
 for key in micro_batches min_factor; do
     grep -q "^ *$key = " "$tmp/out.d/resolved.cfg" ||
         fail "$tmp/out.d/resolved.cfg lacks the default of $key (defaults are recorded)"
 done
 
 # An unknown key: exit 3 (configuration error), with a suggestion.
-run_cli --plugin-path "$tmp/plugins" -c "$tmp/train.cfg" --dry-run --set scheduler.warmup_stepz=3
+run_cli --plugin-path "$tmp/plugins" --plugin-path "$GHC_TOP_BUILDDIR/plugins/.libs" -c "$tmp/train.cfg" --dry-run --set scheduler.warmup_stepz=3
 [ "$rc" -eq 3 ] || fail "--set scheduler.warmup_stepz=3: exit $rc, expected 3"
 grep -F "unknown key 'warmup_stepz'" "$tmp/out" | grep -F "did you mean 'warmup_steps'" >/dev/null ||
     fail "no error line with unknown key 'warmup_stepz' and did you mean 'warmup_steps'"
 
 # A value outside the plugin's bounds: exit 3, naming the key and the range.
-run_cli --plugin-path "$tmp/plugins" -c "$tmp/train.cfg" --dry-run --set scheduler.min_factor=2
+run_cli --plugin-path "$tmp/plugins" --plugin-path "$GHC_TOP_BUILDDIR/plugins/.libs" -c "$tmp/train.cfg" --dry-run --set scheduler.min_factor=2
 [ "$rc" -eq 3 ] || fail "--set scheduler.min_factor=2: exit $rc, expected 3"
 grep -F "scheduler.min_factor = 2 is out of range [0, 1]" "$tmp/out" >/dev/null ||
     fail "no error line saying scheduler.min_factor = 2 is out of range [0, 1]"

@@ -160,6 +160,13 @@ START_TEST(plugins_listing)
 }
 END_TEST
 
+/* The smallest training run: the tiny model, a LoRA, AdamW, one step on a 2-sample demo set. */
+#define TINY_RUN "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1; random = { dim = 64; ffn_dim = 128; " \
+                 "heads = 2; layers = 1; in_channels = 16; out_channels = 16; text_dim = 32; freq_dim = 64; }; };\n" \
+                 "network = { plugin = \"lycoris\"; rank = 2; };\noptimizer = { plugin = \"adamw\"; };\n" \
+                 "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; };\n" \
+                 "train = { steps = 1; tensorboard = false; };\n"
+
 START_TEST(resolved_reruns_elsewhere)
 {
     /* plugin_path relative to the config file becomes absolute in resolved.cfg, so that the
@@ -167,7 +174,8 @@ START_TEST(resolved_reruns_elsewhere)
     char *dir = tu_tmpdir(), *out, cmd[8192];
     snprintf(cmd, sizeof(cmd), "mkdir -p '%s/conf' && ln -s '%s' '%s/conf/plugs'", dir, tu_env("GHC_BUILD_PLUGINS"), dir);
     ck_assert_int_eq(system(cmd), 0);
-    char *cfg = tu_write(dir, "conf/t.cfg", "plugin_path = [\"plugs\"];\nscheduler = { plugin = \"constant\"; };\n");
+    char *cfg = tu_write(dir, "conf/t.cfg", "plugin_path = [\"plugs\"];\nmempolicy = { plugin = \"host\"; };\n"
+                         "scheduler = { plugin = \"constant\"; };\n" TINY_RUN);
     ck_assert_int_eq(cli(&out, "-q -c %s --set output_dir='%s/runs/a/b'", cfg, dir), 0);
     free(out);
     ck_assert_int_eq(cli(&out, "-q -n -c '%s/runs/a/b/resolved.cfg' --set output_dir='%s/runs/c'", dir, dir), 0);
@@ -183,13 +191,13 @@ START_TEST(train_writes_resolved_once)
 {
     char *dir = tu_tmpdir(), *out;
     char *inc = tu_write(dir, "common.cfg", "mempolicy = { plugin = \"host\"; };\n");
-    char *cfg = tu_write(dir, "t.cfg", "@include \"common.cfg\"\nscheduler = { plugin = \"constant\"; };\n");
+    char *cfg = tu_write(dir, "t.cfg", "@include \"common.cfg\"\nscheduler = { plugin = \"constant\"; };\n" TINY_RUN);
     char resolved[4200];
     snprintf(resolved, sizeof(resolved), "%s/run/resolved.cfg", dir);
 
     /* dry run: checks, writes nothing */
     ck_assert_int_eq(cli(&out, "-n -P '%s' -c %s --set output_dir='%s/run'", tu_env("GHC_BUILD_PLUGINS"), cfg, dir), 0);
-    ck_assert_msg(strstr(out, "configuration valid, 2 plugins loaded"), "%s", out);
+    ck_assert_msg(strstr(out, "configuration valid, 5 plugins loaded"), "%s", out);
     free(out);
     struct stat st;
     ck_assert_int_ne(stat(resolved, &st), 0);
