@@ -209,6 +209,8 @@ static const struct ghc_cfg_key set_keys[] = {
     { NULL, 0 }
 };
 
+const struct ghc_cfg_key *ghc_dataset_keys(bool entry) { return entry ? set_keys : data_keys; }
+
 /* `p` made absolute against the configuration file's folder. */
 static char *resolve_path(ghc_core_t *core, const char *p)
 {

@@ -175,6 +175,8 @@ static int cmd_plugins(ghc_core_t *core, bool keys)
         printf("%-10s %-16s %-32s %s\n", "SECTION", "NAME", "KEY", "TYPE");
         for (int i = 0; ghc_plugin_info_at(core, i, &info); i++)
             print_keys(ghc_kind_name(info.kind), info.name, info.keys);
+        print_keys("data", "-", ghc_dataset_keys(false));
+        print_keys("data", "datasets", ghc_dataset_keys(true));
         print_keys("train", "-", ghc_train_section_keys("train"));
         print_keys("demo", "-", ghc_train_section_keys("demo"));
         return failed ? EXIT_PLUGIN : EXIT_OK;
