@@ -1,35 +1,114 @@
 #!/bin/sh
-# gpu-suite.sh: run the GPU test suites and the benchmarks from a build tree, outside make
-# (the GPU machine has no autotools). Built here with `make && make check TESTS= && make bench`,
-# the shared libraries the GPU machine lacks packed into .device/lib by
-# ../shared/tools/device-pack.sh. Logs go to $OUT (or ./gpu-out). Exit status: the number of
-# failed suites.
+# gpu-suite.sh: run the GPU test suites, training runs on the GPU and the benchmarks from a
+# build tree, outside make (the GPU machine has no autotools). Built here with
+# `make && make check TESTS= && make bench`, the shared libraries the GPU machine lacks packed
+# into .device/lib by ../shared/tools/device-pack.sh. Logs go to $OUT (or ./gpu-out).
+# GHC_BENCH=0 skips the benchmarks; GHC_BENCH_OPS=1 adds bench_ops + bench_torch.py.
+# Exit status: the number of failed parts.
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$top/gpu-out}
 mkdir -p "$out"
+work=$(mktemp -d /tmp/ghc-gpu.XXXXXX)
 export LD_LIBRARY_PATH="$top/.device/lib:$top/.libs:$top/kernels/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GHC_BUILD_PLUGINS="$top/plugins/.libs" GHC_TEST_PLUGINS="$top/tests/plugins/.libs"
 export GHC_TEST_BADPLUGINS="$top/tests/badplugins/.libs" GHC_TEST_DATA="$top/tests/data"
 export GHC_TOP_SRCDIR="$top" GHC_TOP_BUILDDIR="$top" GHC_CLI="$top/.libs/gh200core" GHC_PLUGIN_PATH=
 export CK_FORK=no
+cli="$top/.libs/gh200core"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 failed=0
-for t in test_cuda_device test_ops_cuda test_gemm_attn_cuda test_wan22 test_tensor test_ops_cpu test_safetensors test_loader test_config; do
+logs="$out/suites.log"
+: > "$logs"
+
+# ---- the suites ----
+for t in ${GHC_SUITES:-test_cuda_device test_ops_cuda test_gemm_attn_cuda test_wan22 test_optim_cuda test_lycoris_cuda \
+         test_data_cuda test_mem_cuda test_optim test_lycoris test_data test_mem test_tensor test_ops_cpu}; do
     bin="$top/tests/.libs/$t"
     [ -x "$bin" ] || bin="$top/tests/$t"
+    [ -x "$bin" ] || { echo "$t: not built"; continue; }
     start=$(date +%s)
-    "$bin" > "$out/$t.log" 2>&1
+    echo "==== $t" >> "$logs"
+    timeout 200 "$bin" > "$work/$t.log" 2>&1
     rc=$?
-    echo "$t: exit $rc ($(( $(date +%s) - start )) s) $(grep -E '^[0-9]+%: Checks' "$out/$t.log")"
-    [ $rc -eq 0 ] || { failed=$((failed + 1)); grep -E ':[FE]:' "$out/$t.log" | head -n 20; }
+    cat "$work/$t.log" >> "$logs"
+    echo "$t: exit $rc ($(( $(date +%s) - start )) s) $(grep -E '^[0-9]+%: Checks' "$work/$t.log")"
+    [ $rc -eq 0 ] || { failed=$((failed + 1)); grep -E ':[FE]:' "$work/$t.log" | head -n 20; }
 done
+
+# ---- training on the GPU: the tiny demo under three memory policies, and a resume ----
+train() {   # name, then --set arguments
+    n=$1; shift
+    GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 150 "$cli" -q -c "$top/etc/tiny.cfg" --set output_dir="\"$work/$n\"" \
+        --set model.device=0 --set train.steps=40 --set scheduler.decay_steps=40 --set train.log_every=40 "$@" \
+        > "$work/train_$n.log" 2>&1
+    rc=$?
+    echo "train $n: exit $rc"
+    [ $rc -eq 0 ] || { failed=$((failed + 1)); tail -n 5 "$work/train_$n.log"; }
+}
+losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | cut -d: -f2; }
+cmp_losses() {   # a b [first-line]: the largest relative difference of the losses
+    losses "$work/$1" | tail -n +"${3:-1}" > "$work/l1"
+    losses "$work/$2" > "$work/l2"
+    paste "$work/l1" "$work/l2" | awk -v a="$1" -v b="$2" '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 > 0 ? $1 : 1);
+        if (r > m) m = r; if ($1 != $2) ne++; n++ }
+        END { printf "losses %s vs %s: %d steps, %d differ, max relative difference %.3g\n", a, b, n, ne, m; exit !(n > 0 && m < 1e-3) }'
+    [ $? -eq 0 ] || failed=$((failed + 1))
+}
+if [ "${GHC_TRAIN:-1}" = 1 ]; then
+    train device --set mempolicy.plugin='"device"'
+    train uvm --set mempolicy.plugin='"gh200_uvm"'
+    train offload --set mempolicy.plugin='"offload"'
+    echo "first and last losses (device): $(losses "$work/device" | head -n 1) ... $(losses "$work/device" | tail -n 1)"
+    cmp_losses device uvm
+    cmp_losses device offload
+    train device2 --set mempolicy.plugin='"device"'
+    cmp_losses device device2
+    # resume: 40 steps with a checkpoint at 20, then 20 more from that checkpoint elsewhere
+    train resa --set mempolicy.plugin='"device"' --set train.save_every=20 --set train.keep_last=0
+    train resb --set mempolicy.plugin='"device"' --resume "$work/resa/checkpoint-20"
+    cmp_losses resa resb 21
+    # a mid-size model (4 blocks of dim 1536, 2048 tokens, 512 text rows of 4096): s/step and
+    # the share of the step spent waiting for data
+    GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 240 "$cli" -q -c "$top/etc/tiny.cfg" --set output_dir="\"$work/mid\"" \
+        --set model.device=0 --set model.dtype='"bf16"' --set model.checkpointing='"block"' \
+        --set mempolicy.plugin='"device"' --set train.steps=12 --set scheduler.decay_steps=12 \
+        --set model.random.dim=1536 --set model.random.ffn_dim=8960 --set model.random.heads=12 \
+        --set model.random.layers=4 --set model.random.text_dim=4096 --set model.random.freq_dim=256 \
+        --set demo.samples=4 --set demo.height=32 --set demo.width=32 --set demo.frames=8 \
+        --set demo.text_len=512 --set demo.text_dim=4096 --set data.batch_size=1 --set network.rank=16 \
+        > "$work/train_mid.log" 2>&1
+    echo "train mid: exit $?"; tail -n 3 "$work/train_mid.log"
+    [ -f "$work/mid/metrics.jsonl" ] && tail -n +3 "$work/mid/metrics.jsonl" | awk -F'[:,]' '
+        { for (i = 1; i < NF; i++) { if ($i == "\"time_step\"") s += $(i+1); if ($i == "\"time_data\"") d += $(i+1) } n++ }
+        END { if (n) printf "mid-size steps 3..%d: %.4f s/step, data wait %.5f s/step = %.3f%% of the step\n", n + 2, s / n, d / n, 100 * d / s }'
+fi
+
+# ---- diag and the benchmarks ----
+GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 60 "$cli" diag --json "$out/diag.json" --oversubscription-scale 0.25 \
+    > "$work/diag.log" 2>&1
+echo "diag: exit $?"; grep -iE "platform|fail|GB/s" "$work/diag.log" | head -n 20
 if [ "${GHC_BENCH:-1}" = 1 ]; then
-    bench="$top/bench/.libs/bench_ops"
-    [ -x "$bench" ] || bench="$top/bench/bench_ops"
-    "$bench" --csv "$out/bench_ops.csv" > "$out/bench_ops.log" 2>&1; echo "bench_ops: exit $?"; cat "$out/bench_ops.log"
-    if python3 -c 'import torch' 2>/dev/null; then
-        python3 "$top/bench/bench_torch.py" --ours "$out/bench_ops.csv" --csv "$out/bench_torch.csv" > "$out/bench_torch.log" 2>&1
-        echo "bench_torch: exit $?"; cat "$out/bench_torch.log"
+    b="$out/bench.log"
+    for t in bench_optim; do
+        [ -x "$top/bench/.libs/$t" ] || continue
+        timeout 120 "$top/bench/.libs/$t" > "$work/$t.log" 2>&1; echo "$t: exit $?"; cat "$work/$t.log" | tee -a "$b"
+    done
+    if [ -x "$top/bench/.libs/bench_mem" ]; then
+        timeout "${BENCH_MEM_T:-200}" "$top/bench/.libs/bench_mem" --layers "${BENCH_LAYERS:-4}" --reps 2 \
+            > "$work/bench_mem.log" 2>&1
+        echo "bench_mem: exit $?"; cat "$work/bench_mem.log" | tee -a "$b"
+    fi
+    if [ "${GHC_BENCH_OPS:-0}" = 1 ]; then
+        "$top/bench/.libs/bench_ops" --csv "$out/bench_ops.csv" > "$work/bench_ops.log" 2>&1
+        echo "bench_ops: exit $?"; cat "$work/bench_ops.log" | tee -a "$b"
+        if python3 -c 'import torch' 2>/dev/null; then
+            python3 "$top/bench/bench_torch.py" --ours "$out/bench_ops.csv" --csv "$out/bench_torch.csv" > "$work/bench_torch.log" 2>&1
+            echo "bench_torch: exit $?"; cat "$work/bench_torch.log" | tee -a "$b"
+        fi
     fi
 fi
+cp "$work"/train_*.log "$work/diag.log" "$out/" 2>/dev/null
+tar -C "$work" -czf "$out/runs.tgz" --exclude='*.safetensors' . 2>/dev/null
+rm -rf "$work"
+echo "failed parts: $failed"
 exit $failed
