@@ -257,6 +257,10 @@ static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st
     static const enum kind want[] = { K_LORA, K_LOHA, K_LOKR };
     static const char *const kind_name[] = { "LoRA", "LoHa", "LoKr" };
     char exp[64], got[64], msg[256];
+    if (md->dora != (f->dora != NULL))
+        return file_err(net, path, "module '%s': %s", md->name, md->dora ?
+                        "'dora_scale' is missing (the network has dora_wd = true; the file is a plain adapter)" :
+                        "the file is DoRA ('dora_scale'); set dora_wd = true to load it");
     if (f->kind == K_UNKNOWN)
         return file_err(net, path, "no adapter tensors for module '%s' (%s)", md->name,
                         "the network targets it; a file for other targets cannot be loaded");
@@ -265,10 +269,6 @@ static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st
                  kind_name[f->kind], lyc_algo_name(md->algo));
         return file_err(net, path, "module '%s': %s", md->name, msg);
     }
-    if (md->dora != (f->dora != NULL))
-        return file_err(net, path, "module '%s': %s", md->name, md->dora ?
-                        "'dora_scale' is missing (the network has dora_wd = true; the file is a plain adapter)" :
-                        "the file is DoRA ('dora_scale'); set dora_wd = true to load it");
     for (int i = 0; i < LYC_MAX_PARAMS; i++) {
         const char *expect = lyc_param_suffix(md, i);
         if (md->dora && i == 2) {   /* g: [out, 1] (output axis); [1, in] is the input axis */
