@@ -498,6 +498,7 @@ START_TEST(wan22_finite_differences)
         "algo = \"lora\"; rank = 4; alpha = 2.0;",
         "algo = \"loha\"; rank = 2; alpha = 1.0;",
         "algo = \"lokr\"; rank = 2; alpha = 1.0; factor = 4; decompose_both = true;",
+        "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true;",
     };
     fd_check(cfgs[_i]);
 }
@@ -1003,7 +1004,7 @@ static Suite *lycoris_suite(void)
     tcase_add_test(tc, dropout);
     tcase_add_test(tc, config_errors);
     tcase_add_test(tc, wan22_fixture_lora);
-    tcase_add_loop_test(tc, wan22_finite_differences, 0, 3);
+    tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }
