@@ -749,6 +749,117 @@ static char *write_file(ghc_core_t *core, const char *dir, const char *fname, co
     return path;
 }
 
+/* DoRA files: g (and the factors) saved by a network on the wan22 fixture model and loaded by
+ * another give the same layer outputs (base W x + b included); dora_scale is F32 [out, 1].
+ * With GHC_LYCORIS_KEEP=dir also writes dir/dN.safetensors and dir/dN.ref.safetensors (x.<t>,
+ * y.<t>, w.<t>, b.<t>) for check_lycoris_load.py. */
+static float *dora_outputs(ghc_core_t *core, ghc_st_writer_t *ref, size_t *len)
+{
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t n;
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_model_targets(model, &tg, &n));
+    ok(core, ghc_network_hook(net, 0, &hook));
+    size_t total = 0, o = 0;
+    for (int32_t t = 0; t < n; t++)
+        total += 5 * (size_t)tg[t].out_features;
+    float *all = malloc(total * sizeof(float));
+    for (int32_t t = 0; t < n; t++) {
+        const ghc_tensor_t *w, *b;
+        float sc;
+        ok(core, ghc_model_target_weight(model, 0, t, &w, &sc, &b));
+        ck_assert(sc == 1.0f && b != NULL);
+        ghc_tensor_t *xh = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 5, tg[t].in_features });
+        ok(core, ghc_op_rand_normal(xh, &(struct ghc_rng){ 99, (uint64_t)t << 20 }, NULL));
+        ghc_tensor_t *x = on(core, xh, dev, GHC_DTYPE_F32);
+        ghc_tensor_t *y = base_linear(core, x, w, b);
+        ok(core, hook.forward(hook.user, t, x, y, NULL));
+        ghc_tensor_t *yh = on(core, y, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+        memcpy(all + o, ghc_tensor_cdata(yh), 5 * (size_t)tg[t].out_features * sizeof(float));
+        o += 5 * (size_t)tg[t].out_features;
+        if (ref) {
+            char k[128];
+            ghc_tensor_t *wh = on(core, w, GHC_DEVICE_CPU, GHC_DTYPE_F32), *bh = on(core, b, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+            snprintf(k, sizeof(k), "x.%s", tg[t].name);
+            ok(core, ghc_st_writer_add(ref, k, xh));
+            snprintf(k, sizeof(k), "y.%s", tg[t].name);
+            ok(core, ghc_st_writer_add(ref, k, yh));
+            snprintf(k, sizeof(k), "w.%s", tg[t].name);
+            ok(core, ghc_st_writer_add(ref, k, wh));
+            snprintf(k, sizeof(k), "b.%s", tg[t].name);
+            ok(core, ghc_st_writer_add(ref, k, bh));
+            ghc_tensor_free(wh);
+            ghc_tensor_free(bh);
+        }
+        ghc_tensor_free(xh);
+        ghc_tensor_free(x);
+        ghc_tensor_free(y);
+        ghc_tensor_free(yh);
+    }
+    *len = total;
+    return all;
+}
+
+START_TEST(dora_save_load)
+{
+    static const char *const cfgs[] = {
+        "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; save_dtype = \"f32\";",
+        "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; format = \"musubi\";",
+    };
+    const char *cfg = cfgs[_i];
+    char mcfg[1024], path[4200], kp[4200];
+    char *dir = tu_tmpdir();
+    snprintf(path, sizeof(path), "%s/dora.safetensors", dir);
+    ghc_core_t *core = core_with(cfg, wan22_cfg(mcfg, sizeof(mcfg), true));
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t n;
+    ok(core, ghc_model_targets(ghc_model_get(core), &tg, &n));
+    ok(core, ghc_network_attach(net, 0, tg, n));
+    randomise(core, net, 7 + (uint64_t)_i);
+    const char *keep = getenv("GHC_LYCORIS_KEEP");
+    ghc_st_writer_t *ref = keep ? ghc_st_writer_init(core) : NULL;
+    size_t len, len2;
+    float *y1 = dora_outputs(core, ref, &len);
+    ok(core, ghc_network_save(net, 0, path));
+    if (keep) {
+        snprintf(kp, sizeof(kp), "%s/d%d.safetensors", keep, _i);
+        ok(core, ghc_network_save(net, 0, kp));
+        snprintf(kp, sizeof(kp), "%s/d%d.ref.safetensors", keep, _i);
+        ok(core, ghc_st_writer_finish(ref, kp));
+        ghc_st_writer_free(ref);
+    }
+    ghc_st_t *st = ghc_st_open(core, path);
+    struct ghc_st_info info;
+    ck_assert(ghc_st_find(st, _i ? "lora_unet_blocks_1_ffn_0.dora_scale" : "diffusion_model.blocks.1.ffn.0.dora_scale",
+                          &info));
+    ck_assert_int_eq(info.dtype, GHC_DTYPE_F32);
+    ck_assert_int_eq(info.ndim, 2);
+    ck_assert_int_eq(info.shape[0], 176);
+    ck_assert_int_eq(info.shape[1], 1);
+    ghc_st_free(st);
+    ghc_core_free(core);
+
+    core = core_with(cfg, wan22_cfg(mcfg, sizeof(mcfg), true));
+    net = ghc_network_get(core);
+    ok(core, ghc_model_targets(ghc_model_get(core), &tg, &n));
+    ok(core, ghc_network_attach(net, 0, tg, n));
+    ok(core, ghc_network_load(net, 0, path));
+    float *y2 = dora_outputs(core, NULL, &len2);
+    ck_assert_uint_eq(len, len2);
+    double e = max_rel(y2, y1, len);
+    printf("dora save/load (%s): max rel diff %.3g\n", cfg, e);
+    ck_assert_msg(e < (_i ? 2e-2 : 1e-6), "dora reload: %g", e);
+    free(y1);
+    free(y2);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(malformed_files)
 {
     static const struct { const char *what; const char *t[4]; int n; const char *msg; } bad[] = {
@@ -999,6 +1110,7 @@ static Suite *lycoris_suite(void)
     tcase_add_loop_test(tc, golden, 0, N_GCASES);
     tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
     tcase_add_test(tc, save_load_formats);
+    tcase_add_loop_test(tc, dora_save_load, 0, 2);
     tcase_add_test(tc, malformed_files);
     tcase_add_test(tc, target_selection);
     tcase_add_test(tc, dropout);
