@@ -82,3 +82,18 @@ int ghc_model_device(ghc_model_t *m)
 {
     return M_OPS(m)->device ? M_OPS(m)->device(M_SELF(m)) : GHC_DEVICE_CPU;
 }
+
+int ghc_model_target_weight(ghc_model_t *m, int32_t expert, int32_t target, const ghc_tensor_t **w, float *w_scale,
+                            const ghc_tensor_t **b)
+{
+    int rc = check_expert(m, expert, "target_weight");
+    if (rc < 0)
+        return rc;
+    if (!M_OPS(m)->target_weight)
+        return ghc_error_set(M_INST(m)->core, GHC_EUNSUPPORTED, "model \"%s\": target_weight: the model does not "
+                             "hand out its frozen weights (needed by DoRA)", M_NAME(m));
+    ghc_error_clear(M_INST(m)->core);
+    *b = NULL;
+    *w_scale = 1.0f;
+    return failed(m, M_OPS(m)->target_weight(M_SELF(m), expert, target, w, w_scale, b), "target_weight");
+}

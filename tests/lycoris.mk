@@ -23,5 +23,6 @@ EXTRA_DIST += tests/test_lycoris.c tests/test_lycoris_cuda.c tests/fixtures/make
 	tests/fixtures/lycoris/lora_r4.safetensors tests/fixtures/lycoris/lora_r8_rs.safetensors \
 	tests/fixtures/lycoris/loha_r4.safetensors tests/fixtures/lycoris/lokr_fm1_full.safetensors \
 	tests/fixtures/lycoris/lokr_f4_w2lr.safetensors tests/fixtures/lycoris/lokr_f16_both.safetensors \
-	tests/fixtures/lycoris/lokr_f16_full.safetensors
+	tests/fixtures/lycoris/lokr_f16_full.safetensors \
+	tests/fixtures/lycoris/dora_r4_ffn0.safetensors tests/fixtures/lycoris/dora_r8_q.safetensors
 # ---- end lycoris ----

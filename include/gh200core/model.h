@@ -80,6 +80,12 @@ struct ghc_model_ops {
     /* optional (API 3); the device the model computes on: GHC_DEVICE_CPU or a CUDA ordinal.
      * Absent: the CPU. Callers put the batch, the noise and the loss there. */
     int (*device)(void *self);
+    /* optional (since API 3); the frozen weight and bias of `target` of `expert` as the model
+     * stores them (for DoRA and merging): *w [out, in] in the base dtype (bf16, f32), or e4m3
+     * to be multiplied by *w_scale (1 otherwise); *b [out] or NULL (no bias). Borrowed; on
+     * the model's device, or wherever its memory policy keeps them (ghc_tensor_device). */
+    int (*target_weight)(void *self, int32_t expert, int32_t target, const ghc_tensor_t **w, float *w_scale,
+                         const ghc_tensor_t **b);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -101,6 +107,10 @@ GHC_API int ghc_model_backward(ghc_model_t *model, int32_t expert, const ghc_ten
                                ghc_tensor_t *dnoisy, void *stream);
 GHC_API int ghc_model_activate(ghc_model_t *model, int32_t expert);
 GHC_API int ghc_model_device(ghc_model_t *model);
+/* The frozen weight (with its dequantisation scale) and bias of a target. GHC_EUNSUPPORTED when
+ * the model lacks the member, GHC_EINVAL for an expert or target out of range. */
+GHC_API int ghc_model_target_weight(ghc_model_t *model, int32_t expert, int32_t target, const ghc_tensor_t **w,
+                                    float *w_scale, const ghc_tensor_t **b);
 
 GHC_END_DECLS
 

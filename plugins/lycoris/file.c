@@ -58,12 +58,13 @@ static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t 
 
 /* ---- save ---------------------------------------------------------------------------------- */
 
-static int add_param(struct lycoris *net, ghc_st_writer_t *w, const char *key, const ghc_tensor_t *p, float mul)
+static int add_param(struct lycoris *net, ghc_st_writer_t *w, const char *key, const ghc_tensor_t *p, float mul,
+                     enum ghc_dtype dt)
 {
     int rc;
     ghc_tensor_t *h = ghc_tensor_init(net->core, GHC_DTYPE_F32, ghc_tensor_ndim(p), ghc_tensor_shape(p),
                                       GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
-    ghc_tensor_t *o = ghc_tensor_init(net->core, net->save_dtype, ghc_tensor_ndim(p), ghc_tensor_shape(p),
+    ghc_tensor_t *o = ghc_tensor_init(net->core, dt, ghc_tensor_ndim(p), ghc_tensor_shape(p),
                                       GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
     if (!h || !o)
         rc = ghc_error_code(net->core) ? ghc_error_code(net->core) : GHC_ENOMEM;
@@ -91,12 +92,13 @@ static int add_metadata(struct lycoris *net, ghc_st_writer_t *w)
                  "\"full_matrix\": \"%s\"%s}", (long long)net->factor, net->decompose_both ? "True" : "False",
                  net->full_matrix ? "True" : "False", net->rs_lora ? ", \"rs_lora\": \"True\"" : "");
     else
-        snprintf(args, sizeof(args), "{\"algo\": \"%s\"%s}", lyc_algo_name(net->algo),
-                 net->rs_lora ? ", \"rs_lora\": \"True\"" : "");
+        snprintf(args, sizeof(args), "{\"algo\": \"%s\"%s%s}", lyc_algo_name(net->algo),
+                 net->rs_lora ? ", \"rs_lora\": \"True\"" : "", net->dora ? ", \"dora_wd\": \"True\"" : "");
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
     const char *kv[][2] = {
-        { "ss_network_module", lora && net->format != LYC_FMT_COMFYUI ? "networks.lora_wan" : "lycoris.kohya" },
+        { "ss_network_module", lora && !net->dora && net->format != LYC_FMT_COMFYUI ? "networks.lora_wan" :
+                               "lycoris.kohya" },
         { "ss_network_dim", dim },
         { "ss_network_alpha", alpha },
         { "ss_network_args", args },
@@ -131,7 +133,8 @@ int lyc_save(struct lycoris *net, int32_t expert, const char *path)
                 continue;
             bool peft = net->format == LYC_FMT_DIFFUSERS;
             snprintf(key, sizeof(key), "%s.%s", prefix, peft ? peft_suffix(i) : lyc_param_suffix(md, i));
-            rc = add_param(net, w, key, md->p[i], peft && i == up_slot(md) ? md->scale : 1.0f);
+            rc = add_param(net, w, key, md->p[i], peft && i == up_slot(md) ? md->scale : 1.0f,
+                           md->dora && i == 2 ? GHC_DTYPE_F32 : net->save_dtype);   /* dora_scale: F32 (§11.5) */
         }
         if (rc == 0 && net->format != LYC_FMT_DIFFUSERS) {
             snprintf(key, sizeof(key), "%s.alpha", prefix);
@@ -151,7 +154,7 @@ int lyc_save(struct lycoris *net, int32_t expert, const char *path)
 /* ---- load ---------------------------------------------------------------------------------- */
 
 /* Tensor suffixes a module may carry, and what they are. */
-enum kind { K_UNKNOWN = -1, K_LORA, K_LOHA, K_LOKR, K_ALPHA, K_IGNORED };
+enum kind { K_UNKNOWN = -1, K_LORA, K_LOHA, K_LOKR, K_ALPHA, K_DORA };
 
 struct suffix {
     const char *name;
@@ -168,7 +171,7 @@ static const struct suffix suffixes[] = {
     { "lokr_w1", K_LOKR, 0 }, { "lokr_w1_a", K_LOKR, 0 }, { "lokr_w1_b", K_LOKR, 1 },
     { "lokr_w2", K_LOKR, 2 }, { "lokr_w2_a", K_LOKR, 2 }, { "lokr_w2_b", K_LOKR, 3 },
     { "alpha", K_ALPHA, -1 },
-    { "dora_scale", K_UNKNOWN, -2 },   /* DoRA: refused with its own message */
+    { "dora_scale", K_DORA, -1 },
 };
 
 /* What the file holds for one module. */
@@ -176,6 +179,7 @@ struct found {
     const char *key[LYC_MAX_PARAMS];
     const char *suffix[LYC_MAX_PARAMS];
     const char *alpha;
+    const char *dora;
     enum kind   kind;
     int         n;
 };
@@ -224,14 +228,11 @@ static int scan(struct lycoris *net, struct lyc_expert *e, ghc_st_t *st, const c
         for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++)
             if (strcmp(sfx, suffixes[k].name) == 0)
                 s = &suffixes[k];
-        if (s && s->slot == -2)
-            return file_err(net, path, "tensor '%s': DoRA (%s) is not supported by this network (doc/lycoris.md)",
-                            info.name, "dora_scale");
         if (!s)
             return file_err(net, path, "tensor '%s': unknown adapter tensor '%s' (algorithm not recognised; known: "
-                            "LoRA lora_down/lora_up, LoHa hada_w*, LoKr lokr_w*, alpha)", info.name, sfx);
-        if (s->kind == K_ALPHA) {
-            f->alpha = info.name;
+                            "LoRA lora_down/lora_up, LoHa hada_w*, LoKr lokr_w*, alpha, dora_scale)", info.name, sfx);
+        if (s->kind == K_ALPHA || s->kind == K_DORA) {
+            *(s->kind == K_ALPHA ? &f->alpha : &f->dora) = info.name;
             continue;
         }
         if (f->kind != K_UNKNOWN && f->kind != s->kind)
@@ -256,6 +257,10 @@ static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st
     static const enum kind want[] = { K_LORA, K_LOHA, K_LOKR };
     static const char *const kind_name[] = { "LoRA", "LoHa", "LoKr" };
     char exp[64], got[64], msg[256];
+    if (md->dora != (f->dora != NULL))
+        return file_err(net, path, "module '%s': %s", md->name, md->dora ?
+                        "'dora_scale' is missing (the network has dora_wd = true; the file is a plain adapter)" :
+                        "the file is DoRA ('dora_scale'); set dora_wd = true to load it");
     if (f->kind == K_UNKNOWN)
         return file_err(net, path, "no adapter tensors for module '%s' (%s)", md->name,
                         "the network targets it; a file for other targets cannot be loaded");
@@ -266,6 +271,18 @@ static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st
     }
     for (int i = 0; i < LYC_MAX_PARAMS; i++) {
         const char *expect = lyc_param_suffix(md, i);
+        if (md->dora && i == 2) {   /* g: [out, 1] (output axis); [1, in] is the input axis */
+            struct ghc_st_info info;
+            ghc_st_find(st, f->dora, &info);
+            bool in_axis = info.ndim == 2 && info.shape[0] == 1 && info.shape[1] == md->in && md->in != md->out;
+            if (info.ndim != 2 || info.shape[0] != md->out || info.shape[1] != 1 || !ghc_dtype_is_float(info.dtype)) {
+                snprintf(msg, sizeof(msg), "shape %s %s, expected [%lld, 1] float (output axis)%s",
+                         shape_text(info.ndim, info.shape, got, sizeof(got)), ghc_dtype_name(info.dtype),
+                         (long long)md->out, in_axis ? "; input-axis DoRA (wd_on_out = False) is not supported" : "");
+                return file_err(net, path, "tensor '%s': %s", f->dora, msg);
+            }
+            continue;
+        }
         if (!expect && f->key[i])
             return file_err(net, path, "tensor '%s': %s", f->key[i], md->algo == LYC_LOKR ?
                             "a low-rank LoKr factor where this network has a full one (check factor, rank, "
@@ -345,7 +362,8 @@ int lyc_load(struct lycoris *net, int32_t expert, const char *path)
         for (int i = 0; i < LYC_MAX_PARAMS && rc == 0; i++) {
             if (!md->p[i])
                 continue;
-            ghc_tensor_t *h = ghc_st_load(st, found[m].key[i], GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+            const char *key = md->dora && i == 2 ? found[m].dora : found[m].key[i];
+            ghc_tensor_t *h = ghc_st_load(st, key, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
             if (!h) {
                 rc = ghc_error_code(net->core);
                 break;

@@ -29,7 +29,7 @@ const char *lyc_param_suffix(const struct lyc_module *md, int i)
     if (i < 0 || i >= LYC_MAX_PARAMS)
         return NULL;
     switch (md->algo) {
-    case LYC_LORA: return lora[i];
+    case LYC_LORA: return i == 2 && md->dora ? "dora_scale" : lora[i];
     case LYC_LOHA: return loha[i];
     case LYC_LOKR:
         if (i == 0) return md->w1_lr ? "lokr_w1_a" : "lokr_w1";
@@ -75,7 +75,7 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { "rank_dropout", GHC_CFG_FLOAT },
     { "rank_dropout_scale", GHC_CFG_BOOL },
     { "module_dropout", GHC_CFG_FLOAT },
-    { "dora_wd", GHC_CFG_BOOL },         /* refused: the hooks carry no base weight (doc) */
+    { "dora_wd", GHC_CFG_BOOL },         /* DoRA on LoRA, output axis (spec §5) */
     { "preset", GHC_CFG_STRING },        /* "attn", "attn_ffn" (default), "full" */
     { "include", GHC_CFG_LIST },         /* fnmatch patterns on official target names */
     { "exclude", GHC_CFG_LIST },
@@ -169,6 +169,8 @@ static void expert_free(struct lyc_expert *e)
             ghc_tensor_free(md->g[k]);
         }
         ghc_tensor_free(md->mask);
+        free(md->wn2);
+        free(md->bias);
     }
     free(e->mods);
     free(e->by_target);
@@ -185,6 +187,7 @@ static void lyc_free(void *self)
     for (int e = 0; e < LYC_MAX_EXPERTS; e++)
         expert_free(&net->ex[e]);
     lyc_ws_free(net);
+    free(net->hbuf);
     for (int i = 0; i < net->n_ov; i++)
         free(net->ov[i].pattern);
     free(net->ov);
@@ -231,12 +234,14 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
                            ghc_cfg_where(cfg, "factor"));
         goto fail;
     }
-    if (dora) {
-        rc = ghc_error_set(core, GHC_ECONFIG, "%s: lycoris: dora_wd is not supported: DoRA needs the frozen base "
-                           "weight of each target, which the model's adapter hooks do not pass (doc/lycoris.md)",
+    if (dora && (algo == 1 || algo == 2 || net->rank_dropout > 0 || fmt == 2)) {
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: lycoris: dora_wd is implemented for algo \"lora\" without "
+                           "rank_dropout, saved in format \"comfyui\" or \"musubi\" (doc/lycoris.md)",
                            ghc_cfg_where(cfg, "dora_wd"));
         goto fail;
     }
+    net->dora = dora;
+    net->model = ghc_model_get(core);
     net->algo = algo == 3 ? LYC_LORA : (enum lyc_algo)algo;
     net->rank = (int32_t)rank;
     net->factor = factor;
@@ -256,7 +261,8 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         device = default_device(core);
     }
     net->device = (int)device;
-    ghc_log(core, GHC_LOG_INFO, "lycoris: %s rank %d alpha %g%s on %s", lyc_algo_name(net->algo), (int)net->rank,
+    ghc_log(core, GHC_LOG_INFO, "lycoris: %s%s rank %d alpha %g%s on %s", lyc_algo_name(net->algo),
+            net->dora ? " + DoRA" : "", (int)net->rank,
             net->alpha > 0 ? net->alpha : (double)net->rank, net->rs_lora ? " (rs_lora)" : "",
             net->device == GHC_DEVICE_CPU ? "cpu" : "cuda");
     *self = net;
@@ -327,6 +333,7 @@ static void param_shape(const struct lyc_module *md, int i, int64_t shape[2])
     case LYC_LORA:
         if (i == 0) { shape[0] = r; shape[1] = md->in; }
         if (i == 1) { shape[0] = md->out; shape[1] = r; }
+        if (i == 2 && md->dora) { shape[0] = md->out; shape[1] = 1; }
         break;
     case LYC_LOHA:
         shape[0] = i % 2 ? r : md->out;
@@ -431,10 +438,11 @@ static int lyc_attach(void *self, int32_t expert, const struct ghc_model_target 
             continue;
         struct lyc_module *md = &e->mods[e->n_mods];
         *md = (struct lyc_module){ .target = t, .name = targets[t].name, .alias = targets[t].alias,
-                                   .in = targets[t].in_features, .out = targets[t].out_features };
+                                   .in = targets[t].in_features, .out = targets[t].out_features,
+                                   .dora = net->dora, .expert = expert };
         module_shape(net, md);
         e->by_target[t] = e->n_mods++;
-        if ((rc = module_alloc(net, md)) < 0)
+        if ((rc = module_alloc(net, md)) < 0 || (md->dora && (rc = lyc_dora_init(net, md)) < 0))
             goto fail;
         for (int i = 0; i < LYC_MAX_PARAMS; i++)
             if (md->p[i]) {

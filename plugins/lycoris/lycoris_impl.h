@@ -11,7 +11,7 @@
 
 #define LYC_MAX_EXPERTS 8
 #define LYC_MAX_PARAMS  4        /* tensors per module */
-#define LYC_WS_SLOTS    10       /* scratch buffers */
+#define LYC_WS_SLOTS    20       /* scratch buffers */
 
 enum lyc_algo { LYC_LORA = 0, LYC_LOHA, LYC_LOKR };
 
@@ -21,7 +21,8 @@ enum lyc_format { LYC_FMT_COMFYUI = 0, LYC_FMT_MUSUBI, LYC_FMT_DIFFUSERS };
  *   lora: 0 lora_down [r, in] (A), 1 lora_up [out, r] (B)
  *   loha: 0 hada_w1_a [out, r], 1 hada_w1_b [r, in], 2 hada_w2_a [out, r], 3 hada_w2_b [r, in]
  *   lokr: 0 lokr_w1 [a, c] or lokr_w1_a [a, r], 1 -- or lokr_w1_b [r, c],
- *         2 lokr_w2 [b, d] or lokr_w2_a [b, r], 3 -- or lokr_w2_b [r, d]  (unused slots NULL) */
+ *         2 lokr_w2 [b, d] or lokr_w2_a [b, r], 3 -- or lokr_w2_b [r, d]  (unused slots NULL)
+ *   lora with DoRA: 2 dora_scale [out, 1] (g, output axis, spec §5) */
 struct lyc_module {
     int32_t        target;          /* index into the model's targets */
     const char    *name;            /* official name "blocks.0.self_attn.q" (the model's) */
@@ -37,6 +38,10 @@ struct lyc_module {
     ghc_tensor_t  *p[LYC_MAX_PARAMS], *g[LYC_MAX_PARAMS];   /* f32 on the network's device */
     ghc_tensor_t  *mask;            /* rank dropout: [out] f32 output-row mask of this step, or NULL */
     bool           dropped;         /* module dropout: skipped in this step */
+    bool           dora;            /* weight decomposition (LoRA, output axis): g in p[2] */
+    int32_t        expert;          /* the expert whose frozen weight DoRA normalises */
+    float         *wn2;             /* DoRA: host [out] squared row norms of the frozen W */
+    float         *bias;            /* DoRA: host [out] frozen bias, or NULL */
 };
 
 struct lyc_expert {
@@ -80,6 +85,10 @@ struct lycoris {
     struct lyc_expert   ex[LYC_MAX_EXPERTS];
     ghc_tensor_t       *ws[LYC_WS_SLOTS];   /* scratch, grown on demand */
     int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
+    bool                dora;               /* dora_wd */
+    ghc_model_t        *model;              /* the run's model (DoRA's frozen weights), or NULL */
+    float              *hbuf;               /* DoRA: host scratch */
+    size_t              hbuf_len;
 };
 
 /* ---- lycoris.c ------------------------------------------------------------------------------- */
@@ -101,6 +110,12 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
 /* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's
  * device. Returns 0 or GHC_E*. */
 int lyc_delta(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *dw, void *stream);
+/* DoRA: read md's frozen W and b (through the model's target_weight), keep its row norms and
+ * bias on the host, and set g (p[2]) to the row norms (spec §5.1). */
+int lyc_dora_init(struct lycoris *net, struct lyc_module *md);
+/* The frozen weight of md as an [out, in] tensor of dtype dt on the network's device: a view of
+ * the model's tensor, or a copy / dequantisation in scratch (the caller frees the result). */
+ghc_tensor_t *lyc_base_weight(struct lycoris *net, struct lyc_module *md, enum ghc_dtype dt, void *stream);
 /* Release the scratch buffers. */
 void lyc_ws_free(struct lycoris *net);
 

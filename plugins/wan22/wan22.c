@@ -308,6 +308,23 @@ static int wan22_bwd(void *self, int32_t expert, const ghc_tensor_t *dout, ghc_t
 
 static int wan22_device(void *self) { return ((struct wan22 *)self)->device; }
 
+/* The frozen weight of a target as loaded (base dtype or e4m3 with its scale; resident where the
+ * memory policy put it) and its f32 bias. */
+static int wan22_target_weight(void *self, int32_t expert, int32_t target, const ghc_tensor_t **w,
+                               float *w_scale, const ghc_tensor_t **b)
+{
+    struct wan22 *m = self;
+    if (target < 0 || target >= m->n_targets)
+        return ghc_error_set(m->core, GHC_EINVAL, "wan22: target %d out of range (the model has %d)", (int)target,
+                             (int)m->n_targets);
+    const struct wan22_block_w *bw = &m->experts[expert].blocks[target / WAN22_TARGETS];
+    int j = target % WAN22_TARGETS;
+    *w = bw->w[j];
+    *w_scale = bw->wscale[j];
+    *b = bw->b[j];
+    return 0;
+}
+
 static const struct ghc_model_ops wan22_ops = {
     .struct_size = sizeof(struct ghc_model_ops),
     .name = "wan22",
@@ -322,6 +339,7 @@ static const struct ghc_model_ops wan22_ops = {
     .activate = wan22_activate,
     .free = wan22_free,
     .device = wan22_device,
+    .target_weight = wan22_target_weight,
 };
 
 static int wan22_plugin_init(ghc_core_t *core)
