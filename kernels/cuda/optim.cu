@@ -1,22 +1,27 @@
-/* optim.cu: the fused optimizer updates of ops.h ("optimizer updates") as multi-tensor launches:
- * the list of tensors travels by value in the kernel parameters (__grid_constant__, up to
- * 32 KB: CUDA 12.1+ on sm_70+), so a step makes a handful of launches and no host
- * synchronisation or copy.
- *   adamw:     element-wise; the tensors are cut into chunks of AW_CHUNK elements, one block
- *              each (a block finds its tensor by binary search of the chunk starts). The same
- *              roundings as kernels/cpu/optim.c (explicit _rn intrinsics, fmaf where the CPU
- *              has one), so a GPU step is bit-identical to the CPU's.
- *   automagic: one block of AM_THREADS per tensor, the passes (second moment, RMS, polarity and
- *              learning rates, int8 mask) separated by __syncthreads(); reductions in f32 in a
- *              fixed tree order (deterministic; within float rounding of the CPU's f64 sums). */
+/* optim.cu: the fused optimizer updates of ops.h ("optimizer updates") as multi-tensor launches,
+ * no host synchronisation in the steady state.
+ *   adamw:     element-wise; the list of tensors travels by value in the kernel parameters
+ *              (__grid_constant__, AW_MAX tensors, 17 KB, a launch per AW_MAX); the tensors are
+ *              cut into chunks of AW_CHUNK elements, one block each (a block finds its tensor by
+ *              binary search of the chunk starts). The same roundings as kernels/cpu/optim.c
+ *              (explicit _rn intrinsics, fmaf where the CPU has one): bit-identical to the CPU.
+ *   automagic: four launches over all tensors of a call, whatever their number: the tensor
+ *              table lives in device memory (a plan, cached per device, stream and list, so
+ *              later steps copy nothing); (1) stats over chunks of every tensor: the short
+ *              side of the factored second moment complete per chunk, the long side and the
+ *              update's sum of squares as per-chunk partials; (2) a block per tensor sums the
+ *              partials in chunk order (the long side, the mean row, the clipping divisor);
+ *              (3) the element-wise update (polarity, lr, param) over flat chunks; (4) the
+ *              int8 mask against the new absmax. Reductions in f32 in a fixed order
+ *              (deterministic; within float rounding of the CPU's f64 sums). */
+#include <mutex>
+#include <vector>
+
 #include "common.cuh"
 
 #define AW_MAX     256
 #define AW_THREADS 256
 #define AW_CHUNK   (AW_THREADS * 4 * 8)
-#define AM_MAX     224
-#define AM_THREADS 1024
-#define AM_MAX_B   1024   /* factored tensors: at most this many [R, C] matrices (P.shape[:-2]) */
 
 /* f32 -> bf16 by stochastic rounding with 32 random bits (kernels/cpu/random.c's rule). */
 GHC_D uint16_t sr_bf16(float x, uint32_t r)
@@ -138,21 +143,46 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
 
 /* ---- automagic ---------------------------------------------------------------------------- */
 
-struct am_tensor {
+#define AM_T     256    /* threads per block in every automagic kernel */
+#define AM_CH    8192   /* elements per chunk: exactly for the flat passes (a multiple of 32) */
+#define AM_PLANS 16     /* cached plans: (device, stream, tensor list) */
+#define AM_U     4      /* loads in flight per thread in the latency-bound loops */
+
+/* One tensor of a call in the plan's device table. Factored tensors (ndim >= 2) are B
+ * matrices [R, C]; 1-D ones have R = 1, C = n and no s1. The stats pass cuts a factored
+ * tensor into chunks that hold whole lines of the longer side: column ranges of all R rows
+ * (wide: R < C) or row ranges of all C columns (tall), `span` lines each, `cpm` per matrix;
+ * the short side's sums are completed in the chunk, the long side's go to the scratch as
+ * partials (K = the short side's length). The flat passes cut every tensor into AM_CH chunks. */
+struct am_desc {
     void       *p;
     const void *g;
-    float      *s0, *s1;      /* R and C (factored), or S and NULL */
-    void       *mask;         /* u8 codes or f32 */
-    float      *aux;          /* [scale, mean lr] */
+    float      *s0, *s1;
+    void       *mask;
+    float      *aux;
     uint32_t   *pol, *agree;
-    int64_t     n, R, C;
     uint64_t    seed, offset;
-    int32_t     p_bf16, g_bf16, m8;
+    int64_t     part;    /* scratch offset: [B][cpm][2][K] sums of v and of g^2 / (new short side) (factored), [nf] (1-D) */
+    int64_t     rmean;   /* scratch offset: [B] means of the new R (factored) */
+    int64_t     lrp;     /* scratch offset: [nf][2] max and sum of the new lr per flat chunk */
+    int64_t     rcf;     /* scratch offset: [B][R] row factors 1/sqrt(R_r/rmean), [B][C] column factors 1/sqrt(C_c) */
+    int32_t     n, R, C, B;
+    int32_t     p_bf16, g_bf16, m8, wide;
+    int32_t     span, cpm, nf;
+    uint32_t    mC, mRC;     /* i / C and i / (R C) as (umulhi(m, i) + i) >> l (i < 2^31) */
+    int32_t     lC, lRC;
+    int32_t     pad;         /* no implicit padding: plans compare tables with memcmp */
 };
 
-struct am_list {
-    am_tensor t[AM_MAX];
-    int32_t   count;
+static_assert(sizeof(am_desc) == 176, "am_desc has no padding");
+
+/* A plan as the kernels see it: the table, the first chunk of each tensor in the stats pass
+ * and in the flat passes ([n + 1] each), per tensor [div, old int8 scale], the partials. */
+struct am_plan_dev {
+    const am_desc *t;
+    const int32_t *start1, *startf;
+    float         *scal, *scr;
+    int32_t        n;
 };
 
 /* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it. */
@@ -181,27 +211,26 @@ GHC_D float block_reduce(float x, float *sh)
     return sh[32];
 }
 
+/* The tensor of chunk `blk`: the last whose first chunk is <= blk (skips empty tensors). */
+GHC_D int am_find(const int32_t *start, int n, int32_t blk)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (start[mid] <= blk)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* n / d for n < 2^31 by the magic pair of d (am_magic). */
+GHC_D uint32_t am_div(uint32_t n, uint32_t m, int l) { return (__umulhi(m, n) + n) >> l; }
+
 GHC_D float am_ema(float old, float x, const ghc_automagic_args &a)
 {
     return __fmaf_rn(x, a.beta2_comp, __fmul_rn(old, a.beta2));
-}
-
-GHC_D float am_v(const am_tensor &t, int64_t i, const ghc_automagic_args &a)
-{
-    float g = ld_f(t.g, t.g_bf16, i);
-    return __fadd_rn(__fmul_rn(g, g), a.eps);
-}
-
-/* The update before clipping (kernels/cpu/optim.c, automagic_u). */
-GHC_D float am_u(const am_tensor &t, int64_t i, const float *rmean)
-{
-    float g = ld_f(t.g, t.g_bf16, i);
-    if (!t.s1)
-        return __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(t.s0[i])), g);
-    int64_t RC = t.R * t.C, b = i / RC, r = (i / t.C) % t.R, c = i % t.C;
-    float rf = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(t.s0[b * t.R + r], rmean[b])));
-    float cf = __fdiv_rn(1.0f, __fsqrt_rn(t.s1[b * t.C + c]));
-    return __fmul_rn(__fmul_rn(rf, cf), g);
 }
 
 GHC_D float am_lr(float lr, bool same, const ghc_automagic_args &a)
@@ -210,127 +239,566 @@ GHC_D float am_lr(float lr, bool same, const ghc_automagic_args &a)
     return fminf(fmaxf(lr, a.min_lr), a.max_lr);
 }
 
-static __global__ void __launch_bounds__(AM_THREADS) k_automagic(const __grid_constant__ am_list L, const ghc_automagic_args a)
+/* 1. Stats, one block per chunk: the second moment of a 1-D tensor and its update's sum of
+ * squares; for a factored one the short side's new state (complete in the chunk) and the
+ * chunk's partials of the long side: sums of v = g^2 + eps and of g^2 * (1 / new short-side
+ * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
+ * the update's sum of squares without another pass over g. */
+static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
 {
-    __shared__ float sh[AM_THREADS + 33];
-    __shared__ float rmean[AM_MAX_B];
-    const am_tensor &t = L.t[blockIdx.x];
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nw = AM_THREADS / 32;
-    const float old_scale = t.aux[0];
-    const int64_t N = t.n;
-    float *red = sh + AM_THREADS;
-
-    /* 1. second moment */
-    if (t.s1) {
-        int64_t R = t.R, C = t.C, B = R * C ? N / (R * C) : 0;
-        for (int64_t b = 0; b < B; b++) {
-            for (int64_t r = warp; r < R; r += nw) {           /* rows: a warp each */
-                float s = 0.0f;
-                for (int64_t c = lane; c < C; c += 32)
-                    s = __fadd_rn(s, am_v(t, (b * R + r) * C + c, a));
-                for (int o = 16; o > 0; o /= 2)
-                    s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
-                if (lane == 0)
-                    t.s0[b * R + r] = am_ema(t.s0[b * R + r], __fdiv_rn(s, (float)C), a);
+    __shared__ float side[AM_CH];   /* 1 / the chunk's new short-side values (span <= AM_CH) */
+    __shared__ float2 sh[AM_T];
+    __shared__ float red[33];
+    const int ti = am_find(P.start1, P.n, (int32_t)blockIdx.x);
+    const am_desc &t = P.t[ti];
+    const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int nw = AM_T / 32;
+    float *part = P.scr + t.part;
+    if (!t.s1) {
+        const int i1 = min(t.n, (k + 1) * AM_CH);
+        float ss = 0.0f;
+        for (int i = k * AM_CH + tid; i < i1; i += AM_T) {
+            float g = ld_f(t.g, t.g_bf16, i);
+            float s = am_ema(t.s0[i], __fadd_rn(__fmul_rn(g, g), a.eps), a);
+            t.s0[i] = s;
+            float u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(s)), g);
+            ss = __fadd_rn(ss, __fmul_rn(u, u));
+        }
+        ss = block_reduce<false>(ss, red);
+        if (tid == 0)
+            part[k] = ss;
+        return;
+    }
+    const int R = t.R, C = t.C, K = t.wide ? R : C, b = k / t.cpm, j = k % t.cpm;
+    const int64_t base = (int64_t)b * R * C;
+    float *pv = part + ((int64_t)b * t.cpm + j) * 2 * K, *pq = pv + K;
+    if (t.wide) {
+        const int c0 = j * t.span, nc = min(t.span, C - c0);
+        /* columns (complete): threads over columns, G groups over strided rows */
+        const int cpp = min(AM_T, nc), G = AM_T / cpp, grp = tid / cpp, cl = tid % cpp;
+        for (int cb = 0; cb < nc; cb += cpp) {
+            const int c = cb + cl;
+            float s = 0.0f;
+            if (grp < G && c < nc)
+#pragma unroll 4
+                for (int r = grp; r < R; r += G) {
+                    float g = ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
+                    s = __fadd_rn(s, __fadd_rn(__fmul_rn(g, g), a.eps));
+                }
+            __syncthreads();
+            sh[tid].x = s;
+            __syncthreads();
+            if (tid < cpp && c < nc) {
+                float tot = 0.0f;
+                for (int q = 0; q < G; q++)
+                    tot = __fadd_rn(tot, sh[q * cpp + tid].x);
+                float *cs = t.s1 + (int64_t)b * C + c0 + c;
+                float nv = am_ema(*cs, __fdiv_rn(tot, (float)R), a);
+                *cs = nv;
+                side[c] = __frcp_rn(nv);
             }
-            /* columns: G groups of threads, each over a strided share of the rows */
-            int64_t Cb = C < AM_THREADS ? C : AM_THREADS;
-            int G = (int)(AM_THREADS / Cb);
-            for (int64_t c0 = 0; c0 < C; c0 += Cb) {
-                int64_t c = c0 + tid % Cb;
-                int grp = (int)(tid / Cb);
-                float s = 0.0f;
-                if (grp < G && c < C)
-                    for (int64_t r = grp; r < R; r += G)
-                        s = __fadd_rn(s, am_v(t, (b * R + r) * C + c, a));
-                __syncthreads();
-                sh[tid] = s;
-                __syncthreads();
-                if (tid < Cb && c0 + tid < C) {
-                    float tot = 0.0f;
-                    for (int k = 0; k < G; k++)
-                        tot = __fadd_rn(tot, sh[k * Cb + tid]);
-                    t.s1[b * C + c0 + tid] = am_ema(t.s1[b * C + c0 + tid], __fdiv_rn(tot, (float)R), a);
+        }
+        __syncthreads();
+        /* rows (partial): a warp per row over the chunk's columns */
+        for (int r = warp; r < R; r += nw) {
+            const int64_t row = base + (int64_t)r * C + c0;
+            float sv = 0.0f, sq = 0.0f;
+#pragma unroll 4
+            for (int c = lane; c < nc; c += 32) {
+                float g = ld_f(t.g, t.g_bf16, row + c), g2 = __fmul_rn(g, g);
+                sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
+                sq = __fadd_rn(sq, __fmul_rn(g2, side[c]));
+            }
+            sv = ghc_warp_sum(sv);
+            sq = ghc_warp_sum(sq);
+            if (lane == 0) {
+                pv[r] = sv;
+                pq[r] = sq;
+            }
+        }
+        return;
+    }
+    const int r0 = j * t.span, nr = min(t.span, R - r0);
+    /* rows (complete) */
+    if (C < 32 && (C & (C - 1)) == 0) {      /* 32 / C rows per warp step, sums over lane segments */
+        const int per = 32 / C, step = nw * per;
+        float *rs = t.s0 + (int64_t)b * R + r0;
+        for (int rb = warp * per; rb < nr; rb += AM_U * step) {
+            float s[AM_U], old[AM_U];
+#pragma unroll
+            for (int v = 0; v < AM_U; v++) {   /* the loads first: AM_U in flight */
+                const int r = rb + v * step + lane / C;
+                s[v] = old[v] = 0.0f;
+                if (r < nr) {
+                    float g = ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + lane % C);
+                    s[v] = __fadd_rn(__fmul_rn(g, g), a.eps);
+                    if (lane % C == 0)
+                        old[v] = rs[r];
                 }
             }
-            __syncthreads();
-            float s = 0.0f;
-            for (int64_t r = tid; r < R; r += AM_THREADS)
-                s = __fadd_rn(s, t.s0[b * R + r]);
-            s = block_reduce<false>(s, red);
-            if (tid == 0)
-                rmean[b] = __fdiv_rn(s, (float)R);
+#pragma unroll
+            for (int v = 0; v < AM_U; v++) {
+                const int r = rb + v * step + lane / C;
+                float x = s[v];
+                for (int o = C / 2; o > 0; o /= 2)
+                    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+                if (lane % C == 0 && r < nr) {
+                    float nv = am_ema(old[v], __fdiv_rn(x, (float)C), a);
+                    rs[r] = nv;
+                    side[r] = __frcp_rn(nv);
+                }
+            }
         }
     } else {
-        for (int64_t i = tid; i < N; i += AM_THREADS)
-            t.s0[i] = am_ema(t.s0[i], am_v(t, i, a), a);
+        for (int r = warp; r < nr; r += nw) {
+            const int64_t row = base + (int64_t)(r0 + r) * C;
+            float s = 0.0f;
+#pragma unroll 4
+            for (int c = lane; c < C; c += 32) {
+                float g = ld_f(t.g, t.g_bf16, row + c);
+                s = __fadd_rn(s, __fadd_rn(__fmul_rn(g, g), a.eps));
+            }
+            s = ghc_warp_sum(s);
+            if (lane == 0) {
+                float *rs = t.s0 + (int64_t)b * R + r0 + r;
+                float nv = am_ema(*rs, __fdiv_rn(s, (float)C), a);
+                *rs = nv;
+                side[r] = __frcp_rn(nv);
+            }
+        }
     }
     __syncthreads();
-
-    /* 2. RMS of the update */
-    float ss = 0.0f;
-    for (int64_t i = tid; i < N; i += AM_THREADS) {
-        float u = am_u(t, i, rmean);
-        ss = __fadd_rn(ss, __fmul_rn(u, u));
+    /* columns (partial): threads over columns, G groups over strided rows of the chunk */
+    const int cpp = min(AM_T, C), G = AM_T / cpp, grp = tid / cpp, cl = tid % cpp;
+    for (int cb = 0; cb < C; cb += cpp) {
+        const int c = cb + cl;
+        float sv = 0.0f, sq = 0.0f;
+        if (grp < G && c < C)
+#pragma unroll 4
+            for (int r = grp; r < nr; r += G) {
+                float g = ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c), g2 = __fmul_rn(g, g);
+                sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
+                sq = __fadd_rn(sq, __fmul_rn(g2, side[r]));
+            }
+        __syncthreads();
+        sh[tid] = make_float2(sv, sq);
+        __syncthreads();
+        if (tid < cpp && c < C) {
+            float tv = 0.0f, tq = 0.0f;
+            for (int q = 0; q < G; q++) {
+                tv = __fadd_rn(tv, sh[q * cpp + tid].x);
+                tq = __fadd_rn(tq, sh[q * cpp + tid].y);
+            }
+            pv[c] = tv;
+            pq[c] = tq;
+        }
     }
-    ss = block_reduce<false>(ss, red);
-    float rms = __fdiv_rn(sqrtf(ss), (float)sqrt((double)N));
-    float div = __fdiv_rn(rms, a.clip);
-    if (!(div >= 1.0f))
-        div = 1.0f;
+}
 
-    /* 3. polarity, learning rates, the param: a warp per 32-element word */
-    float lr_max = 0.0f, lr_sum = 0.0f;
+/* Line x of a matrix's longer side from the stats partials pb (chunk order): its new state
+ * (the EMA of the sum of v over len), returned and stored at st; adds its q sum / new state to w. */
+GHC_D float am_long(const float *pb, int K, int cpm, int x, float *st, float len, const ghc_automagic_args &a,
+                    float *w)
+{
+    float sv = 0.0f, sq = 0.0f;
+    for (int j = 0; j < cpm; j++) {
+        sv = __fadd_rn(sv, pb[(int64_t)j * 2 * K + x]);
+        sq = __fadd_rn(sq, pb[(int64_t)j * 2 * K + K + x]);
+    }
+    float nv = am_ema(*st, __fdiv_rn(sv, len), a);
+    *st = nv;
+    *w = __fadd_rn(*w, __fdiv_rn(sq, nv));
+    return nv;
+}
+
+/* 2. One block per tensor: the long side's state from the partials (chunk order), the mean
+ * of R per matrix, the clipping divisor, the update's row and column factors; keeps the old
+ * int8 scale for passes 3 and 4. */
+static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, const ghc_automagic_args a)
+{
+    __shared__ float red[33];
+    const am_desc &t = P.t[blockIdx.x];
+    const int tid = threadIdx.x;
+    const float *part = P.scr + t.part;
+    if (tid == 0)
+        P.scal[2 * blockIdx.x + 1] = t.aux[0];
+    if (t.n == 0) {
+        if (tid == 0) {
+            t.aux[1] = 0.0f;
+            if (t.m8)
+                t.aux[0] = 1.0f;
+        }
+        return;
+    }
+    float ss = 0.0f;
+    if (!t.s1) {
+        float s = 0.0f;
+        for (int k = tid; k < t.nf; k += AM_T)
+            s = __fadd_rn(s, part[k]);
+        ss = block_reduce<false>(s, red);
+    } else {
+        const int R = t.R, C = t.C, K = t.wide ? R : C, cpm = t.cpm;
+        for (int b = 0; b < t.B; b++) {
+            const float *pb = part + (int64_t)b * cpm * 2 * K;
+            float rsum = 0.0f, w = 0.0f;
+            if (t.wide) {
+                for (int r = tid; r < R; r += AM_T)
+                    rsum = __fadd_rn(rsum, am_long(pb, K, cpm, r, t.s0 + (int64_t)b * R + r, (float)C, a, &w));
+            } else {
+                for (int r = tid; r < R; r += AM_T)
+                    rsum = __fadd_rn(rsum, t.s0[(int64_t)b * R + r]);
+                for (int c = tid; c < C; c += AM_T)
+                    am_long(pb, K, cpm, c, t.s1 + (int64_t)b * C + c, (float)R, a, &w);
+            }
+            rsum = block_reduce<false>(rsum, red);
+            w = block_reduce<false>(w, red);
+            float rmean = __fdiv_rn(rsum, (float)R);
+            if (tid == 0)
+                P.scr[t.rmean + b] = rmean;
+            ss = __fadd_rn(ss, __fmul_rn(rmean, w));
+            /* the update's factors, as the CPU computes them per element */
+            float *rf = P.scr + t.rcf + (int64_t)b * R, *cf = P.scr + t.rcf + (int64_t)t.B * R + (int64_t)b * C;
+            for (int r = tid; r < R; r += AM_T)
+                rf[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(t.s0[(int64_t)b * R + r], rmean)));
+            for (int c = tid; c < C; c += AM_T)
+                cf[c] = __fdiv_rn(1.0f, __fsqrt_rn(t.s1[(int64_t)b * C + c]));
+        }
+    }
+    if (tid == 0) {
+        float rms = __fdiv_rn(sqrtf(ss), (float)sqrt((double)t.n));
+        float div = __fdiv_rn(rms, a.clip);
+        if (!(div >= 1.0f))
+            div = 1.0f;
+        P.scal[2 * blockIdx.x] = div;
+    }
+}
+
+/* 3. Flat chunks, last first (the stats pass's last chunks are still in L2): polarity,
+ * learning rates and the param, a warp per 32-element polarity word (`__ballot_sync`), AM_U
+ * words loaded before any is computed; the chunk's lr max and sum. */
+static __global__ void __launch_bounds__(AM_T) k_am_update(const am_plan_dev P, const ghc_automagic_args a,
+                                                          uint64_t off_delta, int32_t total)
+{
+    __shared__ float red[33];
+    const int32_t blk = total - 1 - (int32_t)blockIdx.x;
+    const int ti = am_find(P.startf, P.n, blk);
+    const am_desc &t = P.t[ti];
+    const int k = blk - P.startf[ti], lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = AM_T / 32;
+    const float div = P.scal[2 * ti], old_scale = P.scal[2 * ti + 1];
+    const float *rf = P.scr + t.rcf, *cf = rf + (int64_t)t.B * t.R;
+    const uint64_t off = t.offset + off_delta;
+    const int n = t.n, w0 = k * (AM_CH / 32), w1 = min((n + 31) / 32, w0 + AM_CH / 32);
+    const uint32_t C = (uint32_t)t.C, RC = (uint32_t)t.R * C;
+    const bool one = t.B == 1;
     const uint8_t *q = (const uint8_t *)t.mask;
     float *mf = (float *)t.mask;
-    for (int64_t base = (int64_t)warp * 32; base < N; base += AM_THREADS) {
-        int64_t i = base + lane;
-        bool in = i < N, up = false, same = false;
-        float lr = 0.0f, u = 0.0f;
-        uint32_t old = t.pol[base / 32];
-        if (in) {
-            u = __fdiv_rn(am_u(t, i, rmean), div);
-            up = u > 0.0f;
-            same = up == (bool)((old >> lane) & 1u);
-            lr = t.m8 ? __fmul_rn((float)(int8_t)q[i], old_scale) : mf[i];
-            lr = am_lr(lr, same, a);
+    float lr_max = 0.0f, lr_sum = 0.0f;
+    for (int wb = w0 + warp; wb < w1; wb += AM_U * nw) {
+        float g[AM_U], x[AM_U], lr[AM_U];
+        uint32_t old[AM_U];
+#pragma unroll
+        for (int v = 0; v < AM_U; v++) {
+            const int w = wb + v * nw, i = w * 32 + lane;
+            g[v] = x[v] = lr[v] = 0.0f;
+            old[v] = w < w1 ? t.pol[w] : 0u;
+            if (w < w1 && i < n) {
+                g[v] = ld_f(t.g, t.g_bf16, i);
+                x[v] = ld_f(t.p, t.p_bf16, i);
+                lr[v] = t.m8 ? __fmul_rn((float)(int8_t)q[i], old_scale) : mf[i];
+            }
         }
-        uint32_t wu = __ballot_sync(0xffffffffu, up), ws = __ballot_sync(0xffffffffu, same);
-        if (lane == 0) {
-            t.pol[base / 32] = wu;
-            t.agree[base / 32] = ws;
-        }
-        if (in) {
-            lr_max = fmaxf(lr_max, fabsf(lr));
-            lr_sum = __fadd_rn(lr_sum, lr);
-            float x = ld_f(t.p, t.p_bf16, i), upd = __fmul_rn(u, lr);
-            if (a.weight_decay != 0.0f)
-                x = __fadd_rn(x, __fmul_rn(__fmul_rn(x, -a.weight_decay), lr));
-            x = __fadd_rn(x, -upd);
-            st_param(t.p, t.p_bf16, i, x, t.seed, t.offset);
-            if (!t.m8)
-                mf[i] = lr;
+#pragma unroll
+        for (int v = 0; v < AM_U; v++) {
+            const int w = wb + v * nw, i = w * 32 + lane;
+            if (w >= w1)    /* uniform over the warp */
+                continue;
+            const bool in = i < n;
+            bool up = false, same = false;
+            if (in) {
+                float u;
+                if (t.s1) {
+                    uint32_t bb = one ? 0u : am_div((uint32_t)i, t.mRC, t.lRC), rem = (uint32_t)i - bb * RC;
+                    uint32_t r = am_div(rem, t.mC, t.lC), c = rem - r * C;
+                    u = __fmul_rn(__fmul_rn(rf[(int64_t)bb * t.R + r], cf[(int64_t)bb * C + c]), g[v]);
+                } else {
+                    u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(t.s0[i])), g[v]);
+                }
+                u = __fdiv_rn(u, div);
+                up = u > 0.0f;
+                same = up == (bool)((old[v] >> lane) & 1u);
+                float l = am_lr(lr[v], same, a);
+                lr_max = fmaxf(lr_max, fabsf(l));
+                lr_sum = __fadd_rn(lr_sum, l);
+                float xv = x[v], upd = __fmul_rn(u, l);
+                if (a.weight_decay != 0.0f)
+                    xv = __fadd_rn(xv, __fmul_rn(__fmul_rn(xv, -a.weight_decay), l));
+                xv = __fadd_rn(xv, -upd);
+                st_param(t.p, t.p_bf16, i, xv, t.seed, off);
+                if (!t.m8)
+                    mf[i] = l;
+            }
+            uint32_t wu = __ballot_sync(0xffffffffu, up), ws = __ballot_sync(0xffffffffu, same);
+            if (lane == 0) {
+                t.pol[w] = wu;
+                t.agree[w] = ws;
+            }
         }
     }
     lr_max = block_reduce<true>(lr_max, red);
     lr_sum = block_reduce<false>(lr_sum, red);
-    if (tid == 0)
-        t.aux[1] = N ? __fdiv_rn(lr_sum, (float)N) : 0.0f;
-
-    /* 4. the int8 mask against the new absmax */
-    if (t.m8) {
-        float ns = lr_max > 0.0f ? (float)((double)lr_max / 127.0) : 1.0f;
-        uint8_t *qw = (uint8_t *)t.mask;
-        for (int64_t i = tid; i < N; i += AM_THREADS) {
-            bool same = (t.agree[i / 32] >> (i % 32)) & 1u;
-            float lr = am_lr(__fmul_rn((float)(int8_t)qw[i], old_scale), same, a);
-            float c = fminf(fmaxf(rintf(__fdiv_rn(lr, ns)), -127.0f), 127.0f);
-            qw[i] = (uint8_t)(int8_t)c;
-        }
-        __syncthreads();
-        if (tid == 0)
-            t.aux[0] = ns;
+    if (threadIdx.x == 0) {
+        P.scr[t.lrp + 2 * k] = lr_max;
+        P.scr[t.lrp + 2 * k + 1] = lr_sum;
     }
+}
+
+/* The new int8 code of an element from its old code and agreement bit. */
+GHC_D uint32_t am_code(uint8_t q, bool same, float old_scale, float ns, const ghc_automagic_args &a)
+{
+    float lr = am_lr(__fmul_rn((float)(int8_t)q, old_scale), same, a);
+    float c = fminf(fmaxf(rintf(__fdiv_rn(lr, ns)), -127.0f), 127.0f);
+    return (uint8_t)(int8_t)c;
+}
+
+/* 4. Flat chunks: the int8 mask against the tensor's new absmax (every block takes the max
+ * of the chunk maxima: exact in any order); the tensor's first chunk writes the new scale and
+ * the mean lr (chunk sums in chunk order). */
+static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, const ghc_automagic_args a)
+{
+    __shared__ float red[33];
+    const int ti = am_find(P.startf, P.n, (int32_t)blockIdx.x);
+    const am_desc &t = P.t[ti];
+    const int k = (int)blockIdx.x - P.startf[ti], tid = threadIdx.x;
+    const float *lrp = P.scr + t.lrp;
+    float mean = 0.0f;
+    if (k == 0 && tid == 0) {
+        float s = 0.0f;
+        for (int j = 0; j < t.nf; j++)
+            s = __fadd_rn(s, lrp[2 * j + 1]);
+        mean = __fdiv_rn(s, (float)t.n);
+    }
+    if (!t.m8) {
+        if (k == 0 && tid == 0)
+            t.aux[1] = mean;
+        return;
+    }
+    float m = 0.0f;
+    for (int j = tid; j < t.nf; j += AM_T)
+        m = fmaxf(m, lrp[2 * j]);
+    m = block_reduce<true>(m, red);
+    const float ns = m > 0.0f ? (float)((double)m / 127.0) : 1.0f, old_scale = P.scal[2 * ti + 1];
+    uint8_t *qw = (uint8_t *)t.mask;
+    const int i0 = k * AM_CH, i1 = min(t.n, i0 + AM_CH);
+    if (((uintptr_t)qw & 15u) == 0) {   /* 16 codes a load, AM_CH / (16 AM_T) = 2 loads per thread */
+        uint4 c[2];
+        uint32_t ag[2];
+#pragma unroll
+        for (int v = 0; v < 2; v++) {
+            const int i = i0 + 16 * (tid + v * AM_T);
+            if (i + 16 <= i1) {
+                c[v] = *(const uint4 *)(qw + i);
+                ag[v] = t.agree[i / 32] >> (i % 32);
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < 2; v++) {
+            const int i = i0 + 16 * (tid + v * AM_T);
+            if (i + 16 <= i1) {
+                uint32_t *w = &c[v].x;
+#pragma unroll
+                for (int e = 0; e < 16; e++) {
+                    uint32_t sh8 = 8 * (e % 4), b = (w[e / 4] >> sh8) & 0xffu;
+                    b = am_code((uint8_t)b, (ag[v] >> e) & 1u, old_scale, ns, a);
+                    w[e / 4] = (w[e / 4] & ~(0xffu << sh8)) | (b << sh8);
+                }
+                *(uint4 *)(qw + i) = c[v];
+            } else {
+                for (int e = i; e < i1; e++)
+                    qw[e] = am_code(qw[e], (t.agree[e / 32] >> (e % 32)) & 1u, old_scale, ns, a);
+            }
+        }
+    } else {
+        for (int i = i0 + tid; i < i1; i += AM_T)
+            qw[i] = am_code(qw[i], (t.agree[i / 32] >> (i % 32)) & 1u, old_scale, ns, a);
+    }
+    if (k == 0 && tid == 0) {
+        t.aux[0] = ns;
+        t.aux[1] = mean;
+    }
+}
+
+/* ---- automagic plans: the device table, made once per (device, stream, tensor list) -------- */
+
+struct am_plan {
+    int                  dev;
+    cudaStream_t         stream;
+    std::vector<am_desc> desc;   /* as uploaded (offsets of the first call) */
+    void                *buf;
+    am_plan_dev          d;
+    int32_t              total1, totalf;
+    uint64_t             used;
+};
+
+static std::mutex g_am_lock;
+static am_plan    g_am[AM_PLANS];
+static int        g_am_count;
+static uint64_t   g_am_clock;
+
+/* The magic pair of d >= 1 for am_div: l = ceil(log2 d), m = 2^32 (2^l - d) / d + 1. */
+static void am_magic(int64_t d, uint32_t *m, int32_t *l)
+{
+    int k = 0;
+    while ((INT64_C(1) << k) < d)
+        k++;
+    *l = k;
+    *m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << k) - (uint64_t)d)) / (uint64_t)d + 1);
+}
+
+/* The table of a call (zeroed padding, so that tables compare with memcmp), the chunk starts
+ * and the scratch size in floats. */
+static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vector<am_desc> &d,
+                               std::vector<int32_t> &s1, std::vector<int32_t> &sf, int64_t *floats)
+{
+    d.resize((size_t)n);
+    memset(d.data(), 0, sizeof(am_desc) * (size_t)n);
+    s1.assign((size_t)n + 1, 0);
+    sf.assign((size_t)n + 1, 0);
+    int64_t off = 0, c1 = 0, cf = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const ghc_optim_tensor &o = ts[i];
+        const ghc_tensor_t *p = o.param;
+        am_desc &t = d[(size_t)i];
+        int64_t N = ghc_tensor_numel(p);
+        bool f = o.state[1] != NULL;
+        if (N > INT32_MAX - AM_CH)
+            return cudaErrorInvalidValue;
+        int64_t R = f ? ghc_tensor_dim(p, -2) : 1, C = f ? ghc_tensor_dim(p, -1) : N;
+        t.p = ghc_tensor_data(o.param);
+        t.g = ghc_tensor_cdata(o.grad);
+        t.s0 = ghc_k_ptr<float>(o.state[0]);
+        t.s1 = ghc_k_ptr<float>(o.state[1]);
+        t.mask = ghc_tensor_data(o.state[2]);
+        t.aux = ghc_k_ptr<float>(o.state[3]);
+        t.pol = ghc_k_ptr<uint32_t>(o.state[4]);
+        t.agree = ghc_k_ptr<uint32_t>(o.state[5]);
+        t.seed = o.rng.seed;
+        t.offset = o.rng.offset;
+        t.n = (int32_t)N;
+        t.R = (int32_t)R;
+        t.C = (int32_t)C;
+        t.B = R * C ? (int32_t)(N / (R * C)) : 0;
+        t.p_bf16 = ghc_tensor_dtype(p) == GHC_DTYPE_BF16;
+        t.g_bf16 = ghc_tensor_dtype(o.grad) == GHC_DTYPE_BF16;
+        t.m8 = ghc_tensor_dtype(o.state[2]) == GHC_DTYPE_U8;
+        t.nf = (int32_t)((N + AM_CH - 1) / AM_CH);
+        int64_t nch1 = t.nf;
+        t.part = off;
+        if (f && N > 0) {
+            t.wide = R < C;
+            int64_t K = t.wide ? R : C, L = t.wide ? C : R, span = (AM_CH + K - 1) / K;
+            span = span < 32 ? 32 : span;   /* partials at most 1/16 of the tensor */
+            span = span > L ? L : span;
+            t.span = (int32_t)span;
+            t.cpm = (int32_t)((L + span - 1) / span);
+            nch1 = (int64_t)t.B * t.cpm;
+            off += nch1 * 2 * K;
+            t.rmean = off;
+            off += t.B;
+            t.rcf = off;
+            off += (int64_t)t.B * (R + C);
+            am_magic(C, &t.mC, &t.lC);
+            am_magic(R * C, &t.mRC, &t.lRC);
+        } else {
+            off += t.nf;
+        }
+        t.lrp = off;
+        off += 2 * (int64_t)t.nf;
+        c1 += nch1;
+        cf += t.nf;
+        if (c1 > INT32_MAX || cf > INT32_MAX)
+            return cudaErrorInvalidValue;
+        s1[(size_t)i + 1] = (int32_t)c1;
+        sf[(size_t)i + 1] = (int32_t)cf;
+    }
+    *floats = off;
+    return cudaSuccess;
+}
+
+/* The cached plan of this call, or a new one (allocated and its table copied on `s`: the
+ * first call with a tensor list may synchronise, later ones neither copy nor synchronise).
+ * The bf16 rounding offsets may move between calls by one common delta (the step counter).
+ * Called with g_am_lock held. */
+static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *ts, int32_t n, am_plan **out,
+                               uint64_t *delta)
+{
+    std::vector<am_desc> d;
+    std::vector<int32_t> s1, sf;
+    int64_t floats = 0;
+    cudaError_t e = am_describe(ts, n, d, s1, sf, &floats);
+    if (e != cudaSuccess)
+        return e;
+    for (int k = 0; k < g_am_count; k++) {
+        am_plan &p = g_am[k];
+        if (p.dev != dev || p.stream != s || p.desc.size() != (size_t)n)
+            continue;
+        uint64_t dl = d[0].offset - p.desc[0].offset;
+        bool same = true;
+        for (int32_t i = 0; i < n && same; i++) {
+            am_desc x;
+            memcpy(&x, &d[(size_t)i], sizeof(x));
+            x.offset -= dl;
+            same = memcmp(&x, &p.desc[(size_t)i], sizeof(x)) == 0;
+        }
+        if (same) {
+            p.used = ++g_am_clock;
+            *out = &p;
+            *delta = dl;
+            return cudaSuccess;
+        }
+    }
+    int slot = g_am_count;
+    if (slot == AM_PLANS) {   /* the least recently used goes, once its work is done */
+        slot = 0;
+        for (int k = 1; k < AM_PLANS; k++)
+            if (g_am[k].used < g_am[slot].used)
+                slot = k;
+        ghc_k_device_guard dg(g_am[slot].dev);
+        if ((e = cudaDeviceSynchronize()) != cudaSuccess)
+            return e;
+        cudaFree(g_am[slot].buf);
+        g_am[slot].buf = NULL;
+        g_am[slot].desc.clear();
+    } else {
+        g_am_count++;
+    }
+    am_plan &p = g_am[slot];
+    size_t tb = (sizeof(am_desc) * (size_t)n + 255) & ~(size_t)255, sb = sizeof(int32_t) * ((size_t)n + 1);
+    size_t hdr = tb + 2 * sb, bytes = ((hdr + 255) & ~(size_t)255) + sizeof(float) * (2 * (size_t)n + (size_t)floats);
+    std::vector<char> h(hdr);
+    memcpy(h.data(), d.data(), sizeof(am_desc) * (size_t)n);
+    memcpy(h.data() + tb, s1.data(), sb);
+    memcpy(h.data() + tb + sb, sf.data(), sb);
+    void *buf = NULL;
+    if ((e = cudaMalloc(&buf, bytes)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(buf, h.data(), hdr, cudaMemcpyHostToDevice, s)) != cudaSuccess) {
+        cudaFree(buf);
+        g_am[slot] = g_am[--g_am_count];   /* drop the slot (the last one moves in) */
+        return e;
+    }
+    char *c = (char *)buf;
+    float *scal = (float *)(c + ((hdr + 255) & ~(size_t)255));
+    p.dev = dev;
+    p.stream = s;
+    p.desc.swap(d);
+    p.buf = buf;
+    p.d = am_plan_dev{ (const am_desc *)c, (const int32_t *)(c + tb), (const int32_t *)(c + tb + sb), scal,
+                       scal + 2 * (size_t)n, n };
+    p.total1 = s1[(size_t)n];
+    p.totalf = sf[(size_t)n];
+    p.used = ++g_am_clock;
+    *out = &p;
+    *delta = 0;
+    return cudaSuccess;
 }
 
 extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args,
@@ -339,27 +807,17 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     ghc_k_device_guard dg(ts[0].param);
     GHC_K_TRY(dg.err);
     cudaStream_t s = (cudaStream_t)stream;
-    static am_list L;
-    for (int32_t base = 0; base < n;) {
-        int32_t k = 0;
-        for (; base + k < n && k < AM_MAX; k++) {
-            const ghc_optim_tensor &o = ts[base + k];
-            const ghc_tensor_t *p = o.param;
-            bool f = o.state[1] != NULL;
-            if (f && ghc_tensor_numel(p) / (ghc_tensor_dim(p, -2) * ghc_tensor_dim(p, -1) ?: 1) > AM_MAX_B)
-                return (int)cudaErrorInvalidValue;
-            L.t[k] = am_tensor{ ghc_tensor_data(o.param), ghc_tensor_cdata(o.grad), ghc_k_ptr<float>(o.state[0]),
-                                ghc_k_ptr<float>(o.state[1]), ghc_tensor_data(o.state[2]), ghc_k_ptr<float>(o.state[3]),
-                                ghc_k_ptr<uint32_t>(o.state[4]), ghc_k_ptr<uint32_t>(o.state[5]),
-                                ghc_tensor_numel(p), f ? ghc_tensor_dim(p, -2) : 1,
-                                f ? ghc_tensor_dim(p, -1) : ghc_tensor_numel(p), o.rng.seed, o.rng.offset,
-                                ghc_tensor_dtype(p) == GHC_DTYPE_BF16, ghc_tensor_dtype(o.grad) == GHC_DTYPE_BF16,
-                                ghc_tensor_dtype(o.state[2]) == GHC_DTYPE_U8 };
-        }
-        L.count = k;
-        k_automagic<<<k, AM_THREADS, 0, s>>>(L, *args);
-        GHC_K_TRY(cudaGetLastError());
-        base += k;
+    std::lock_guard<std::mutex> lk(g_am_lock);
+    am_plan *p = NULL;
+    uint64_t delta = 0;
+    GHC_K_TRY(am_plan_get(ghc_tensor_device(ts[0].param), s, ts, n, &p, &delta));
+    if (p->total1 > 0)
+        k_am_stats<<<p->total1, AM_T, 0, s>>>(p->d, *args);
+    k_am_finish<<<n, AM_T, 0, s>>>(p->d, *args);
+    if (p->totalf > 0) {
+        k_am_update<<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
+        k_am_mask<<<p->totalf, AM_T, 0, s>>>(p->d, *args);
     }
+    GHC_K_TRY(cudaGetLastError());
     return 0;
 }
