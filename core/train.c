@@ -70,6 +70,7 @@ static const struct ghc_cfg_key train_keys[] = {
     { "max_bad_steps", GHC_CFG_INT },    /* non-finite losses in a row before aborting */
     { "tensorboard", GHC_CFG_BOOL },
     { "log_every", GHC_CFG_INT },        /* plain progress lines every N steps */
+    { "sync_timing", GHC_CFG_BOOL },     /* wait for the GPU after each phase: exact phase times */
     { "validate_every", GHC_CFG_INT },   /* 0: no validation */
     { "validation_sigmas", GHC_CFG_LIST },
     { "validation_batches", GHC_CFG_INT },
@@ -89,7 +90,7 @@ struct cfg {
     int64_t steps, switch_every, max_tries, save_every, keep_last, max_bad, log_every;
     int64_t validate_every, validation_batches;
     int     mode, expert, weighting;
-    bool    t_offset, tensorboard, stored_noise;
+    bool    t_offset, tensorboard, stored_noise, sync_timing;
     double  max_grad_norm;
     const char *name;
     double  vsig[16];
@@ -163,6 +164,7 @@ static int read_cfg(ghc_core_t *core, ghc_cfg_t *s, struct cfg *c, struct ghc_sa
         (rc = ghc_cfg_get_string(s, "name", "adapter", &c->name)) < 0 ||
         (rc = ghc_cfg_get_int(s, "max_bad_steps", 5, 1, 1 << 20, &c->max_bad)) < 0 ||
         (rc = ghc_cfg_get_bool(s, "tensorboard", true, &c->tensorboard)) < 0 ||
+        (rc = ghc_cfg_get_bool(s, "sync_timing", false, &c->sync_timing)) < 0 ||
         (rc = ghc_cfg_get_int(s, "log_every", 10, 1, INT64_C(1) << 40, &c->log_every)) < 0 ||
         (rc = ghc_cfg_get_int(s, "validate_every", 0, 0, INT64_C(1) << 40, &c->validate_every)) < 0 ||
         (rc = ghc_cfg_get_int(s, "validation_batches", 1, 1, 1 << 20, &c->validation_batches)) < 0 ||
@@ -991,6 +993,8 @@ static int train_step(struct trainer *tr, int progress)
     ghc_tensor_t *losses = NULL;
     double sig[4096];
     for (int32_t m = 0; m < ga && rc == 0; m++) {
+        if (tr->c.sync_timing)
+            ghc_op_sync(core, tr->device, NULL);
         double td = now_s();
         struct ghc_data_batch b;
         if ((rc = ghc_dataset_next(tr->ds, tr->device, NULL, &b)) < 0)
@@ -1020,8 +1024,12 @@ static int train_step(struct trainer *tr, int progress)
         }
         int32_t e = e_step;
         double tf = now_s();
+        if (tr->c.sync_timing)
+            ghc_op_sync(core, tr->device, NULL);
         if (rc == 0 && (rc = draw_sigmas(tr, &b, &e, sig)) == 0 && (rc = activate(tr, e)) == 0)
             rc = run_batch(tr, &b, e, sig, losses, used, true);
+        if (tr->c.sync_timing)
+            ghc_op_sync(core, tr->device, NULL);
         t_fb += now_s() - tf;
         used += b.n;
         samples += b.n;

@@ -76,6 +76,7 @@ if [ "${GHC_TRAIN:-1}" = 1 ]; then
         --set model.random.layers=4 --set model.random.text_dim=4096 --set model.random.freq_dim=256 \
         --set demo.samples=4 --set demo.height=32 --set demo.width=32 --set demo.frames=8 \
         --set demo.text_len=512 --set demo.text_dim=4096 --set data.batch_size=1 --set network.rank=16 \
+        --set cache.plugin='"unified_memory"' --set train.sync_timing=true \
         > "$work/train_mid.log" 2>&1
     echo "train mid: exit $?"; tail -n 3 "$work/train_mid.log"
     [ -f "$work/mid/metrics.jsonl" ] && tail -n +3 "$work/mid/metrics.jsonl" | awk -F'[:,]' '
@@ -94,8 +95,8 @@ if [ "${GHC_BENCH:-1}" = 1 ]; then
         timeout 120 "$top/bench/.libs/$t" > "$work/$t.log" 2>&1; echo "$t: exit $?"; cat "$work/$t.log" | tee -a "$b"
     done
     if [ -x "$top/bench/.libs/bench_mem" ]; then
-        timeout "${BENCH_MEM_T:-200}" "$top/bench/.libs/bench_mem" --layers "${BENCH_LAYERS:-4}" --reps 2 \
-            > "$work/bench_mem.log" 2>&1
+        timeout "${BENCH_MEM_T:-240}" "$top/bench/.libs/bench_mem" --layers "${BENCH_LAYERS:-4}" --reps 2 \
+            --csv "$out/bench_mem.csv" > "$work/bench_mem.log" 2>&1
         echo "bench_mem: exit $?"; cat "$work/bench_mem.log" | tee -a "$b"
     fi
     if [ "${GHC_BENCH_OPS:-0}" = 1 ]; then

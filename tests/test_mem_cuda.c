@@ -139,7 +139,9 @@ START_TEST(uvm_discrete_cap)
     struct ghc_mem_stats st = { .struct_size = sizeof(st) };
     ms_ok(core, ghc_mem_stats(mp, &st));
     ck_assert_int_eq(st.platform, GHC_PLATFORM_DISCRETE);
-    ck_assert_uint_le(st.managed_cap, 256 * MiB);          /* not ratio x HBM */
+    /* not ratio x HBM: the free memory the policy sees at its start minus the headroom, and
+     * free memory moves by a little between the two readings (192 KiB seen on an H100) */
+    ck_assert_uint_le(st.managed_cap, 272 * MiB);
     ck_assert_uint_ge(st.managed_cap, 200 * MiB);
     void *a = NULL, *b = NULL;
     ms_ok(core, ghc_mem_alloc(mp, 64 * MiB, GHC_ROLE_LATENTS, 0, &a));   /* latents: always managed */
