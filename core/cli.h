@@ -34,4 +34,17 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
  * `out`, and as JSON to json_path when not NULL. *failed gets the number of failed checks. */
 int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *json_path, FILE *out, int *failed);
 
+/* ---- appended for issue 5: merge ---- */
+
+struct ghc_merge_opts {
+    const char *base, *adapter, *out;
+    double      multiplier;   /* m (default 1) */
+    int         dtype;        /* enum ghc_dtype of the merged weights, or -1: the base tensor's */
+};
+/* `gh200core merge`: write o->out, the base checkpoint with the adapter merged in (see
+ * core/merge.c); a summary to `print` when not NULL. GHC_EEXIST when o->out exists (nothing
+ * written), GHC_EIO / GHC_EFORMAT for unreadable or mismatched files, GHC_EUNSUPPORTED for fp8
+ * base weights. */
+int ghc_cli_merge(ghc_core_t *core, const struct ghc_merge_opts *o, FILE *print);
+
 #endif /* GHC_CLI_H */

@@ -54,6 +54,11 @@ static const char usage_text[] =
     "                                          GPU, platform, managed memory and bandwidth checks\n"
     "       gh200core estimate -c FILE [--batch N] [--tokens N]\n"
     "                                          memory by role and location, before loading\n"
+    "       gh200core merge --base CKPT --adapter FILE --out OUT.safetensors\n"
+    "                       [--multiplier M] [--dtype keep|bf16|f16|f32]\n"
+    "                                          write CKPT (a .safetensors or sharded .index.json)\n"
+    "                                          with the adapter merged in, W + M delta-W, as one\n"
+    "                                          file; --dtype: of the merged weights (default keep)\n"
     "       gh200core --help | --version\n"
     "\n"
     "Fine-tunes diffusion transformers (Wan2.2) with LoRA/LyCORIS adapters; every part of a run\n"
@@ -92,6 +97,7 @@ struct cli {
     bool         dry_run;
     bool         keys;
     int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
+    struct ghc_merge_opts merge;   /* issue 5 */
 };
 
 static void log_sink(void *user, enum ghc_log_level lvl, const char *msg)
@@ -294,10 +300,16 @@ int main(int argc, char **argv)
         { "skip-allocation", no_argument, NULL, 1003 },
         { "batch", required_argument, NULL, 1004 },
         { "tokens", required_argument, NULL, 1005 },
+        { "base", required_argument, NULL, 1006 },       /* merge (issue 5) */
+        { "adapter", required_argument, NULL, 1007 },
+        { "out", required_argument, NULL, 1008 },
+        { "multiplier", required_argument, NULL, 1009 },
+        { "dtype", required_argument, NULL, 1010 },
         { NULL, 0, NULL, 0 },
     };
     struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
-                       .est = { .batch = 1, .tokens = 32760, .adapters = true } };
+                       .est = { .batch = 1, .tokens = 32760, .adapters = true },
+                       .merge = { .multiplier = 1.0, .dtype = -1 } };
     int status = EXIT_OK, opt;
     ghc_core_t *core = ghc_core_init();
     if (!core) {
@@ -343,6 +355,32 @@ int main(int argc, char **argv)
             break;
         }
         case 1003: cli.probe.skip_allocation = true; break;
+        case 1006: cli.merge.base = optarg; break;      /* merge (issue 5) */
+        case 1007: cli.merge.adapter = optarg; break;
+        case 1008: cli.merge.out = optarg; break;
+        case 1009:
+        case 1010: {
+            char *end;
+            static const char *const dts[] = { "keep", "bf16", "f16", "f32" };
+            static const int dtv[] = { -1, GHC_DTYPE_BF16, GHC_DTYPE_F16, GHC_DTYPE_F32 };
+            int k = 0;
+            while (opt == 1010 && k < 4 && strcmp(optarg, dts[k]) != 0)
+                k++;
+            if (opt == 1009 && ((cli.merge.multiplier = strtod(optarg, &end)), *end || end == optarg ||
+                                !(cli.merge.multiplier > -1e6 && cli.merge.multiplier < 1e6))) {
+                fprintf(stderr, "gh200core: error: --multiplier '%s': expected a number\n", optarg);
+                status = EXIT_USAGE;
+                goto out;
+            }
+            if (opt == 1010 && k == 4) {
+                fprintf(stderr, "gh200core: error: --dtype '%s': expected keep, bf16, f16 or f32\n", optarg);
+                status = EXIT_USAGE;
+                goto out;
+            }
+            if (opt == 1010)
+                cli.merge.dtype = dtv[k];
+            break;
+        }
         case 'v': cli.verbosity++; break;
         case 'q': cli.verbosity = -1; break;
         case 'h': fputs(usage_text, stdout); goto out;
@@ -373,8 +411,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (cmd && strcmp(cmd, "plugins") != 0 && strcmp(cmd, "inspect") != 0 && strcmp(cmd, "diag") != 0 &&
-        strcmp(cmd, "estimate") != 0) {
-        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect, diag, estimate)\n"
+        strcmp(cmd, "estimate") != 0 && strcmp(cmd, "merge") != 0) {
+        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect, diag, estimate, merge)\n"
                 "Try 'gh200core --help'.\n", cmd);
         status = EXIT_USAGE;
         goto out;
@@ -387,6 +425,17 @@ int main(int argc, char **argv)
     if (cmd && strcmp(cmd, "diag") == 0) {   /* issue 7 */
         int failed = 0, rc = ghc_cli_diag(core, &cli.probe, cli.json, stdout, &failed);
         status = rc < 0 ? fail(core, rc) : failed ? EXIT_FAIL : EXIT_OK;
+        goto out;
+    }
+    if (cmd && strcmp(cmd, "merge") == 0) {   /* issue 5 */
+        if (!cli.merge.base || !cli.merge.adapter || !cli.merge.out || cli.config) {
+            fprintf(stderr, "gh200core: error: merge needs --base CKPT --adapter FILE --out FILE (and no -c)\n"
+                    "Try 'gh200core --help'.\n");
+            status = EXIT_USAGE;
+            goto out;
+        }
+        int rc = ghc_cli_merge(core, &cli.merge, stdout);
+        status = rc < 0 ? fail(core, rc) : EXIT_OK;
         goto out;
     }
     if (cmd && strcmp(cmd, "estimate") == 0 && !cli.config) {

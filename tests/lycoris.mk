@@ -25,4 +25,11 @@ EXTRA_DIST += tests/test_lycoris.c tests/test_lycoris_cuda.c tests/fixtures/make
 	tests/fixtures/lycoris/lokr_f4_w2lr.safetensors tests/fixtures/lycoris/lokr_f16_both.safetensors \
 	tests/fixtures/lycoris/lokr_f16_full.safetensors \
 	tests/fixtures/lycoris/dora_r4_ffn0.safetensors tests/fixtures/lycoris/dora_r8_q.safetensors
+# gh200core merge (issue 5): through the CLI, with the lycoris and wan22 fixtures
+check_PROGRAMS += tests/test_merge
+tests_test_merge_SOURCES = tests/test_merge.c tests/testutil.h
+tests_test_merge_CFLAGS = $(TEST_CFLAGS)
+tests_test_merge_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+TESTS += tests/test_merge
+EXTRA_DIST += tests/test_merge.c
 # ---- end lycoris ----

@@ -826,3 +826,65 @@ out:
     ghc_tensor_free(w2);
     return rc;
 }
+
+/* ---- merge ------------------------------------------------------------------------------------- */
+
+/* W <- W + m delta-W, or for DoRA (spec §5.2, ComfyUI strength semantics, §10.6)
+ * W <- W + m (diag(c) (W + delta-W) - W) with c = g / (q + eps) and q = |W + delta-W| per row
+ * from dora_coef (the same c the forward uses). */
+int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w, float m, void *stream)
+{
+    const int64_t shape[2] = { md->out, md->in }, n = md->out * md->in;
+    int64_t out = md->out, in = md->in;
+    ghc_tensor_t *dw = ws(net, WS_Z, GHC_DTYPE_F32, 2, shape), *qt = NULL, *bt = NULL, *hwt = NULL;
+    float *hw = NULL, *hd = NULL, *v = NULL;
+    int rc = 0;
+    if (!dw || ghc_tensor_numel(w) != n || ghc_tensor_dtype(w) != GHC_DTYPE_F32) {
+        rc = dw ? ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: merge needs an f32 [%lld, %lld] weight",
+                                md->name, (long long)out, (long long)in) : nomem(net);
+        goto out;
+    }
+    TRY(lyc_delta(net, md, dw, stream));
+    if (!md->dora) {
+        TRY(ghc_op_add(w, w, dw, 1.0f, m, stream));
+        TRY(ghc_op_sync(net->core, net->device, stream));
+        goto out;
+    }
+    free(md->wn2);
+    if (!(md->wn2 = malloc((size_t)out * sizeof(float))) || !(hw = malloc((size_t)n * sizeof(float))) ||
+        !(hd = malloc((size_t)n * sizeof(float))) || !(v = malloc((size_t)(4 * out) * sizeof(float)))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(download(net, w, hw, stream));
+    TRY(download(net, dw, hd, stream));
+    for (int64_t o = 0; o < out; o++) {
+        double acc = 0;
+        for (int64_t i = 0; i < in; i++)
+            acc += (double)hw[o * in + i] * hw[o * in + i];
+        md->wn2[o] = (float)acc;
+    }
+    TRY(dora_coef(net, md, w, &qt, &bt, v, stream));
+    for (int64_t o = 0; o < out; o++) {
+        float c = v[3 * out + o];
+        for (int64_t i = 0; i < in; i++) {
+            float w0 = hw[o * in + i];
+            hw[o * in + i] = w0 + m * (c * (w0 + hd[o * in + i]) - w0);
+        }
+    }
+    if (!(hwt = ghc_tensor_wrap(net->core, GHC_DTYPE_F32, 2, shape, GHC_DEVICE_CPU, hw))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(ghc_op_copy(w, hwt, stream));
+    TRY(ghc_op_sync(net->core, net->device, stream));
+out:
+    ghc_tensor_free(dw);
+    ghc_tensor_free(qt);
+    ghc_tensor_free(bt);
+    ghc_tensor_free(hwt);
+    free(hw);
+    free(hd);
+    free(v);
+    return rc;
+}

@@ -174,6 +174,24 @@ static const struct suffix suffixes[] = {
     { "dora_scale", K_DORA, -1 },
 };
 
+const char *lyc_suffix_match(const char *key, size_t *prefix_len, int *kind, int *slot)
+{
+    const struct suffix *best = NULL;
+    size_t kl = strlen(key);
+    for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++) {
+        size_t sl = strlen(suffixes[k].name);
+        if (kl > sl + 1 && key[kl - sl - 1] == '.' && strcmp(key + kl - sl, suffixes[k].name) == 0 &&
+            (!best || sl > strlen(best->name)))
+            best = &suffixes[k];
+    }
+    if (!best)
+        return NULL;
+    *prefix_len = kl - strlen(best->name) - 1;
+    *kind = (int)best->kind;
+    *slot = best->slot;
+    return best->name;
+}
+
 /* What the file holds for one module. */
 struct found {
     const char *key[LYC_MAX_PARAMS];

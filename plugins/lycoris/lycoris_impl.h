@@ -118,6 +118,10 @@ int lyc_dora_init(struct lycoris *net, struct lyc_module *md);
 ghc_tensor_t *lyc_base_weight(struct lycoris *net, struct lyc_module *md, enum ghc_dtype dt, void *stream);
 /* Release the scratch buffers. */
 void lyc_ws_free(struct lycoris *net);
+/* Merge md into its frozen weight w (f32 [out, in] on the network's device, in place):
+ * W + m delta-W, for DoRA W + m (W_new - W) (spec §5.2, §10.6). Sets md->wn2 for DoRA.
+ * Returns 0 or GHC_E*. */
+int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w, float m, void *stream);
 
 /* ---- file.c ---------------------------------------------------------------------------------- */
 
@@ -125,6 +129,11 @@ void lyc_ws_free(struct lycoris *net);
  * "lora_unet_blocks_0_ffn_0", "transformer.blocks.0.ffn.net.0.proj"). Returns buf. */
 const char *lyc_key_prefix(const struct lyc_module *md, enum lyc_format format, char *buf, size_t len);
 int lyc_save(struct lycoris *net, int32_t expert, const char *path);
+/* The adapter tensor suffix `key` ends with ("lora_down.weight", "hada_w1_a", "alpha", ...; the
+ * longest that fits after a '.'): *kind 0 LoRA, 1 LoHa, 2 LoKr (= enum lyc_algo), 3 alpha,
+ * 4 dora_scale; *slot its parameter slot (-1 for alpha and dora_scale); *prefix_len the length
+ * of the module name before the '.'. Returns the suffix (static) or NULL when none fits. */
+const char *lyc_suffix_match(const char *key, size_t *prefix_len, int *kind, int *slot);
 int lyc_load(struct lycoris *net, int32_t expert, const char *path);
 
 #endif /* GHC_LYCORIS_IMPL_H */

@@ -1,0 +1,559 @@
+/* test_merge.c: `gh200core merge` (core/merge.c with the lycoris plugin's reader and math), run
+ * through the CLI on the CPU:
+ *   - the golden cases of tests/fixtures/lycoris (LoRA, rs_lora, LoHa, LoKr full / low-rank /
+ *     both decomposed / full_matrix, DoRA on two targets): the merged weight equals
+ *     case.w + m case.dw, the delta-W Python LyCORIS computed (for DoRA module(I) - linear(I),
+ *     i.e. W_new - W), in ComfyUI, musubi and bare naming; the other tensors and the metadata
+ *     are copied byte for byte; --dtype bf16 rounds the merged weight only;
+ *   - end to end on the tiny wan22 model: the wan22 fixture's LoRA (diffusers + peft golden)
+ *     merged into the official and the diffusers checkpoint gives the fixture's prediction with
+ *     no adapter attached; LoKr (ComfyUI naming) and DoRA (musubi naming) adapters saved by the
+ *     network give, merged, the prediction of the base with the adapter attached; a sharded
+ *     base merges into one file;
+ *   - bad input: an existing --out (exit 6, untouched), missing files (5), a module with no base
+ *     weight or of another shape (5, naming the key and both shapes), an incomplete module (5),
+ *     an fp8 base weight (1), bad usage (2); nothing is written on any error. */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+#include <gh200core/safetensors.h>
+
+#include "testutil.h"
+
+static void ok(ghc_core_t *core, int rc)
+{
+    ck_assert_msg(rc == 0, "failed (%d): %s", rc, ghc_error_message(core));
+}
+
+static char *fixture(const char *dir, const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 1024, "%s/tests/fixtures/%s/%s", tu_env("GHC_TOP_SRCDIR"), dir, name);
+    return p;
+}
+
+static ghc_tensor_t *load(ghc_core_t *core, ghc_st_t *st, const char *name)
+{
+    ghc_tensor_t *t = ghc_st_load(st, name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+    ck_assert_msg(t != NULL, "%s: %s", name, ghc_error_message(core));
+    return t;
+}
+
+static ghc_st_t *open_st(ghc_core_t *core, const char *path)
+{
+    ghc_st_t *st = ghc_st_open(core, path);
+    ck_assert_msg(st != NULL, "%s: %s", path, ghc_error_message(core));
+    return st;
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* gh200core merge ARGS; returns the exit status, *out the output (caller frees). */
+static int merge(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int merge(char **out, const char *fmt, ...)
+{
+    char args[6000], cmd[7000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof(cmd), "%s merge %s", tu_env("GHC_CLI"), args);
+    return tu_run(cmd, out);
+}
+
+/* Copy tensors of `src` whose name starts with `from` into writer w, renamed to `to` + rest
+ * with '.' -> '_' in the module part when musubi. */
+static void copy_renamed(ghc_core_t *core, ghc_st_t *src, ghc_st_writer_t *w, const char *from, const char *to,
+                         bool musubi)
+{
+    for (int i = 0; i < ghc_st_count(src); i++) {
+        struct ghc_st_info t;
+        ghc_st_info_at(src, i, &t);
+        if (strncmp(t.name, from, strlen(from)) != 0)
+            continue;
+        char nm[256];
+        snprintf(nm, sizeof(nm), "%s%s", to, t.name + strlen(from));
+        if (musubi) {   /* lora_unet_blocks_0_self_attn_q.lora_down.weight */
+            static const char *const sfx[] = { ".lora_down.weight", ".lora_up.weight", ".alpha", ".dora_scale",
+                                               ".hada_", ".lokr_" };
+            char *end = NULL;
+            for (size_t k = 0; k < sizeof(sfx) / sizeof(sfx[0]) && !end; k++)
+                end = strstr(nm, sfx[k]);
+            ck_assert_ptr_nonnull(end);
+            for (char *p = nm + strlen(to); p < end; p++)
+                if (*p == '.')
+                    *p = '_';
+        }
+        ok(core, ghc_st_writer_add_raw(w, nm, t.dtype, t.ndim, t.shape, ghc_st_raw(src, t.name)));
+    }
+}
+
+static double rel(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- golden cases ---------------------------------------------------------------------------- */
+
+static const char *const gcases[] = { "lora_r4", "lora_r8_rs", "loha_r4", "lokr_fm1_full", "lokr_f4_w2lr",
+                                      "lokr_f16_both", "lokr_f16_full", "dora_r4_ffn0", "dora_r8_q" };
+#define N_GCASES ((int)(sizeof(gcases) / sizeof(gcases[0])))
+
+START_TEST(golden)
+{
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), path[4][1200], *out;
+    char fname[64];
+    snprintf(fname, sizeof(fname), "%s.safetensors", gcases[_i]);
+    ghc_st_t *fx = open_st(core, fixture("lycoris", fname));
+    ghc_tensor_t *w = load(core, fx, "case.w"), *dw = load(core, fx, "case.dw"), *b = load(core, fx, "case.b");
+    /* the base: the case's linear under a ComfyUI prefix, its bias, a bf16 and an int tensor */
+    const char *tgt = strstr(gcases[_i], "ffn0") ? "blocks.0.ffn.0" : "blocks.0.self_attn.q";
+    ghc_st_writer_t *bw = ghc_st_writer_init(core);
+    char nm[160];
+    snprintf(nm, sizeof(nm), "model.diffusion_model.%s.weight", tgt);
+    ok(core, ghc_st_writer_add(bw, nm, w));
+    snprintf(nm, sizeof(nm), "model.diffusion_model.%s.bias", tgt);
+    ok(core, ghc_st_writer_add(bw, nm, b));
+    const uint16_t h[3] = { 0x3f80, 0x4000, 0xc040 };
+    const int32_t iv[2] = { 7, -3 };
+    ok(core, ghc_st_writer_add_raw(bw, "model.diffusion_model.other.weight", GHC_DTYPE_BF16, 2,
+                                   (const int64_t[]){ 1, 3 }, h));
+    ok(core, ghc_st_writer_add_raw(bw, "steps", GHC_DTYPE_I32, 1, (const int64_t[]){ 2 }, iv));
+    ok(core, ghc_st_writer_metadata(bw, "format", "pt"));
+    ok(core, ghc_st_writer_metadata(bw, "note", "base \"fixture\""));
+    snprintf(path[0], sizeof(path[0]), "%s/base.safetensors", dir);
+    ok(core, ghc_st_writer_finish(bw, path[0]));
+    ghc_st_writer_free(bw);
+    /* the adapter in three namings: ComfyUI (as LyCORIS saved it), musubi, bare */
+    static const char *const to[] = { "diffusion_model.", "lora_unet_", "" };
+    int naming = _i % 3;
+    ghc_st_writer_t *aw = ghc_st_writer_init(core);
+    copy_renamed(core, fx, aw, "diffusion_model.", to[naming], naming == 1);
+    snprintf(path[1], sizeof(path[1]), "%s/adapter.safetensors", dir);
+    ok(core, ghc_st_writer_finish(aw, path[1]));
+    ghc_st_writer_free(aw);
+    const float m = 0.7f;
+    snprintf(path[2], sizeof(path[2]), "%s/merged.safetensors", dir);
+    int rc = merge(&out, "--base %s --adapter %s --out %s --multiplier 0.7", path[0], path[1], path[2]);
+    ck_assert_msg(rc == 0, "%s: exit %d: %s", gcases[_i], rc, out);
+    const char *algo = strncmp(gcases[_i], "dora", 4) == 0 ? "dora 1" : strncmp(gcases[_i], "loha", 4) == 0 ?
+                       "loha 1" : strncmp(gcases[_i], "lokr", 4) == 0 ? "lokr 1" : "lora 1";
+    ck_assert_msg(strstr(out, "multiplier 0.7") && strstr(out, algo) && strstr(out, "merged 1 adapter modules") &&
+                  strstr(out, "skipped adapter keys: 0"), "%s: summary: %s", gcases[_i], out);
+    free(out);
+    /* merged = W + m dW; everything else as it was */
+    ghc_st_t *ms = open_st(core, path[2]), *bs = open_st(core, path[0]);
+    snprintf(nm, sizeof(nm), "model.diffusion_model.%s.weight", tgt);
+    ghc_tensor_t *got = load(core, ms, nm);
+    int64_t n = ghc_tensor_numel(w);
+    float *want = malloc((size_t)n * sizeof(float));
+    const float *wv = ghc_tensor_cdata(w), *dv = ghc_tensor_cdata(dw);
+    for (int64_t k = 0; k < n; k++)
+        want[k] = wv[k] + m * dv[k];
+    double e = rel(ghc_tensor_cdata(got), want, n), ed = 0;
+    for (int64_t k = 0; k < n; k++)   /* the change itself, relative */
+        ed += ((double)((const float *)ghc_tensor_cdata(got))[k] - wv[k] - m * dv[k]) *
+              ((double)((const float *)ghc_tensor_cdata(got))[k] - wv[k] - m * dv[k]);
+    double dn = 0;
+    for (int64_t k = 0; k < n; k++)
+        dn += (double)m * dv[k] * m * dv[k];
+    printf("%s (%s naming): merged weight rel err %.3g, of the change %.3g\n", gcases[_i],
+           naming == 0 ? "ComfyUI" : naming == 1 ? "musubi" : "bare", e, sqrt(ed / dn));
+    ck_assert_msg(sqrt(ed / dn) < 2e-5, "%s: merged - W rel err %g", gcases[_i], sqrt(ed / dn));
+    ck_assert_int_eq(ghc_st_count(ms), ghc_st_count(bs));
+    for (int i = 0; i < ghc_st_count(bs); i++) {
+        struct ghc_st_info a, c;
+        ghc_st_info_at(bs, i, &a);
+        ck_assert(ghc_st_find(ms, a.name, &c));
+        ck_assert_int_eq(a.dtype, c.dtype);
+        ck_assert_int_eq(a.nbytes, c.nbytes);
+        if (strcmp(a.name, nm) != 0)
+            ck_assert_msg(memcmp(ghc_st_raw(bs, a.name), ghc_st_raw(ms, a.name), a.nbytes) == 0, "%s changed", a.name);
+    }
+    ck_assert_str_eq(ghc_st_metadata(ms, "format"), "pt");
+    ck_assert_str_eq(ghc_st_metadata(ms, "note"), "base \"fixture\"");
+    ghc_st_free(ms);
+    /* --dtype bf16: the merged weight rounded, nothing else changes */
+    snprintf(path[3], sizeof(path[3]), "%s/merged_bf16.safetensors", dir);
+    rc = merge(&out, "--base %s --adapter %s --out %s --multiplier 0.7 --dtype bf16", path[0], path[1], path[3]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    ms = open_st(core, path[3]);
+    struct ghc_st_info info;
+    ck_assert(ghc_st_find(ms, nm, &info));
+    ck_assert_int_eq(info.dtype, GHC_DTYPE_BF16);
+    ghc_tensor_t *gb = load(core, ms, nm);
+    e = rel(ghc_tensor_cdata(gb), ghc_tensor_cdata(got), n);
+    ck_assert_msg(e > 0 && e < 4e-3, "bf16 rel err %g", e);
+    ck_assert(ghc_st_find(ms, "model.diffusion_model.other.weight", &info));
+    ck_assert_int_eq(info.dtype, GHC_DTYPE_BF16);
+    snprintf(nm, sizeof(nm), "model.diffusion_model.%s.bias", tgt);
+    ck_assert(ghc_st_find(ms, nm, &info));
+    ck_assert_int_eq(info.dtype, GHC_DTYPE_F32);
+    ghc_st_free(ms);
+    ghc_tensor_t *all[] = { w, dw, b, got, gb };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    free(want);
+    ghc_st_free(bs);
+    ghc_st_free(fx);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- end to end on the wan22 fixture model ---------------------------------------------------- */
+
+/* A CPU f32 core with the wan22 fixture model from `ckpt` and optionally a lycoris network. */
+static ghc_core_t *wan_core(const char *ckpt, const char *net_cfg)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_ptr_nonnull(core);
+    ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+    char text[4096];
+    snprintf(text, sizeof(text), "mempolicy = { plugin = \"host\"; };\n"
+             "model = { plugin = \"wan22\"; checkpoint = \"%s\"; heads = 2; dtype = \"f32\"; device = -1; };\n"
+             "%s%s%s", ckpt, net_cfg ? "network = { plugin = \"lycoris\"; device = -1; save_dtype = \"f32\"; " : "",
+             net_cfg ? net_cfg : "", net_cfg ? " };\n" : "");
+    ok(core, ghc_config_load_string(core, text, "test.cfg", NULL, NULL, 0));
+    ok(core, ghc_run_init(core));
+    return core;
+}
+
+/* The prediction for the wan22 fixture's case (CPU f32, caller frees), with the network's
+ * hook when the core has a network. */
+static ghc_tensor_t *predict(ghc_core_t *core)
+{
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    if (net) {
+        struct ghc_adapter_hook hook;
+        ok(core, ghc_network_hook(net, 0, &hook));
+        ok(core, ghc_model_set_hook(model, &hook));
+    }
+    ghc_st_t *cs = open_st(core, fixture("wan22", "case.safetensors"));
+    ghc_tensor_t *x = load(core, cs, "x_sigma_700"), *t = load(core, cs, "t_700"), *e = load(core, cs, "text_embedding");
+    ghc_tensor_reshape(t, 1, (const int64_t[]){ 1 });
+    ghc_tensor_t *out = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ghc_tensor_shape(x), GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+    ck_assert_ptr_nonnull(out);
+    struct ghc_model_batch b = { .noisy = x, .timesteps = t, .text_embed = e };
+    ok(core, ghc_model_forward(model, 0, &b, out, false, NULL));
+    ghc_tensor_free(x);
+    ghc_tensor_free(t);
+    ghc_tensor_free(e);
+    ghc_st_free(cs);
+    return out;
+}
+
+/* The fixture's LoRA (bare names, lora_A/lora_B, alpha; from diffusers + peft) merged into the
+ * official and the diffusers checkpoint: the merged model alone gives lora_pred_700. */
+START_TEST(wan22_fixture_lora)
+{
+    static const char *const bases[] = { "weights_official.safetensors", "weights_diffusers.safetensors" };
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), ad[1200], mg[1200], *out;
+    ghc_st_t *cs = open_st(core, fixture("wan22", "case.safetensors"));
+    ghc_st_writer_t *aw = ghc_st_writer_init(core);
+    copy_renamed(core, cs, aw, "blocks.", "blocks.", false);
+    snprintf(ad, sizeof(ad), "%s/lora.safetensors", dir);
+    ok(core, ghc_st_writer_finish(aw, ad));
+    ghc_st_writer_free(aw);
+    ghc_tensor_t *ref = load(core, cs, "lora_pred_700");
+    for (int i = 0; i < 2; i++) {
+        snprintf(mg, sizeof(mg), "%s/merged%d.safetensors", dir, i);
+        int rc = merge(&out, "--base %s --adapter %s --out %s", fixture("wan22", bases[i]), ad, mg);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+        ck_assert_msg(strstr(out, "lora 30,") != NULL, "%s", out);
+        free(out);
+        ghc_core_t *c2 = wan_core(mg, NULL);
+        ghc_tensor_t *pred = predict(c2);
+        double e = rel(ghc_tensor_cdata(pred), ghc_tensor_cdata(ref), ghc_tensor_numel(ref));
+        printf("wan22 fixture LoRA merged into %s: prediction rel err %.3g\n", bases[i], e);
+        ck_assert_msg(e < 1e-5, "%s: rel err %g", bases[i], e);
+        ghc_tensor_free(pred);
+        ghc_core_free(c2);
+    }
+    ghc_tensor_free(ref);
+    ghc_st_free(cs);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* An adapter trained elsewhere (random factors) saved by the network on the base model: the
+ * merged model alone predicts what the base does with the adapter attached. */
+static const struct {
+    const char *name, *cfg, *base;
+} e2e[] = {
+    { "lokr f4 (ComfyUI)", "algo = \"lokr\"; rank = 2; alpha = 3.0; factor = 4; preset = \"full\";",
+      "weights_official.safetensors" },
+    { "lokr f-1 both full (ComfyUI, diffusers base)", "algo = \"lokr\"; rank = 64; factor = -1;",
+      "weights_diffusers.safetensors" },
+    { "dora r4 (musubi)", "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; format = \"musubi\";",
+      "weights_official.safetensors" },
+    { "loha r2 (musubi, diffusers base)", "algo = \"loha\"; rank = 2; format = \"musubi\";",
+      "weights_diffusers.safetensors" },
+    { "lora r4 (diffusers/peft naming)", "algo = \"lora\"; rank = 4; alpha = 1.0; format = \"diffusers\";",
+      "weights_official.safetensors" },
+};
+
+START_TEST(wan22_attached_vs_merged)
+{
+    char *dir = tu_tmpdir(), ad[1200], mg[1200], *out;
+    ghc_core_t *core = wan_core(fixture("wan22", e2e[_i].base), e2e[_i].cfg);
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t nt;
+    ok(core, ghc_model_targets(model, &tg, &nt));
+    ok(core, ghc_network_attach(net, 0, tg, nt));
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++) {   /* small random factors; DoRA's g near its initial norms */
+        ghc_tensor_t *r = ghc_tensor_init(core, GHC_DTYPE_F32, ghc_tensor_ndim(ps[k].value),
+                                          ghc_tensor_shape(ps[k].value), GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ok(core, ghc_op_rand_normal(r, &(struct ghc_rng){ 7, (uint64_t)k << 20 }, NULL));
+        bool g = strstr(ps[k].name, "dora_scale") != NULL;
+        ok(core, ghc_op_add(ps[k].value, g ? ps[k].value : r, r, g ? 1.0f : 0.0f, g ? 0.05f : 0.2f, NULL));
+        ghc_tensor_free(r);
+    }
+    ok(core, ghc_network_begin_step(net, 1));
+    ghc_tensor_t *rt = predict(core);
+    int64_t n = ghc_tensor_numel(rt);
+    float *ref = malloc((size_t)n * sizeof(float));   /* kept past its core */
+    memcpy(ref, ghc_tensor_cdata(rt), (size_t)n * sizeof(float));
+    ghc_tensor_free(rt);
+    snprintf(ad, sizeof(ad), "%s/adapter.safetensors", dir);
+    ok(core, ghc_network_save(net, 0, ad));
+    ghc_core_free(core);
+    snprintf(mg, sizeof(mg), "%s/merged.safetensors", dir);
+    int rc = merge(&out, "--base %s --adapter %s --out %s", fixture("wan22", e2e[_i].base), ad, mg);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    printf("%s", out);
+    free(out);
+    core = wan_core(mg, NULL);
+    ghc_tensor_t *pred = predict(core);
+    ghc_core_t *c0 = wan_core(fixture("wan22", e2e[_i].base), NULL);
+    ghc_tensor_t *p0 = predict(c0);
+    double e = rel(ghc_tensor_cdata(pred), ref, n), d = rel(ghc_tensor_cdata(p0), ref, n);
+    printf("%s: merged vs attached prediction rel err %.3g (the adapter's effect: %.3g)\n", e2e[_i].name, e, d);
+    ck_assert_msg(d > 1e-3, "%s: the adapter changes too little to test (%g)", e2e[_i].name, d);
+    ck_assert_msg(e < 1e-5, "%s: rel err %g", e2e[_i].name, e);
+    ghc_tensor_free(p0);
+    ghc_tensor_free(pred);
+    free(ref);
+    ghc_core_free(c0);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* A sharded base (index + 2 shards) merges into one file with every tensor. */
+START_TEST(sharded_base)
+{
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), p[4][1200], *out;
+    ghc_st_t *base = open_st(core, fixture("wan22", "weights_official.safetensors"));
+    ghc_st_writer_t *w[2] = { ghc_st_writer_init(core), ghc_st_writer_init(core) };
+    FILE *ix;
+    snprintf(p[0], sizeof(p[0]), "%s/model.safetensors.index.json", dir);
+    ck_assert_ptr_nonnull(ix = fopen(p[0], "w"));
+    fprintf(ix, "{\"metadata\": {\"total_size\": 1}, \"weight_map\": {");
+    for (int i = 0; i < ghc_st_count(base); i++) {
+        struct ghc_st_info t;
+        ghc_st_info_at(base, i, &t);
+        int s = strncmp(t.name, "blocks.1", 8) >= 0;
+        ok(core, ghc_st_writer_add_raw(w[s], t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(base, t.name)));
+        fprintf(ix, "%s\"%s\": \"part-%d.safetensors\"", i ? ", " : "", t.name, s);
+    }
+    fprintf(ix, "}}\n");
+    fclose(ix);
+    for (int s = 0; s < 2; s++) {
+        snprintf(p[1], sizeof(p[1]), "%s/part-%d.safetensors", dir, s);
+        ok(core, ghc_st_writer_finish(w[s], p[1]));
+        ghc_st_writer_free(w[s]);
+    }
+    ghc_st_t *cs = open_st(core, fixture("wan22", "case.safetensors"));
+    ghc_st_writer_t *aw = ghc_st_writer_init(core);
+    copy_renamed(core, cs, aw, "blocks.", "diffusion_model.blocks.", false);
+    snprintf(p[2], sizeof(p[2]), "%s/lora.safetensors", dir);
+    ok(core, ghc_st_writer_finish(aw, p[2]));
+    ghc_st_writer_free(aw);
+    snprintf(p[3], sizeof(p[3]), "%s/merged.safetensors", dir);
+    int rc = merge(&out, "--base %s --adapter %s --out %s", p[0], p[2], p[3]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    ghc_st_t *ms = open_st(core, p[3]);
+    ck_assert_int_eq(ghc_st_count(ms), ghc_st_count(base));
+    ck_assert_str_eq(ghc_st_metadata(ms, "total_size"), "1");
+    ghc_core_t *c2 = wan_core(p[3], NULL);
+    ghc_tensor_t *pred = predict(c2), *ref = load(core, cs, "lora_pred_700");
+    double e = rel(ghc_tensor_cdata(pred), ghc_tensor_cdata(ref), ghc_tensor_numel(ref));
+    printf("sharded base: prediction rel err %.3g\n", e);
+    ck_assert_msg(e < 1e-5, "rel err %g", e);
+    ghc_tensor_free(pred);
+    ghc_tensor_free(ref);
+    ghc_core_free(c2);
+    ghc_st_free(ms);
+    ghc_st_free(cs);
+    ghc_st_free(base);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- bad input ---------------------------------------------------------------------------------- */
+
+START_TEST(errors)
+{
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), base[1200], ad[1200], outp[1200], bad[1200], *out;
+    ghc_st_t *fx = open_st(core, fixture("lycoris", "lora_r4.safetensors"));
+    ghc_tensor_t *w = load(core, fx, "case.w");   /* [48, 64] */
+    ghc_st_writer_t *bw = ghc_st_writer_init(core);
+    ok(core, ghc_st_writer_add(bw, "blocks.0.self_attn.q.weight", w));
+    ok(core, ghc_st_writer_add(bw, "blocks.0.self_attn.k.weight", w));
+    ok(core, ghc_st_writer_add_raw(bw, "blocks.0.ffn.0.weight", GHC_DTYPE_F8_E4M3, 2, (const int64_t[]){ 48, 64 },
+                                   calloc(48 * 64, 1)));
+    ok(core, ghc_st_writer_add_raw(bw, "blocks.0.ffn.0.scale_weight", GHC_DTYPE_F32, 0, NULL, &(float){ 1.0f }));
+    snprintf(base, sizeof(base), "%s/base.safetensors", dir);
+    ok(core, ghc_st_writer_finish(bw, base));
+    ghc_st_writer_free(bw);
+    ghc_st_writer_t *aw = ghc_st_writer_init(core);
+    copy_renamed(core, fx, aw, "diffusion_model.", "diffusion_model.", false);
+    snprintf(ad, sizeof(ad), "%s/ok.safetensors", dir);
+    ok(core, ghc_st_writer_finish(aw, ad));
+    ghc_st_writer_free(aw);
+    snprintf(outp, sizeof(outp), "%s/out.safetensors", dir);
+
+    /* an existing --out: exit 6, untouched */
+    ck_assert_ptr_nonnull(tu_write(dir, "out.safetensors", "keep me"));
+    ck_assert_int_eq(merge(&out, "--base %s --adapter %s --out %s", base, ad, outp), 6);
+    ck_assert_msg(strstr(out, "exists") != NULL, "%s", out);
+    free(out);
+    FILE *f = fopen(outp, "r");
+    char buf[16] = { 0 };
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    ck_assert_str_eq(buf, "keep me");
+    unlink(outp);
+
+    /* missing files: exit 5 */
+    ck_assert_int_eq(merge(&out, "--base %s/none.safetensors --adapter %s --out %s", dir, ad, outp), 5);
+    ck_assert_msg(strstr(out, "none.safetensors") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(merge(&out, "--base %s --adapter %s/none.safetensors --out %s", base, dir, outp), 5);
+    free(out);
+    ck_assert(!exists(outp));
+
+    /* adapter modules: no base weight, another shape, incomplete, fp8 base */
+    static const struct {
+        const char *from, *to;
+        int drop;          /* drop tensors containing this suffix: 1 lora_up */
+        const char *want[3];
+        int code;
+    } cases[] = {
+        { "diffusion_model.blocks.0.self_attn.q", "diffusion_model.blocks.7.self_attn.q", 0,
+          { "'diffusion_model.blocks.7.self_attn.q'", "matches no weight", NULL }, 5 },
+        { "diffusion_model.blocks.0.self_attn.q", "diffusion_model.blocks.0.ffn.0", 0,
+          { "blocks.0.ffn.0.weight", "F8_E4M3", NULL }, 1 },
+        { "diffusion_model.blocks.0.self_attn.q", "diffusion_model.blocks.0.self_attn.q", 1,
+          { "'diffusion_model.blocks.0.self_attn.q' is missing", "lora_up", NULL }, 5 },
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        aw = ghc_st_writer_init(core);
+        for (int i = 0; i < ghc_st_count(fx); i++) {
+            struct ghc_st_info t;
+            ghc_st_info_at(fx, i, &t);
+            if (strncmp(t.name, cases[c].from, strlen(cases[c].from)) != 0 ||
+                (cases[c].drop && strstr(t.name, "lora_up")))
+                continue;
+            char nm[256];
+            snprintf(nm, sizeof(nm), "%s%s", cases[c].to, t.name + strlen(cases[c].from));
+            ok(core, ghc_st_writer_add_raw(aw, nm, t.dtype, t.ndim, t.shape, ghc_st_raw(fx, t.name)));
+        }
+        snprintf(bad, sizeof(bad), "%s/bad%zu.safetensors", dir, c);
+        ok(core, ghc_st_writer_finish(aw, bad));
+        ghc_st_writer_free(aw);
+        int rc = merge(&out, "--base %s --adapter %s --out %s", base, bad, outp);
+        printf("bad case %zu: exit %d: %s", c, rc, out);
+        ck_assert_msg(rc == cases[c].code, "case %zu: exit %d: %s", c, rc, out);
+        for (int k = 0; k < 3 && cases[c].want[k]; k++)
+            ck_assert_msg(strstr(out, cases[c].want[k]) != NULL, "case %zu: '%s' not in: %s", c, cases[c].want[k], out);
+        free(out);
+        ck_assert(!exists(outp));
+    }
+    /* another shape: a base whose q is [64, 48] */
+    bw = ghc_st_writer_init(core);
+    ok(core, ghc_st_writer_add_raw(bw, "blocks.0.self_attn.q.weight", GHC_DTYPE_F32, 2, (const int64_t[]){ 64, 48 },
+                                   ghc_tensor_cdata(w)));
+    snprintf(bad, sizeof(bad), "%s/base_t.safetensors", dir);
+    ok(core, ghc_st_writer_finish(bw, bad));
+    ghc_st_writer_free(bw);
+    ck_assert_int_eq(merge(&out, "--base %s --adapter %s --out %s", bad, ad, outp), 5);
+    ck_assert_msg(strstr(out, "diffusion_model.blocks.0.self_attn.q") && strstr(out, "[48, 64]") &&
+                  strstr(out, "[64, 48]") && strstr(out, "blocks.0.self_attn.q.weight"), "%s", out);
+    free(out);
+    ck_assert(!exists(outp));
+
+    /* usage: exit 2 */
+    ck_assert_int_eq(merge(&out, "--base %s --adapter %s", base, ad), 2);
+    free(out);
+    ck_assert_int_eq(merge(&out, "--base %s --adapter %s --out %s --dtype f8", base, ad, outp), 2);
+    free(out);
+    ck_assert_int_eq(merge(&out, "--base %s --adapter %s --out %s --multiplier x", base, ad, outp), 2);
+    free(out);
+    ck_assert(!exists(outp));
+    ghc_tensor_free(w);
+    ghc_st_free(fx);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+static Suite *merge_suite(void)
+{
+    Suite *s = suite_create("merge");
+    TCase *tc = tcase_create("merge");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, golden, 0, N_GCASES);
+    tcase_add_test(tc, wan22_fixture_lora);
+    tcase_add_loop_test(tc, wan22_attached_vs_merged, 0, (int)(sizeof(e2e) / sizeof(e2e[0])));
+    tcase_add_test(tc, sharded_base);
+    tcase_add_test(tc, errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run_suite(merge_suite(), false);
+}
