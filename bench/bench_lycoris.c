@@ -9,6 +9,9 @@
  * The share is adapter / (frozen linears + adapter); the block's whole step also has attention,
  * norms and the rest, so the share of the block's step is lower than this. Then LoKr (factor
  * 16, both factors full) against a dense LoRA of about the same parameter count (rank 12).
+ * "fold" rows: the network's fold = true, as wan22 calls it: delta-W folded into a copy of the
+ * weight in the forward and again in the backward (the frozen GEMMs then run on the copy, at the
+ * same cost), and the grads hook with dy in bf16 instead of the forward and backward hooks.
  * Times: host clock around N iterations after 2 warm-up ones, with a device sync at each end.
  * Needs GHC_BUILD_PLUGINS pointing at plugins/.libs (the device policy and ghc_lycoris). */
 #include <stdio.h>
@@ -58,6 +61,7 @@ struct bufs {
     ghc_tensor_t *dxd, *dxf;     /* f32 input gradients */
     ghc_tensor_t *gd, *gf;       /* bf16 output gradients for the frozen backward GEMM */
     ghc_tensor_t *w[10];         /* bf16 weights */
+    ghc_tensor_t *wf;            /* bf16 scratch for a folded weight (the largest) */
 };
 
 static ghc_tensor_t *v2(ghc_tensor_t *t, int64_t cols)
@@ -127,7 +131,17 @@ static double time_adapter(const char *net_cfg, struct bufs *b, int64_t *params)
             ghc_op_sync(c, 0, NULL);
             t0 = now();
         }
-        for (int j = 0; j < 10; j++) {
+        for (int j = 0; j < 10 && h.fold; j++) {
+            bool fin = j == 9, fout = j == 8;
+            ghc_tensor_t *wf = ghc_tensor_wrap(c, GHC_DTYPE_BF16, 2, ghc_tensor_shape(b->w[j]), 0, ghc_tensor_data(b->wf));
+            if (!wf || h.fold(h.user, j, b->w[j], wf, NULL) != 1 || h.fold(h.user, j, b->w[j], wf, NULL) != 1 ||
+                h.grads(h.user, j, fin ? b->xf : b->xd, fout ? b->gf : b->gd, NULL)) {
+                fprintf(stderr, "bench_lycoris: fold hook: %s\n", ghc_error_message(c));
+                exit(EXIT_FAILURE);
+            }
+            ghc_tensor_free(wf);
+        }
+        for (int j = 0; j < 10 && !h.fold; j++) {
             bool fin = j == 9, fout = j == 8;
             if (h.forward(h.user, j, fin ? b->xf : b->xd, fout ? b->yf : b->yd, NULL) ||
                 h.backward(h.user, j, fin ? b->xf : b->xd, fout ? b->yf : b->yd, fin ? b->dxf : b->dxd, NULL)) {
@@ -171,12 +185,14 @@ int main(int argc, char **argv)
         b.dxf = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 13824 });
         b.gd = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 5120 });
         b.gf = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 13824 });
+        b.wf = gpu(GHC_DTYPE_BF16, 1, (const int64_t[]){ 13824 * 5120 });
         for (int j = 0; j < 10; j++)
             b.w[j] = gpu(GHC_DTYPE_BF16, 2, (const int64_t[]){ targets[j].out_features, targets[j].in_features });
         double base = time_base(&b);
         printf("%lld,frozen linears fwd+dx GEMMs,%.3f,0,\n", (long long)N, base * 1e3);
         static const struct { const char *what, *cfg; } a[] = {
             { "LoRA r16", "algo = \"lora\"; rank = 16;" },
+            { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
             { "LoRA r12", "algo = \"lora\"; rank = 12;" },
             { "LoKr factor 16 full", "algo = \"lokr\"; rank = 10000; factor = 16;" },
             { "LoKr factor -1 full", "algo = \"lokr\"; rank = 10000; factor = -1;" },
@@ -189,8 +205,8 @@ int main(int argc, char **argv)
                    100.0 * t / (base + t));
             fflush(stdout);
         }
-        ghc_tensor_t *all[] = { b.xd, b.xf, b.yd, b.yf, b.dxd, b.dxf, b.gd, b.gf };
-        for (int k = 0; k < 8; k++)
+        ghc_tensor_t *all[] = { b.xd, b.xf, b.yd, b.yf, b.dxd, b.dxf, b.gd, b.gf, b.wf };
+        for (int k = 0; k < 9; k++)
             ghc_tensor_free(all[k]);
         for (int j = 0; j < 10; j++)
             ghc_tensor_free(b.w[j]);

@@ -268,6 +268,60 @@ static void run_gcase(int i, bool bf16_x)
         ghc_tensor_free(ref);
     }
 
+    /* fold (LoRA): y = x (W + delta-W)^T + b, dx = r (W + delta-W) and the grads hook's gradients
+     * match the fixture like the hooks' (bf16 x: dy given in bf16 too, as the model gives it) */
+    if (strncmp(gc->name, "lora", 4) == 0) {
+        char cfg[256];
+        snprintf(cfg, sizeof(cfg), "%s fold = true;", gc->cfg);
+        ghc_core_t *c2 = core_with(cfg, NULL);
+        ghc_network_t *n2 = ghc_network_get(c2);
+        struct ghc_adapter_hook h2;
+        struct ghc_param *p2;
+        int32_t n2p;
+        ok(c2, ghc_network_attach(n2, 0, &one_target, 1));
+        ok(c2, ghc_network_load(n2, 0, fixture("lycoris", path)));
+        ok(c2, ghc_network_hook(n2, 0, &h2));
+        ok(c2, ghc_network_begin_step(n2, 1));
+        ck_assert_ptr_nonnull(h2.fold);
+        ck_assert_ptr_nonnull(h2.grads);
+        ok(c2, ghc_network_params(n2, 0, &p2, &n2p));
+        for (int32_t k = 0; k < n2p; k++)
+            ok(c2, ghc_op_fill(p2[k].grad, 0.0, NULL));
+        ghc_tensor_t *x_ = on(c2, xh, dev, xdt), *w_ = on(c2, wh, dev, xdt), *b_ = on(c2, bh, dev, GHC_DTYPE_F32);
+        ghc_tensor_t *wfold = mk(c2, dev, xdt, 2, ghc_tensor_shape(wh));
+        ck_assert_int_eq(h2.fold(h2.user, 0, w_, wfold, NULL), 1);
+        ghc_tensor_t *y2 = base_linear(c2, x_, wfold, b_);
+        ref = load(c2, st, "case.y");
+        e = rel_err(c2, y2, ref);
+        printf("%s%s: fold: output rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
+        ck_assert_msg(e < tol, "%s: fold: output rel err %g", gc->name, e);
+        ghc_tensor_free(ref);
+        ghc_tensor_t *wff = on(c2, wfold, dev, GHC_DTYPE_F32), *dxf = mk(c2, dev, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, n_in });
+        ghc_tensor_t *rr = on(c2, rh, dev, xdt);
+        ghc_tensor_t *rr2 = ghc_tensor_wrap(c2, xdt, 2, (const int64_t[]){ 10, n_out }, dev, ghc_tensor_data(rr));
+        ghc_tensor_t *rf2 = ghc_tensor_wrap(c2, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, n_out }, dev, ghc_tensor_data(r));
+        ok(c2, ghc_op_gemm(dxf, rf2, wff, NULL, NULL));
+        ok(c2, h2.grads(h2.user, 0, x_, rr, NULL));
+        ref = load(c2, st, "case.dx");
+        e = rel_err(c2, dxf, ref);
+        printf("%s%s: fold: input gradient rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
+        ck_assert_msg(e < tol, "%s: fold: dx rel err %g", gc->name, e);
+        ghc_tensor_free(ref);
+        for (int32_t k = 0; k < n2p; k++) {
+            char nm[160];
+            snprintf(nm, sizeof(nm), "case.grad.%s", p2[k].name + strlen(one_target.name) + 1);
+            ref = load(c2, st, nm);
+            e = rel_err(c2, p2[k].grad, ref);
+            printf("%s%s: fold: grad %s rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", nm, e);
+            ck_assert_msg(e < tol * 2, "%s: fold: %s rel err %g", gc->name, nm, e);
+            ghc_tensor_free(ref);
+        }
+        ghc_tensor_t *fa[] = { x_, w_, b_, wfold, y2, wff, dxf, rr, rr2, rf2 };
+        for (size_t k = 0; k < sizeof(fa) / sizeof(fa[0]); k++)
+            ghc_tensor_free(fa[k]);
+        ghc_core_free(c2);
+    }
+
     /* delta-W: the hook on x = I with y = 0 gives delta-W^T (not for DoRA, whose hook is not
      * linear in y: its merged weight is checked by the merge tests) */
     if (!bf16_x && !gc->target) {
@@ -362,11 +416,14 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
 
 /* The wan22 fixture's LoRA (30 targets, rank 4, peft naming lora_A/lora_B with bare module names
  * and an alpha each), loaded by the network from case.safetensors itself (its other tensors are
- * reported and skipped), gives the fixture's diffusers + peft prediction and LoRA gradients. */
+ * reported and skipped), gives the fixture's diffusers + peft prediction and LoRA gradients;
+ * _i = 1: the same with fold = true (delta-W folded into the model's GEMM weights, the grads
+ * hook in the backward), within the same tolerances. */
 START_TEST(wan22_fixture_lora)
 {
     char mcfg[1024];
-    ghc_core_t *core = core_with("algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg), false));
+    ghc_core_t *core = core_with(_i ? "algo = \"lora\"; rank = 4; alpha = 1.0; fold = true;"
+                                    : "algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg), false));
     ghc_model_t *model = ghc_model_get(core);
     ghc_network_t *net = ghc_network_get(core);
     const struct ghc_model_target *tg;
@@ -1115,7 +1172,7 @@ static Suite *lycoris_suite(void)
     tcase_add_test(tc, target_selection);
     tcase_add_test(tc, dropout);
     tcase_add_test(tc, config_errors);
-    tcase_add_test(tc, wan22_fixture_lora);
+    tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
     suite_add_tcase(s, tc);
     return s;

@@ -16,7 +16,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, golden, 0, N_GCASES);
     tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
-    tcase_add_test(tc, wan22_fixture_lora);
+    tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);

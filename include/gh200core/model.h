@@ -46,6 +46,18 @@ struct ghc_adapter_hook {
     int (*forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
     int (*backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                     ghc_tensor_t *dx, void *stream);
+    /* optional (since API 3); fold the adapter of `target` into the frozen weight, so that the
+     * model's own GEMMs compute the adapted linear (no pass over y or dx of the adapter's own).
+     * w: the weight the model's GEMMs take ([out, in], bf16 or f32, never e4m3); wf: a scratch
+     * tensor like w, or w itself (a scratch the model owns: fold in place). Returns 1 when wf now
+     * holds w + the adapter's delta-W: the model then computes y = x wf^T + b and dx = dy wf,
+     * calls neither forward nor backward on the target but grads in the backward. Returns 0 when
+     * the target has nothing to fold (wf untouched: forward and backward as usual), or GHC_E*.
+     * Called in the forward and again in the backward (same step, same result). */
+    int (*fold)(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
+    /* optional (since API 3), present with fold: the backward of a folded target: accumulate the
+     * adapter's parameter gradients from x and dy (f32, or the dtype of x: bf16). */
+    int (*grads)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
 };
 
 struct ghc_model_ops {

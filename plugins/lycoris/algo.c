@@ -181,6 +181,35 @@ out:
     return rc;
 }
 
+/* The backward of a folded LoRA (the model's dx = dy (W + s B A) holds the input gradient) with
+ * G in x's dtype (bf16: the operand the model cast dy to for its own GEMM): H and dH in that
+ * dtype too, f32 accumulation, f32 parameter gradients. Four passes over [N, .] operands. */
+static int lora_grads_lp(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *g,
+                         void *stream)
+{
+    int64_t N = ghc_tensor_dim(x2, 0), r = md->rank;
+    enum ghc_dtype xdt = ghc_tensor_dtype(x2);
+    int rc = 0;
+    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], xdt, stream);
+    ghc_tensor_t *bx = as_dtype(net, WS_P2, md->p[1], xdt, stream);
+    ghc_tensor_t *h = ws(net, WS_H, xdt, 2, (const int64_t[]){ N, r });
+    ghc_tensor_t *dh = ws(net, WS_DH, xdt, 2, (const int64_t[]){ N, r });
+    if (!ax || !bx || !h || !dh) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));                 /* H = X A^T */
+    TRY(gemm(md->g[1], g, h, true, false, md->scale, 1.0f, stream));       /* dB += s G^T H */
+    TRY(gemm(dh, g, bx, false, false, md->scale, 0.0f, stream));           /* dH = s G B */
+    TRY(gemm(md->g[0], dh, x2, true, false, 1.0f, 1.0f, stream));          /* dA += dH^T X */
+out:
+    ghc_tensor_free(ax);
+    ghc_tensor_free(bx);
+    ghc_tensor_free(h);
+    ghc_tensor_free(dh);
+    return rc;
+}
+
 /* ---- LoHa ------------------------------------------------------------------------------------ */
 
 /* P1 = W1a W1b, P2 = W2a W2b, DW = P1 * P2 (each [out, in] f32 scratch). */
@@ -784,6 +813,65 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
     ghc_tensor_free(x2);
     ghc_tensor_free(dy2);
     ghc_tensor_free(dx2);
+    return rc;
+}
+
+/* ---- fold (LoRA into the model's GEMM weight) ----------------------------------------------- */
+
+int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream)
+{
+    const int64_t n = md->out * md->in;
+    enum ghc_dtype dt = ghc_tensor_dtype(w);
+    char b1[160], b2[160];
+    if ((dt != GHC_DTYPE_BF16 && dt != GHC_DTYPE_F32) || ghc_tensor_dtype(wf) != dt || ghc_tensor_numel(w) != n ||
+        ghc_tensor_numel(wf) != n || ghc_tensor_device(w) != net->device || ghc_tensor_device(wf) != net->device)
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: fold: weight %s into %s, expected [%lld, %lld] bf16 "
+                             "or f32 (both alike) on device %d (the network's 'device')", md->name,
+                             ghc_tensor_describe(w, b1, sizeof(b1)), ghc_tensor_describe(wf, b2, sizeof(b2)),
+                             (long long)md->out, (long long)md->in, net->device);
+    int rc = 0;
+    ghc_tensor_t *w2 = V2(w, md->out, md->in), *wf2 = V2(wf, md->out, md->in);
+    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], dt, stream);
+    ghc_tensor_t *bx = as_dtype(net, WS_P2, md->p[1], dt, stream);
+    if (!w2 || !wf2 || !ax || !bx) {
+        rc = nomem(net);
+        goto out;
+    }
+    if (ghc_tensor_cdata(w) != ghc_tensor_cdata(wf))
+        TRY(ghc_op_copy(wf2, w2, stream));
+    TRY(gemm(wf2, bx, ax, false, false, md->scale, 1.0f, stream));         /* W' = W + s B A */
+    rc = 1;
+out:
+    ghc_tensor_free(w2);
+    ghc_tensor_free(wf2);
+    ghc_tensor_free(ax);
+    ghc_tensor_free(bx);
+    return rc;
+}
+
+int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream)
+{
+    int64_t N = ghc_tensor_numel(x) / md->in;
+    enum ghc_dtype gdt = ghc_tensor_dtype(dy);
+    if (md->algo != LYC_LORA || md->dora || md->mask)
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: grads hook on a module that does not fold "
+                             "(%s%s%s)", md->name, lyc_algo_name(md->algo), md->dora ? ", DoRA" : "",
+                             md->mask ? ", rank dropout" : "");
+    if (ghc_tensor_numel(dy) != N * md->out || (gdt != GHC_DTYPE_F32 && gdt != ghc_tensor_dtype(x)))
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: grads: dy has %lld elements of %s, expected "
+                             "%lld x %lld, f32 or x's %s", md->name, (long long)ghc_tensor_numel(dy),
+                             ghc_dtype_name(gdt), (long long)N, (long long)md->out,
+                             ghc_dtype_name(ghc_tensor_dtype(x)));
+    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = V2(dy, N, md->out);
+    int rc;
+    if (!x2 || !dy2)
+        rc = nomem(net);
+    else if (gdt == GHC_DTYPE_F32)
+        rc = lora_bwd(net, md, x2, dy2, NULL, stream);
+    else
+        rc = lora_grads_lp(net, md, x2, dy2, stream);
+    ghc_tensor_free(x2);
+    ghc_tensor_free(dy2);
     return rc;
 }
 

@@ -85,6 +85,7 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { "title", GHC_CFG_STRING },
     { "seed", GHC_CFG_INT },
     { "device", GHC_CFG_INT },           /* -1 = CPU, 0.. = CUDA; default: the model's rule */
+    { "fold", GHC_CFG_BOOL },            /* LoRA: delta-W folded into the model's GEMM weight */
     { NULL, 0 }
 };
 
@@ -225,6 +226,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_choice(cfg, "save_dtype", 0, dtypes, &dt)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "title", NULL, &net->title)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "seed", 0, 0, INT64_MAX, &seed)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "fold", false, &net->fold)) < 0 ||
         (rc = read_list(cfg, "include", &net->include, &net->n_include)) < 0 ||
         (rc = read_list(cfg, "exclude", &net->exclude, &net->n_exclude)) < 0 ||
         (rc = read_overrides(net, cfg)) < 0)
@@ -546,13 +548,35 @@ static int hook_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc
     return rc < 0 ? rc : lyc_backward(net, md, x, dy, dx, stream);
 }
 
+/* fold: LoRA without DoRA and rank dropout, module not dropped in this step (a dropped module
+ * folds nothing and its hooks return at once). */
+static int hook_fold(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped || md->algo != LYC_LORA || md->dora || md->mask)
+        return 0;
+    return lyc_fold(net, md, w, wf, stream);
+}
+
+static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped)
+        return 0;
+    int rc = check_x(net, md, x);
+    return rc < 0 ? rc : lyc_grads(net, md, x, dy, stream);
+}
+
 static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
 {
     struct lycoris *net = self;
     if (!attached(net, expert, "hook"))
         return GHC_EINVAL;
     net->hook_expert = expert;
-    *out = (struct ghc_adapter_hook){ .user = net, .forward = hook_fwd, .backward = hook_bwd };
+    *out = (struct ghc_adapter_hook){ .user = net, .forward = hook_fwd, .backward = hook_bwd,
+                                      .fold = net->fold ? hook_fold : NULL, .grads = net->fold ? hook_grads : NULL };
     return 0;
 }
 

@@ -86,6 +86,7 @@ struct lycoris {
     ghc_tensor_t       *ws[LYC_WS_SLOTS];   /* scratch, grown on demand */
     int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
     bool                dora;               /* dora_wd */
+    bool                fold;               /* hand out the fold and grads hooks (LoRA) */
     ghc_model_t        *model;              /* the run's model (DoRA's frozen weights), or NULL */
     float              *hbuf;               /* DoRA: host scratch */
     size_t              hbuf_len;
@@ -107,6 +108,11 @@ int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *
                 void *stream);
 int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                  ghc_tensor_t *dx, void *stream);
+/* The fold hook of a LoRA module: wf = w + s B A in w's dtype (wf may be w). Returns 1, or
+ * GHC_E*. The grads hook: dB += s G^T H, dA += (s G B)^T X with H = X A^T, G = dy (f32 or
+ * x's dtype). */
+int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
+int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
 /* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's
  * device. Returns 0 or GHC_E*. */
 int lyc_delta(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *dw, void *stream);

@@ -100,14 +100,16 @@ static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, con
 static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                       const ghc_tensor_t *w, float wscale, ghc_tensor_t *cast, bool accumulate, void *stream)
 {
-    int rc = 0;
-    ghc_tensor_t *view = NULL;
+    int rc = 0, folded = 0;
+    ghc_tensor_t *view = NULL, *fview = NULL;
+    const ghc_tensor_t *g = dy;
     if (dx) {
-        const ghc_tensor_t *g = dy, *wd = wan22_weight(m, w, wscale, &view, stream);
+        const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
         if (!wd) {
             rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
             goto out;
         }
+        TRY(folded = wan22_fold(m, target, &wd, view, &fview, stream));   /* dx gets the adapter's part */
         if (ghc_tensor_dtype(wd) != GHC_DTYPE_F32) {
             TRY(ghc_op_cast(cast, dy, 1.0f, NULL, stream));
             g = cast;
@@ -115,10 +117,16 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
         struct ghc_gemm gm = { .beta = accumulate ? 1.0f : 0.0f };
         TRY(ghc_op_gemm(dx, g, wd, &gm, stream));
     }
-    if (target >= 0 && hook_bwd(m))
+    if (folded) {   /* dx holds the adapter's part: only its parameter gradients (from dy as cast) */
+        ghc_error_clear(m->core);
+        if ((rc = m->hook.grads(m->hook.user, target, x, g, stream)) < 0 && !*ghc_error_message(m->core))
+            ghc_error_set(m->core, rc, "wan22: adapter hook grads failed on %s", m->targets[target].name);
+    } else if (target >= 0 && hook_bwd(m)) {
         rc = call_hook(m, target, x, dy, dx, stream);
+    }
 out:
     ghc_tensor_free(view);
+    ghc_tensor_free(fview);
     return rc;
 }
 

@@ -291,6 +291,31 @@ const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float s
     return *view;
 }
 
+int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_tensor_t *view, ghc_tensor_t **fview,
+               void *stream)
+{
+    *fview = NULL;
+    if (target < 0 || !m->has_hook || !m->hook.fold || !m->hook.grads)
+        return 0;
+    ghc_tensor_t *wf = view;
+    if (!wf) {   /* the stored weight: fold into a copy */
+        if (!m->fbuf) {   /* the largest block linear, D x F */
+            int64_t n = m->d.dim * (m->d.ffn_dim > m->d.dim ? m->d.ffn_dim : m->d.dim);
+            if (!(m->fbuf = wan22_tensor(m, m->base, 1, &n, GHC_ROLE_WORKSPACE)))
+                return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        }
+        if (!(wf = *fview = wan22_view(m, m->fbuf, 0, ghc_tensor_ndim(*wd), ghc_tensor_shape(*wd))))
+            return GHC_ENOMEM;
+    }
+    ghc_error_clear(m->core);
+    int rc = m->hook.fold(m->hook.user, target, *wd, wf, stream);
+    if (rc < 0 && !*ghc_error_message(m->core))
+        ghc_error_set(m->core, rc, "wan22: adapter hook fold failed on %s", m->targets[target].name);
+    if (rc == 1)
+        *wd = wf;
+    return rc;
+}
+
 /* y = x W^T + b (f32 out), then the adapter hook of `target` (-1: none) adds its part. With
  * fp8_gemm an e4m3 (block) weight multiplies x cast to e4m3 in st.xq, else the bf16
  * dequantisation of the weight (wan22_weight). */
@@ -298,8 +323,8 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
                     float wscale, const ghc_tensor_t *b, void *stream)
 {
     struct ghc_gemm g = { .trans_b = true, .epilogue = b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = b };
-    ghc_tensor_t *view;
-    int rc;
+    ghc_tensor_t *view, *fview = NULL;
+    int rc, folded = 0;
     if (m->fp8_gemm && ghc_tensor_dtype(w) == GHC_DTYPE_F8_E4M3) {
         /* fp8_gemm: x cast to e4m3 with a static scale of 1 (saturating at +-448, like
          * ComfyUI's fp8_e4m3fn_fast), times the e4m3 weight with its per-tensor scale; the
@@ -314,10 +339,13 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
         const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
         if (!wd)
             return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-        rc = ghc_op_gemm(y, x, wd, &g, stream);
+        rc = folded = wan22_fold(m, target, &wd, view, &fview, stream);   /* the hook's delta-W in wd */
+        if (rc >= 0)
+            rc = ghc_op_gemm(y, x, wd, &g, stream);
     }
     ghc_tensor_free(view);
-    if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward) {
+    ghc_tensor_free(fview);
+    if (rc == 0 && !folded && target >= 0 && m->has_hook && m->hook.forward) {
         ghc_error_clear(m->core);
         if ((rc = m->hook.forward(m->hook.user, target, x, y, stream)) < 0 && !*ghc_error_message(m->core))
             ghc_error_set(m->core, rc, "wan22: adapter hook forward failed on %s", m->targets[target].name);

@@ -121,6 +121,7 @@ static void wan22_free(void *self)
         return;
     wan22_state_free(m);
     ghc_tensor_free(m->wbuf);
+    ghc_tensor_free(m->fbuf);
     for (int32_t e = 0; m->experts && e < m->n_experts; e++)
         wan22_weights_free(m, &m->experts[e]);
     free(m->experts);

@@ -196,6 +196,7 @@ struct wan22 {
     struct ghc_adapter_hook hook;
     bool                    has_hook;
     struct wan22_state      st;
+    ghc_tensor_t           *fbuf;         /* the hook's fold: one block linear + its adapter */
 };
 
 /* With checkpointing, is block i recomputed in backward (else its activations are kept)? */
@@ -272,6 +273,12 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
  * m->wbuf, through *view (freed by the caller; NULL when unused). NULL on error. */
 const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float scale, ghc_tensor_t **view,
                                  void *stream);
+/* The adapter hook's fold of `target` (spec: model.h): *wd (wan22_weight's result, *view its
+ * dequantisation view or NULL) becomes the weight plus the adapter's delta-W, in place in the
+ * dequantisation buffer or in m->fbuf through *fview (freed by the caller). Returns 1 folded,
+ * 0 nothing to fold (no fold hook, or the target has no foldable adapter), or GHC_E*. */
+int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_tensor_t *view, ghc_tensor_t **fview,
+               void *stream);
 /* Release the forward state and backward scratch. */
 void wan22_state_free(struct wan22 *m);
 /* A view of `t`'s memory with another shape (wrapped; same numel or less). */
