@@ -97,3 +97,18 @@ int ghc_model_target_weight(ghc_model_t *m, int32_t expert, int32_t target, cons
     *w_scale = 1.0f;
     return failed(m, M_OPS(m)->target_weight(M_SELF(m), expert, target, w, w_scale, b), "target_weight");
 }
+
+int ghc_mem_default_device(ghc_core_t *core)
+{
+#ifdef GHC_HAVE_CUDA
+    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 }, 0, GHC_ROLE_WORKSPACE);
+    if (t) {
+        ghc_tensor_free(t);
+        return 0;
+    }
+    ghc_error_clear(core);
+#else
+    (void)core;
+#endif
+    return GHC_DEVICE_CPU;
+}

@@ -603,6 +603,24 @@ out:
     return rc;
 }
 
+/* Parse the one shard's header and index its tensors and metadata. */
+static int index_single(ghc_st_t *st, const char *name)
+{
+    struct st_shard *sh = &st->shards[0];
+    int rc = shard_open(st->core, sh);
+    if (rc < 0)
+        return rc;
+    if (!(st->index = calloc(sh->n ? (size_t)sh->n : 1, sizeof(*st->index))))
+        return ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory", name);
+    for (int i = 0; i < sh->n; i++)
+        st->index[i] = &sh->entries[i];
+    st->n = sh->n;
+    st->meta_key = sh->meta_key;
+    st->meta_val = sh->meta_val;
+    st->n_meta = sh->n_meta;
+    return 0;
+}
+
 static int open_single(ghc_st_t *st)
 {
     int rc = 0;
@@ -612,19 +630,7 @@ static int open_single(ghc_st_t *st)
         goto out;
     }
     st->n_shards = 1;
-    struct st_shard *sh = &st->shards[0];
-    if ((rc = shard_open(st->core, sh)) < 0)
-        goto out;
-    if (!(st->index = calloc(sh->n ? (size_t)sh->n : 1, sizeof(*st->index)))) {
-        rc = ghc_error_set(st->core, GHC_ENOMEM, "%s: out of memory", st->path);
-        goto out;
-    }
-    for (int i = 0; i < sh->n; i++)
-        st->index[i] = &sh->entries[i];
-    st->n = sh->n;
-    st->meta_key = sh->meta_key;
-    st->meta_val = sh->meta_val;
-    st->n_meta = sh->n_meta;
+    rc = index_single(st, st->path);
 out:
     return rc;
 }
@@ -673,18 +679,7 @@ ghc_st_t *ghc_st_open_memory(ghc_core_t *core, const char *name, const void *dat
     sh->size = (size_t)file_size;
     sh->avail = len;
     sh->borrowed = true;
-    if ((rc = shard_open(core, sh)) < 0)
-        goto out;
-    if (!(st->index = calloc(sh->n ? (size_t)sh->n : 1, sizeof(*st->index)))) {
-        rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory", name);
-        goto out;
-    }
-    for (int i = 0; i < sh->n; i++)
-        st->index[i] = &sh->entries[i];
-    st->n = sh->n;
-    st->meta_key = sh->meta_key;
-    st->meta_val = sh->meta_val;
-    st->n_meta = sh->n_meta;
+    rc = index_single(st, name);
 out:
     if (rc < 0) {
         ghc_st_free(st);

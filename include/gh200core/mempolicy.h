@@ -172,6 +172,9 @@ GHC_API void ghc_probe_add(struct ghc_probe *p, const char *section, const char 
                            double value, const char *unit, const char *fmt, ...) GHC_PRINTF(7, 8);
 /* "weights", "weights_inactive", ... Static; "?" when out of range. */
 GHC_API const char *ghc_mem_role_name(enum ghc_mem_role role);
+/* (API 3) Where a plugin computes by default: CUDA device 0 when this build has CUDA and the
+ * run's memory policy gives device memory there, else GHC_DEVICE_CPU. */
+GHC_API int ghc_mem_default_device(ghc_core_t *core);
 
 GHC_END_DECLS
 

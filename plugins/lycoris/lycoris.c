@@ -89,22 +89,6 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { NULL, 0 }
 };
 
-/* The wan22 rule: CUDA device 0 when this build has CUDA and the memory policy gives device
- * memory, else the CPU. */
-static int default_device(ghc_core_t *core)
-{
-#ifdef GHC_HAVE_CUDA
-    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 }, 0, GHC_ROLE_WORKSPACE);
-    if (t) {
-        ghc_tensor_free(t);
-        return 0;
-    }
-    ghc_error_clear(core);
-#else
-    (void)core;
-#endif
-    return GHC_DEVICE_CPU;
-}
 
 static int read_list(ghc_cfg_t *cfg, const char *key, const char ***out, int *n)
 {
@@ -260,7 +244,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         if ((rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0)
             goto fail;
     } else {
-        device = default_device(core);
+        device = ghc_mem_default_device(core);
     }
     net->device = (int)device;
     ghc_log(core, GHC_LOG_INFO, "lycoris: %s%s rank %d alpha %g%s on %s", lyc_algo_name(net->algo),

@@ -45,21 +45,6 @@ static const struct ghc_cfg_key wan22_keys[] = {
     { NULL, 0 }
 };
 
-/* CUDA device 0 when this build has CUDA and the memory policy gives device memory, else CPU. */
-static int default_device(ghc_core_t *core)
-{
-#ifdef GHC_HAVE_CUDA
-    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 }, 0, GHC_ROLE_WORKSPACE);
-    if (t) {
-        ghc_tensor_free(t);
-        return 0;
-    }
-    ghc_error_clear(core);
-#else
-    (void)core;
-#endif
-    return GHC_DEVICE_CPU;
-}
 
 static int read_random(struct wan22 *m, ghc_cfg_t *g, int64_t *experts, int64_t *seed)
 {
@@ -169,7 +154,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         if ((rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0)
             goto fail;
     } else {
-        device = default_device(core);
+        device = ghc_mem_default_device(core);
     }
     m->device = (int)device;
     if ((path != NULL) + (nlist > 0) + (rnd != NULL) != 1) {
