@@ -560,6 +560,54 @@ START_TEST(test_nan_skipped)
 }
 END_TEST
 
+START_TEST(test_shared_and_validation)
+{
+    /* one adapter shared by both experts: the base follows each micro-batch's first sigma (a
+     * uniform base shifted by 5 lands 42% of draws on the high expert), one file, no suffix;
+     * validation at fixed sigmas every 2 steps */
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400];
+    char *cfg = tiny_cfg(dir, "h.cfg", 2,
+                         "steps = 10; mode = \"shared\"; stored_noise = false; sampler = \"shift\"; "
+                         "shift_base = \"uniform\"; shift = 5.0; validate_every = 2; validation_sigmas = [0.3, 0.95];",
+                         "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+                         "data = { batch_size = 1; };");
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    struct mline m[32];
+    snprintf(p, sizeof(p), "%s/h.cfg.out/metrics.jsonl", dir);
+    ck_assert_int_eq(read_metrics(p, m, 32), 10);
+    int high = 0, low = 0;
+    for (int i = 0; i < 10; i++)
+        m[i].expert == 0 ? high++ : low++;
+    ck_assert_msg(high > 0 && low > 0, "the shared adapter trained on one expert only (%d high, %d low)", high, low);
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/h.cfg.out/adapter.safetensors", dir);
+    ck_assert_int_eq(stat(p, &st), 0);
+    snprintf(p, sizeof(p), "%s/h.cfg.out/adapter_high_noise.safetensors", dir);
+    ck_assert_int_ne(stat(p, &st), 0);
+    /* 5 validations x 2 sigmas, each a finite loss, the same sigma's loss at every validation
+     * computed on the same samples and noise (so they differ only through training) */
+    snprintf(p, sizeof(p), "%s/h.cfg.out/metrics.jsonl", dir);
+    FILE *f = fopen(p, "r");
+    char line[2048];
+    int nv = 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *v = strstr(line, "\"validation_loss\":");
+        if (!v)
+            continue;
+        double x = atof(v + 18);
+        ck_assert_msg(isfinite(x) && x > 0.0, "%s", line);
+        nv++;
+    }
+    fclose(f);
+    ck_assert_int_eq(nv, 10);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     Suite *s = suite_create("train");
@@ -579,6 +627,7 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_signal_stops_with_checkpoint);
     tcase_add_test(tr, test_experts_alternate);
     tcase_add_test(tr, test_nan_skipped);
+    tcase_add_test(tr, test_shared_and_validation);
     suite_add_tcase(s, tr);
     return s;
 }
