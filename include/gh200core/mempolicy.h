@@ -69,6 +69,9 @@ struct ghc_mem_stats {
     uint64_t thrashing;                   /* CUPTI: thrashing + throttling events */
     uint64_t streamed_bytes;              /* offload: weight bytes copied to the device */
     int32_t  platform;                    /* enum ghc_mem_platform, where the policy knows it */
+    uint64_t stream_ns;                   /* offload: time the copy stream spent on those copies
+                                           * (CUDA events around each block's copy; completed
+                                           * copies only: synchronise first) */
 };
 
 /* The kind of machine a managed-memory policy runs on (spec/memory.md §2, first match wins). */

@@ -7,6 +7,7 @@
  * other weight is read in place from pinned memory (zero-copy), so results never depend on
  * the streaming. mode "direct" reads every weight in place (GH200: over NVLink-C2C). */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "../device/devpool.h"
 
 #define OFF_ALIGN 256
+#define OFF_TIMED 32               /* copies timed with events, not yet read back */
 
 enum off_at { OFF_DEVICE = 0, OFF_PINNED };
 
@@ -60,6 +62,11 @@ struct off {
     size_t            slot_bytes;
     uint64_t          clock;
     uint64_t          role[GHC_ROLE_COUNT], live, live_dev, live_pinned, peak, streamed;
+    /* each block copy between two timing events on the copy stream: a FIFO of event pairs,
+     * read back (without waiting) when a pair is needed again and in stats() */
+    cudaEvent_t       t_begin[OFF_TIMED], t_end[OFF_TIMED];
+    int               t_head, t_count;
+    uint64_t          stream_ns;
 };
 
 static const struct ghc_cfg_key off_keys[] = {
@@ -271,10 +278,39 @@ static int off_ring_make(struct off *o)
         }
         o->live_dev += most;   /* in bytes_device, not in the per-role counts of allocations */
     }
+    for (int i = 0; i < OFF_TIMED; i++) {
+        cudaError_t e;
+        if ((e = cudaEventCreate(&o->t_begin[i])) != cudaSuccess || (e = cudaEventCreate(&o->t_end[i])) != cudaSuccess) {
+            cudaGetLastError();
+            return ghc_error_set(o->core, GHC_ECUDA, "offload: cannot make timing events on cuda:%d: %s", o->device,
+                                 cudaGetErrorString(e));
+        }
+    }
     o->slot_bytes = most;
     ghc_log(o->core, GHC_LOG_DEBUG, "offload: ring of %d x %.1f MiB for %lld groups", o->ring, most / 1048576.0,
             (long long)o->n_groups);
     return 0;
+}
+
+/* Add the copy times of the timed copies that have completed, oldest first; with `wait`, wait
+ * for the oldest one (the FIFO is full). */
+static void off_timed_read(struct off *o, bool wait)
+{
+    while (o->t_count > 0) {
+        int i = o->t_head;
+        float ms = 0;
+        if (wait && o->t_count == OFF_TIMED)
+            cudaEventSynchronize(o->t_end[i]);
+        if (cudaEventQuery(o->t_end[i]) != cudaSuccess) {
+            cudaGetLastError();   /* cudaErrorNotReady: later copies are not done either */
+            break;
+        }
+        if (cudaEventElapsedTime(&ms, o->t_begin[i], o->t_end[i]) == cudaSuccess)
+            o->stream_ns += (uint64_t)((double)ms * 1e6);
+        cudaGetLastError();
+        o->t_head = (i + 1) % OFF_TIMED;
+        o->t_count--;
+    }
 }
 
 /* Start the copy of group g into the least recently used slot other than the current group's,
@@ -294,9 +330,14 @@ static void off_fetch(struct off *o, int64_t g)
     if (sl->group >= 0)
         o->groups[sl->group].slot = -1;
     cudaStreamWaitEvent(o->copy, sl->done, 0);   /* never recorded: no wait */
+    off_timed_read(o, true);
+    int t = (o->t_head + o->t_count) % OFF_TIMED;
+    cudaEventRecord(o->t_begin[t], o->copy);      /* after the wait: the copy alone is timed */
     struct off_group *gr = &o->groups[g];
     for (int k = 0; k < gr->n; k++)
         cudaMemcpyAsync((char *)sl->buf + gr->offs[k], gr->ptrs[k], gr->bytes[k], cudaMemcpyHostToDevice, o->copy);
+    cudaEventRecord(o->t_end[t], o->copy);
+    o->t_count++;
     cudaEventRecord(sl->ready, o->copy);
     sl->group = g;
     sl->used = ++o->clock;
@@ -380,9 +421,12 @@ static int off_trim(void *self, bool hard)
 static int off_stats(void *self, struct ghc_mem_stats *out)
 {
     struct off *o = self;
-    if (out->struct_size < sizeof(*out))
+    if (out->struct_size < offsetof(struct ghc_mem_stats, stream_ns))
         return ghc_error_set(o->core, GHC_EINVAL, "offload: stats struct_size %u too small", out->struct_size);
     pthread_mutex_lock(&o->lock);
+    off_timed_read(o, false);
+    if (out->struct_size >= sizeof(*out))
+        out->stream_ns = o->stream_ns;
     memcpy(out->bytes_role, o->role, sizeof(o->role));
     out->bytes_host = o->live_pinned;
     out->bytes_pinned = o->live_pinned;
@@ -410,6 +454,12 @@ static void off_free(void *self)
             cudaEventDestroy(o->slots[s].done);
     }
     free(o->slots);
+    for (int i = 0; i < OFF_TIMED; i++) {
+        if (o->t_begin[i])
+            cudaEventDestroy(o->t_begin[i]);
+        if (o->t_end[i])
+            cudaEventDestroy(o->t_end[i]);
+    }
     for (int64_t i = 0; i < o->n_groups; i++) {
         free(o->groups[i].ptrs);
         free(o->groups[i].bytes);

@@ -254,6 +254,50 @@ static bool ends(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* The GPU path of wan22_random for v = a n (no offset, not fp8): N(0, 1) made on the device in
+ * f32 chunks of RAND_CHUNK elements (element c of the tensor uses Philox block offset + c / 4,
+ * as one call over the whole tensor would), each cast with scale a into the weight: the same
+ * values as the host path, without a host pass over every element. */
+#define RAND_CHUNK ((int64_t)1 << 22)
+
+static int random_on_device(struct wan22 *m, const struct wan22_tspec *s, const struct ghc_rng *rng, float a,
+                            enum ghc_dtype want, enum ghc_mem_role role)
+{
+    ghc_tensor_t *d = wan22_tensor(m, want, s->ndim, s->shape, role), *tmp = NULL;
+    int64_t numel = 1;
+    int rc = 0;
+    for (int k = 0; k < s->ndim; k++)
+        numel *= s->shape[k];
+    const int64_t chunk[1] = { numel < RAND_CHUNK ? numel : RAND_CHUNK };
+    if (!d || !(tmp = ghc_tensor_init(m->core, GHC_DTYPE_F32, 1, chunk, m->device, GHC_ROLE_WORKSPACE))) {
+        rc = ghc_error_code(m->core);
+        goto out;
+    }
+    for (int64_t c = 0; c < numel && rc == 0; c += RAND_CHUNK) {
+        const int64_t len[1] = { numel - c < RAND_CHUNK ? numel - c : RAND_CHUNK };
+        struct ghc_rng r = { rng->seed, rng->offset + (uint64_t)c / 4 };
+        ghc_tensor_t *src = ghc_tensor_wrap(m->core, GHC_DTYPE_F32, 1, len, m->device, ghc_tensor_data(tmp));
+        ghc_tensor_t *dst = ghc_tensor_wrap(m->core, want, 1, len, m->device,
+                                            (char *)ghc_tensor_data(d) + c * (int64_t)ghc_dtype_size(want));
+        if (!src || !dst)
+            rc = ghc_error_code(m->core);
+        else if ((rc = ghc_op_rand_normal(src, &r, NULL)) == 0)
+            rc = ghc_op_cast(dst, src, a, NULL, NULL);
+        ghc_tensor_free(src);
+        ghc_tensor_free(dst);
+    }
+    if (rc == 0)
+        rc = ghc_op_sync(m->core, m->device, NULL);
+out:
+    ghc_tensor_free(tmp);
+    if (rc < 0) {
+        ghc_tensor_free(d);
+        return rc;
+    }
+    *s->slot = d;
+    return 0;
+}
+
 int wan22_random(struct wan22 *m, uint64_t seed, struct wan22_weights *w, enum ghc_mem_role role)
 {
     int rc = 0, nspec = 0;
@@ -265,6 +309,28 @@ int wan22_random(struct wan22 *m, uint64_t seed, struct wan22_weights *w, enum g
         goto out;
     for (int i = 0; i < nspec; i++) {
         const struct wan22_tspec *s = &spec[i];
+        enum ghc_dtype want = kind_dtype(m, s->kind);
+        float a, b = 0.0f;
+        /* v = a n + b: Linear weights 1/sqrt(fan_in); norms near 1; biases and modulation small */
+        if (ends(s->name, "norm_q.weight") || ends(s->name, "norm_k.weight") || ends(s->name, "norm3.weight"))
+            a = 0.1f, b = 1.0f;
+        else if (ends(s->name, ".bias"))
+            a = 0.02f;
+        else if (ends(s->name, "modulation"))
+            a = 0.1f;
+        else
+            a = 1.0f / sqrtf((float)(s->shape[1] * (s->ndim == 5 ? WAN22_PATCH : 1)));
+        if (s->scale)
+            *s->scale = 1.0f;
+        if (m->device != GHC_DEVICE_CPU && b == 0.0f && want != GHC_DTYPE_F8_E4M3) {
+            int64_t numel = 1;
+            for (int k = 0; k < s->ndim; k++)
+                numel *= s->shape[k];
+            if ((rc = random_on_device(m, s, &rng, a, want, role)) < 0)
+                goto out;
+            rng.offset += (uint64_t)(numel + 3) / 4;
+            continue;
+        }
         ghc_tensor_t *h = ghc_tensor_init(m->core, GHC_DTYPE_F32, s->ndim, s->shape, GHC_DEVICE_CPU,
                                           m->device == GHC_DEVICE_CPU ? role : GHC_ROLE_WORKSPACE);
         if (!h) {
@@ -277,22 +343,9 @@ int wan22_random(struct wan22 *m, uint64_t seed, struct wan22_weights *w, enum g
             goto out;
         }
         rng.offset += (uint64_t)(numel + 3) / 4;
-        /* v = a n + b: Linear weights 1/sqrt(fan_in); norms near 1; biases and modulation small */
-        float a, b = 0.0f;
-        if (ends(s->name, "norm_q.weight") || ends(s->name, "norm_k.weight") || ends(s->name, "norm3.weight"))
-            a = 0.1f, b = 1.0f;
-        else if (ends(s->name, ".bias"))
-            a = 0.02f;
-        else if (ends(s->name, "modulation"))
-            a = 0.1f;
-        else
-            a = 1.0f / sqrtf((float)(s->shape[1] * (s->ndim == 5 ? WAN22_PATCH : 1)));
         float *v = ghc_tensor_data(h);
         for (int64_t j = 0; j < numel; j++)
             v[j] = a * v[j] + b;
-        enum ghc_dtype want = kind_dtype(m, s->kind);
-        if (s->scale)
-            *s->scale = 1.0f;
         rc = want == GHC_DTYPE_F8_E4M3 ? quantize(m, h, 1.0f, role, s->slot, s->scale)
                                        : place(m, h, want, 1.0f, role, s->slot);
         if (rc < 0)
