@@ -597,6 +597,7 @@ static const struct ghc_cfg_key core_keys[] = {
     { "optimizer",   GHC_CFG_GROUP },
     { "scheduler",   GHC_CFG_GROUP },
     { "data",        GHC_CFG_GROUP },   /* the dataset (core/dataset.c checks its keys) */
+    { "validation",  GHC_CFG_GROUP },   /* held-out data, the keys of `data` */
     { "train",       GHC_CFG_GROUP },
     { "demo",        GHC_CFG_GROUP },
     { NULL, 0 }

@@ -949,12 +949,20 @@ static bool dropped(const ghc_dataset_t *ds, int64_t epoch, int64_t cursor)
 
 int ghc_dataset_open(ghc_core_t *core, ghc_dataset_t **out)
 {
+    return ghc_dataset_open_section(core, "data", out);
+}
+
+int ghc_dataset_open_section(ghc_core_t *core, const char *section, ghc_dataset_t **out)
+{
     *out = NULL;
     double t0 = now_s();
-    ghc_cfg_t *cfg = ghc_config_section(core, "data");
+    /* the run's backend and cache serve the training data; another section (held-out
+     * validation data) reads its folders through a local backend of its own, uncached */
+    bool main_data = strcmp(section, "data") == 0;
+    ghc_cfg_t *cfg = ghc_config_section(core, section);
     if (!cfg)
-        return ghc_error_set(core, GHC_ECONFIG, "%s: no `data` section (data = { datasets = ( { path = \"...\"; } ); })",
-                             core->config ? core->config->file : "configuration");
+        return ghc_error_set(core, GHC_ECONFIG, "%s: no `%s` section (%s = { datasets = ( { path = \"...\"; } ); })",
+                             core->config ? core->config->file : "configuration", section, section);
     ghc_dataset_t *ds = calloc(1, sizeof(*ds));
     if (!ds)
         return ghc_error_set(core, GHC_ENOMEM, "data: out of memory");
@@ -965,7 +973,7 @@ int ghc_dataset_open(ghc_core_t *core, ghc_dataset_t **out)
         goto fail;
     if (ds->empty)
         ds->text_dim = ghc_tensor_dim(ds->empty, -1);
-    ds->backend = ghc_backend_get(core);
+    ds->backend = main_data ? ghc_backend_get(core) : NULL;
     if (!ds->backend) {
         if (!(ds->own_backend = ghc_backend_init(core, ghc_backend_local_ops(), NULL))) {
             rc = ghc_error_code(core);
@@ -1003,7 +1011,7 @@ int ghc_dataset_open(ghc_core_t *core, ghc_dataset_t **out)
                            ghc_cfg_where(cfg, "datasets"));
         goto fail;
     }
-    ds->cache = ghc_cache_get(core);
+    ds->cache = main_data ? ghc_cache_get(core) : NULL;
     if (ds->cache) {
         struct ghc_sample_ref *refs = calloc((size_t)ds->n_samples, sizeof(*refs));
         if (!refs) {
@@ -1025,7 +1033,7 @@ int ghc_dataset_open(ghc_core_t *core, ghc_dataset_t **out)
     ds->st.datasets = ds->n_sets;
     ds->st.buckets = ds->n_buckets;
     ds->st.open_seconds = now_s() - t0;
-    ghc_log(core, GHC_LOG_INFO, "data: %lld samples in %d buckets, %lld per epoch, batch %lld%s (%.2f s)",
+    ghc_log(core, GHC_LOG_INFO, "%s: %lld samples in %d buckets, %lld per epoch, batch %lld%s (%.2f s)", section,
             (long long)ds->n_samples, (int)ds->n_buckets, (long long)ds->epoch_size, (long long)ds->batch_size,
             ds->st.skipped ? ", some skipped as bad" : "", ds->st.open_seconds);
     *out = ds;

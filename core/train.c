@@ -110,6 +110,7 @@ struct trainer {
     ghc_scheduler_t   *sched;
     ghc_mempolicy_t   *mp;
     ghc_dataset_t     *ds;
+    ghc_dataset_t     *vds;             /* held-out validation data, or NULL */
     int                device;
     int32_t            n_experts;       /* of the model */
     double             boundary;        /* sigma of the expert boundary (two experts) */
@@ -919,6 +920,7 @@ static void report(struct trainer *tr, const struct step_report *r, int progress
 static int validate(struct trainer *tr)
 {
     ghc_core_t *core = tr->core;
+    ghc_dataset_t *vd = tr->vds ? tr->vds : tr->ds;
     int64_t epoch, cursor;
     int rc = ghc_dataset_tell(tr->ds, &epoch, &cursor);
     if (rc < 0)
@@ -931,11 +933,11 @@ static int validate(struct trainer *tr)
         if (tr->c.mode != MODE_SHARED && tr->n_experts > 1 && e != expert_of_step(tr, tr->step))
             continue;   /* that sigma belongs to the other expert's adapter this turn */
         tr->noise_rng = (struct ghc_rng){ .seed = saved.seed ^ 0x5a5a5a5a5a5a5a5aull, .offset = 0 };
-        if ((rc = ghc_dataset_seek(tr->ds, 0, 0)) < 0 || (rc = activate(tr, e)) < 0)
+        if ((rc = ghc_dataset_seek(vd, 0, 0)) < 0 || (rc = activate(tr, e)) < 0)
             break;
         for (int64_t bi = 0; bi < tr->c.validation_batches && rc == 0; bi++) {
             struct ghc_data_batch b;
-            if ((rc = ghc_dataset_next(tr->ds, tr->device, NULL, &b)) < 0)
+            if ((rc = ghc_dataset_next(vd, tr->device, NULL, &b)) < 0)
                 break;
             double sig[4096];
             float lh[4096];
@@ -949,7 +951,7 @@ static int validate(struct trainer *tr)
                 for (int64_t i = 0; i < n; i++, count++)
                     sum += lh[i] / weight_of(tr->c.weighting, sigma);
             ghc_tensor_free(losses);
-            ghc_data_batch_release(tr->ds, &b);
+            ghc_data_batch_release(vd, &b);
         }
         if (rc == 0 && count) {
             char tag[64];
@@ -1113,6 +1115,7 @@ static void trainer_free(struct trainer *tr)
 {
     if (tr->ds)
         ghc_dataset_free(tr->ds);
+    ghc_dataset_free(tr->vds);
     ghc_tensor_free(tr->sq);
     ghc_tensor_free(tr->norms);
     ghc_tboard_free(tr->tb);
@@ -1166,6 +1169,11 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
         (rc = ghc_dataset_open(core, &tr.ds)) < 0)
         goto out;
     ghc_dataset_set_copy(tr.ds, ghc_op_copy);
+    if (tr.c.validate_every && ghc_config_section(core, "validation")) {
+        if ((rc = ghc_dataset_open_section(core, "validation", &tr.vds)) < 0)
+            goto out;
+        ghc_dataset_set_copy(tr.vds, ghc_op_copy);
+    }
     /* the sampler's acceptance in each trained range, said once (spec/training.md 2.1) */
     for (int a = 0; a < tr.n_adapters && tr.sampler.family != GHC_SAMPLER_FLUX_SHIFT; a++) {
         expert_range(&tr, tr.adapter_expert[a], &tr.sampler.lo, &tr.sampler.hi);

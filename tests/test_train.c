@@ -570,9 +570,11 @@ START_TEST(test_shared_and_validation)
                          "steps = 10; mode = \"shared\"; stored_noise = false; sampler = \"shift\"; "
                          "shift_base = \"uniform\"; shift = 5.0; validate_every = 2; validation_sigmas = [0.3, 0.95];",
                          "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
-                         "data = { batch_size = 1; };");
-    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+                         "data = { batch_size = 1; };\n"
+                         "validation = { batch_size = 2; datasets = ( { path = \"h.cfg.out/demo-data\"; } ); };");
+    snprintf(args, sizeof(args), "-c '%s'", cfg);
     ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "validation: 4 samples") != NULL, "the held-out validation data was not opened: %s", out);
     free(out);
     struct mline m[32];
     snprintf(p, sizeof(p), "%s/h.cfg.out/metrics.jsonl", dir);
