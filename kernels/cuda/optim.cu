@@ -147,8 +147,12 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
 #define AM_CH    8192   /* elements per chunk: exactly for the flat passes (a multiple of 32) */
 #define AM_PLANS 16     /* cached plans: (device, stream, tensor list) */
 #define AM_U     4      /* loads in flight per thread in the latency-bound loops */
+#define AM_U4    2      /* groups of 4 elements in flight per thread in the update pass (78 registers,
+                        * 3 blocks an SM; 4 groups: 145 registers, 1.34x slower on an H100) */
 
-/* One tensor of a call in the plan's device table. Factored tensors (ndim >= 2) are B
+/* One tensor of a call in the plan's device table (each kernel copies its tensor's entry into
+ * registers: through a reference every field would be reloaded after each store to a tensor,
+ * which the compiler cannot tell from the table). Factored tensors (ndim >= 2) are B
  * matrices [R, C]; 1-D ones have R = 1, C = n and no s1. The stats pass cuts a factored
  * tensor into chunks that hold whole lines of the longer side: column ranges of all R rows
  * (wide: R < C) or row ranges of all C columns (tall), `span` lines each, `cpm` per matrix;
@@ -252,7 +256,7 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
     __shared__ float2 sh[AM_T];
     __shared__ float red[33];
     const int ti = am_find(P.start1, P.n, (int32_t)blockIdx.x);
-    const am_desc &t = P.t[ti];
+    const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int nw = AM_T / 32;
     float *part = P.scr + t.part;
@@ -419,7 +423,7 @@ GHC_D float am_long(const float *pb, int K, int cpm, int x, float *st, float len
 static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, const ghc_automagic_args a)
 {
     __shared__ float red[33];
-    const am_desc &t = P.t[blockIdx.x];
+    const am_desc t = P.t[blockIdx.x];
     const int tid = threadIdx.x;
     const float *part = P.scr + t.part;
     if (tid == 0)
@@ -503,6 +507,7 @@ GHC_D void am_ld4(const void *x, int bf16, int i0, int n, float v[4])
  * (a warp 128, four polarity words: 8 lanes a word, their nibbles OR-ed by shuffles), AM_U
  * groups loaded before any is computed; the row and column of the first element by one
  * division, the next three by stepping. The arithmetic per element is the scalar path's. */
+template <int U>
 GHC_D void am_update4(const am_desc &t, const ghc_automagic_args &a, float div, float old_scale, const float *rf,
                       const float *cf, uint64_t off, int k, float *lr_max, float *lr_sum)
 {
@@ -512,11 +517,11 @@ GHC_D void am_update4(const am_desc &t, const ghc_automagic_args &a, float div, 
     const bool one = t.B == 1;
     const uint8_t *q = (const uint8_t *)t.mask;
     float *mf = (float *)t.mask;
-    for (int ib = k * AM_CH + warp * 128; ib < i1; ib += AM_U * nw * 128) {
-        float g[AM_U][4], x[AM_U][4], lr[AM_U][4];
-        uint32_t old[AM_U];
+    for (int ib = k * AM_CH + warp * 128; ib < i1; ib += U * nw * 128) {
+        float g[U][4], x[U][4], lr[U][4];
+        uint32_t old[U];
 #pragma unroll
-        for (int v = 0; v < AM_U; v++) {
+        for (int v = 0; v < U; v++) {
             const int i = ib + v * nw * 128 + 4 * lane;
             old[v] = 0u;
             if (i < i1) {
@@ -538,7 +543,7 @@ GHC_D void am_update4(const am_desc &t, const ghc_automagic_args &a, float div, 
             }
         }
 #pragma unroll
-        for (int v = 0; v < AM_U; v++) {
+        for (int v = 0; v < U; v++) {
             const int i = ib + v * nw * 128 + 4 * lane;
             if (ib + v * nw * 128 >= i1)   /* uniform over the warp */
                 break;
@@ -623,13 +628,14 @@ GHC_D void am_update4(const am_desc &t, const ghc_automagic_args &a, float div, 
 /* 3. Flat chunks, last first (the stats pass's last chunks are still in L2): polarity,
  * learning rates and the param, a warp per 32-element polarity word (`__ballot_sync`), AM_U
  * words loaded before any is computed; the chunk's lr max and sum. */
-static __global__ void __launch_bounds__(AM_T) k_am_update(const am_plan_dev P, const ghc_automagic_args a,
+template <int U, int MINB>
+static __global__ void __launch_bounds__(AM_T, MINB) k_am_update(const am_plan_dev P, const ghc_automagic_args a,
                                                           uint64_t off_delta, int32_t total)
 {
     __shared__ float red[33];
     const int32_t blk = total - 1 - (int32_t)blockIdx.x;
     const int ti = am_find(P.startf, P.n, blk);
-    const am_desc &t = P.t[ti];
+    const am_desc t = P.t[ti];
     const int k = blk - P.startf[ti], lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = AM_T / 32;
     const float div = P.scal[2 * ti], old_scale = P.scal[2 * ti + 1];
     const float *rf = P.scr + t.rcf, *cf = rf + (int64_t)t.B * t.R;
@@ -641,7 +647,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_update(const am_plan_dev P, 
     float *mf = (float *)t.mask;
     float lr_max = 0.0f, lr_sum = 0.0f;
     if (t.vec) {
-        am_update4(t, a, div, old_scale, rf, cf, off, k, &lr_max, &lr_sum);
+        am_update4<U>(t, a, div, old_scale, rf, cf, off, k, &lr_max, &lr_sum);
     } else {
         for (int wb = w0 + warp; wb < w1; wb += AM_U * nw) {
             float g[AM_U], x[AM_U], lr[AM_U];
@@ -718,7 +724,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 {
     __shared__ float red[33];
     const int ti = am_find(P.startf, P.n, (int32_t)blockIdx.x);
-    const am_desc &t = P.t[ti];
+    const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.startf[ti], tid = threadIdx.x;
     const float *lrp = P.scr + t.lrp;
     float mean = 0.0f;
@@ -791,6 +797,12 @@ struct am_plan {
 };
 
 static std::mutex g_am_lock;
+static struct {
+    bool        on;
+    cudaEvent_t ev[5];
+    double      ms[4];
+    int64_t     calls;
+} g_am_prof;   /* ghc_k_automagic_profile */
 static am_plan    g_am[AM_PLANS];
 static int        g_am_count;
 static uint64_t   g_am_clock;
@@ -964,13 +976,44 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     am_plan *p = NULL;
     uint64_t delta = 0;
     GHC_K_TRY(am_plan_get(ghc_tensor_device(ts[0].param), s, ts, n, &p, &delta));
+    const bool prof = g_am_prof.on;
+    for (int k = 0; prof && k < 5; k++)
+        GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[0], s);
     if (p->total1 > 0)
         k_am_stats<<<p->total1, AM_T, 0, s>>>(p->d, *args);
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[1], s);
     k_am_finish<<<n, AM_T, 0, s>>>(p->d, *args);
-    if (p->totalf > 0) {
-        k_am_update<<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[2], s);
+    if (p->totalf > 0)
+        k_am_update<AM_U4, 3><<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[3], s);
+    if (p->totalf > 0)
         k_am_mask<<<p->totalf, AM_T, 0, s>>>(p->d, *args);
-    }
     GHC_K_TRY(cudaGetLastError());
+    if (prof) {
+        cudaEventRecord(g_am_prof.ev[4], s);
+        GHC_K_TRY(cudaEventSynchronize(g_am_prof.ev[4]));
+        for (int k = 0; k < 4; k++) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, g_am_prof.ev[k], g_am_prof.ev[k + 1]);
+            g_am_prof.ms[k] += ms;
+        }
+        g_am_prof.calls++;
+    }
     return 0;
+}
+
+extern "C" void ghc_k_automagic_profile(int on, double ms[4])
+{
+    std::lock_guard<std::mutex> lk(g_am_lock);
+    for (int k = 0; k < 4 && ms; k++)
+        ms[k] = g_am_prof.calls ? g_am_prof.ms[k] / g_am_prof.calls : 0.0;
+    memset(g_am_prof.ms, 0, sizeof(g_am_prof.ms));
+    g_am_prof.calls = 0;
+    g_am_prof.on = on != 0;
 }
