@@ -147,8 +147,12 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
 #define AM_CH    8192   /* elements per chunk: exactly for the flat passes (a multiple of 32) */
 #define AM_PLANS 16     /* cached plans: (device, stream, tensor list) */
 #define AM_U     4      /* loads in flight per thread in the latency-bound loops */
+#define AM_U4    2      /* groups of 4 elements in flight per thread in the update pass (78 registers,
+                        * 3 blocks an SM; 4 groups: 145 registers, 1.34x slower on an H100) */
 
-/* One tensor of a call in the plan's device table. Factored tensors (ndim >= 2) are B
+/* One tensor of a call in the plan's device table (each kernel copies its tensor's entry into
+ * registers: through a reference every field would be reloaded after each store to a tensor,
+ * which the compiler cannot tell from the table). Factored tensors (ndim >= 2) are B
  * matrices [R, C]; 1-D ones have R = 1, C = n and no s1. The stats pass cuts a factored
  * tensor into chunks that hold whole lines of the longer side: column ranges of all R rows
  * (wide: R < C) or row ranges of all C columns (tall), `span` lines each, `cpm` per matrix;
@@ -171,7 +175,9 @@ struct am_desc {
     int32_t     span, cpm, nf;
     uint32_t    mC, mRC;     /* i / C and i / (R C) as (umulhi(m, i) + i) >> l (i < 2^31) */
     int32_t     lC, lRC;
-    int32_t     pad;         /* no implicit padding: plans compare tables with memcmp */
+    int32_t     vec;         /* 16-byte aligned p, g (8 if bf16), s0 (1-D) and mask (4 if int8): the
+                              * update pass moves 4 elements a load; also no implicit padding
+                              * (plans compare tables with memcmp) */
 };
 
 static_assert(sizeof(am_desc) == 176, "am_desc has no padding");
@@ -250,7 +256,7 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
     __shared__ float2 sh[AM_T];
     __shared__ float red[33];
     const int ti = am_find(P.start1, P.n, (int32_t)blockIdx.x);
-    const am_desc &t = P.t[ti];
+    const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int nw = AM_T / 32;
     float *part = P.scr + t.part;
@@ -417,7 +423,7 @@ GHC_D float am_long(const float *pb, int K, int cpm, int x, float *st, float len
 static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, const ghc_automagic_args a)
 {
     __shared__ float red[33];
-    const am_desc &t = P.t[blockIdx.x];
+    const am_desc t = P.t[blockIdx.x];
     const int tid = threadIdx.x;
     const float *part = P.scr + t.part;
     if (tid == 0)
@@ -473,16 +479,163 @@ static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, 
     }
 }
 
+/* Four consecutive elements i0 .. i0 + 3 of x (f32 or bf16) as one 16- or 8-byte load (the
+ * last, partial group element by element). */
+GHC_D void am_ld4(const void *x, int bf16, int i0, int n, float v[4])
+{
+    if (i0 + 4 <= n) {
+        if (bf16) {
+            uint2 u = *(const uint2 *)((const uint16_t *)x + i0);
+            v[0] = __uint_as_float(u.x << 16);
+            v[1] = __uint_as_float(u.x & 0xffff0000u);
+            v[2] = __uint_as_float(u.y << 16);
+            v[3] = __uint_as_float(u.y & 0xffff0000u);
+        } else {
+            float4 f = *(const float4 *)((const float *)x + i0);
+            v[0] = f.x;
+            v[1] = f.y;
+            v[2] = f.z;
+            v[3] = f.w;
+        }
+        return;
+    }
+    for (int e = 0; e < 4; e++)
+        v[e] = i0 + e < n ? ld_f(x, bf16, i0 + e) : 0.0f;
+}
+
+/* The update pass over chunk k of a tensor with t.vec: each lane takes 4 consecutive elements
+ * (a warp 128, four polarity words: 8 lanes a word, their nibbles OR-ed by shuffles), AM_U
+ * groups loaded before any is computed; the row and column of the first element by one
+ * division, the next three by stepping. The arithmetic per element is the scalar path's. */
+template <int U>
+GHC_D void am_update4(const am_desc &t, const ghc_automagic_args &a, float div, float old_scale, const float *rf,
+                      const float *cf, uint64_t off, int k, float *lr_max, float *lr_sum)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = AM_T / 32, n = t.n;
+    const int i1 = min(n, (k + 1) * AM_CH), sh = 4 * (lane % 8);
+    const uint32_t C = (uint32_t)t.C, R = (uint32_t)t.R, RC = R * C;
+    const bool one = t.B == 1;
+    const uint8_t *q = (const uint8_t *)t.mask;
+    float *mf = (float *)t.mask;
+    for (int ib = k * AM_CH + warp * 128; ib < i1; ib += U * nw * 128) {
+        float g[U][4], x[U][4], lr[U][4];
+        uint32_t old[U];
+#pragma unroll
+        for (int v = 0; v < U; v++) {
+            const int i = ib + v * nw * 128 + 4 * lane;
+            old[v] = 0u;
+            if (i < i1) {
+                old[v] = t.pol[i / 32] >> sh;
+                am_ld4(t.g, t.g_bf16, i, n, g[v]);
+                am_ld4(t.p, t.p_bf16, i, n, x[v]);
+                if (t.m8) {
+                    if (i + 4 <= n) {
+                        uint32_t c4 = *(const uint32_t *)(q + i);
+                        for (int e = 0; e < 4; e++)
+                            lr[v][e] = __fmul_rn((float)(int8_t)(uint8_t)(c4 >> (8 * e)), old_scale);
+                    } else {
+                        for (int e = 0; e < 4; e++)
+                            lr[v][e] = i + e < n ? __fmul_rn((float)(int8_t)q[i + e], old_scale) : 0.0f;
+                    }
+                } else {
+                    am_ld4(mf, 0, i, n, lr[v]);
+                }
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < U; v++) {
+            const int i = ib + v * nw * 128 + 4 * lane;
+            if (ib + v * nw * 128 >= i1)   /* uniform over the warp */
+                break;
+            uint32_t nu = 0u, ns = 0u;
+            if (i < i1) {
+                float u[4], s4[4], xo[4];
+                if (t.s1) {
+                    uint32_t bb = one ? 0u : am_div((uint32_t)i, t.mRC, t.lRC), rem = (uint32_t)i - bb * RC;
+                    uint32_t r = am_div(rem, t.mC, t.lC), c = rem - r * C;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        u[e] = __fmul_rn(__fmul_rn(rf[(int64_t)bb * R + r], cf[(int64_t)bb * C + c]), g[v][e]);
+                        if (++c == C) {
+                            c = 0;
+                            if (++r == R) {
+                                r = 0;
+                                bb++;
+                            }
+                        }
+                    }
+                } else {
+                    am_ld4(t.s0, 0, i, n, s4);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        u[e] = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(s4[e])), g[v][e]);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (i + e >= n) {
+                        xo[e] = 0.0f;
+                        continue;
+                    }
+                    float ue = __fdiv_rn(u[e], div);
+                    bool up = ue > 0.0f, same = up == (bool)((old[v] >> e) & 1u);
+                    nu |= (uint32_t)up << e;
+                    ns |= (uint32_t)same << e;
+                    float l = am_lr(lr[v][e], same, a);
+                    *lr_max = fmaxf(*lr_max, fabsf(l));
+                    *lr_sum = __fadd_rn(*lr_sum, l);
+                    float xv = x[v][e], upd = __fmul_rn(ue, l);
+                    if (a.weight_decay != 0.0f)
+                        xv = __fadd_rn(xv, __fmul_rn(__fmul_rn(xv, -a.weight_decay), l));
+                    xo[e] = __fadd_rn(xv, -upd);
+                    lr[v][e] = l;
+                }
+                if (i + 4 <= n && !t.p_bf16) {
+                    *(float4 *)((float *)t.p + i) = make_float4(xo[0], xo[1], xo[2], xo[3]);
+                } else if (i + 4 <= n) {
+                    uint32_t rn[4];
+                    ghc_dev_philox_block(t.seed, off, (uint64_t)i / 4, rn);
+                    uint2 o;
+                    o.x = (uint32_t)sr_bf16(xo[0], rn[0]) | (uint32_t)sr_bf16(xo[1], rn[1]) << 16;
+                    o.y = (uint32_t)sr_bf16(xo[2], rn[2]) | (uint32_t)sr_bf16(xo[3], rn[3]) << 16;
+                    *(uint2 *)((uint16_t *)t.p + i) = o;
+                } else {
+                    for (int e = 0; e < 4 && i + e < n; e++)
+                        st_param(t.p, t.p_bf16, i + e, xo[e], t.seed, off);
+                }
+                if (!t.m8) {
+                    if (i + 4 <= n)
+                        *(float4 *)(mf + i) = make_float4(lr[v][0], lr[v][1], lr[v][2], lr[v][3]);
+                    else
+                        for (int e = 0; e < 4 && i + e < n; e++)
+                            mf[i + e] = lr[v][e];
+                }
+            }
+            nu <<= sh;
+            ns <<= sh;
+#pragma unroll
+            for (int o = 1; o < 8; o *= 2) {
+                nu |= __shfl_xor_sync(0xffffffffu, nu, o);
+                ns |= __shfl_xor_sync(0xffffffffu, ns, o);
+            }
+            if (lane % 8 == 0 && i < i1) {
+                t.pol[i / 32] = nu;
+                t.agree[i / 32] = ns;
+            }
+        }
+    }
+}
+
 /* 3. Flat chunks, last first (the stats pass's last chunks are still in L2): polarity,
  * learning rates and the param, a warp per 32-element polarity word (`__ballot_sync`), AM_U
  * words loaded before any is computed; the chunk's lr max and sum. */
-static __global__ void __launch_bounds__(AM_T) k_am_update(const am_plan_dev P, const ghc_automagic_args a,
+template <int U, int MINB>
+static __global__ void __launch_bounds__(AM_T, MINB) k_am_update(const am_plan_dev P, const ghc_automagic_args a,
                                                           uint64_t off_delta, int32_t total)
 {
     __shared__ float red[33];
     const int32_t blk = total - 1 - (int32_t)blockIdx.x;
     const int ti = am_find(P.startf, P.n, blk);
-    const am_desc &t = P.t[ti];
+    const am_desc t = P.t[ti];
     const int k = blk - P.startf[ti], lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = AM_T / 32;
     const float div = P.scal[2 * ti], old_scale = P.scal[2 * ti + 1];
     const float *rf = P.scr + t.rcf, *cf = rf + (int64_t)t.B * t.R;
@@ -493,54 +646,58 @@ static __global__ void __launch_bounds__(AM_T) k_am_update(const am_plan_dev P, 
     const uint8_t *q = (const uint8_t *)t.mask;
     float *mf = (float *)t.mask;
     float lr_max = 0.0f, lr_sum = 0.0f;
-    for (int wb = w0 + warp; wb < w1; wb += AM_U * nw) {
-        float g[AM_U], x[AM_U], lr[AM_U];
-        uint32_t old[AM_U];
+    if (t.vec) {
+        am_update4<U>(t, a, div, old_scale, rf, cf, off, k, &lr_max, &lr_sum);
+    } else {
+        for (int wb = w0 + warp; wb < w1; wb += AM_U * nw) {
+            float g[AM_U], x[AM_U], lr[AM_U];
+            uint32_t old[AM_U];
 #pragma unroll
-        for (int v = 0; v < AM_U; v++) {
-            const int w = wb + v * nw, i = w * 32 + lane;
-            g[v] = x[v] = lr[v] = 0.0f;
-            old[v] = w < w1 ? t.pol[w] : 0u;
-            if (w < w1 && i < n) {
-                g[v] = ld_f(t.g, t.g_bf16, i);
-                x[v] = ld_f(t.p, t.p_bf16, i);
-                lr[v] = t.m8 ? __fmul_rn((float)(int8_t)q[i], old_scale) : mf[i];
-            }
-        }
-#pragma unroll
-        for (int v = 0; v < AM_U; v++) {
-            const int w = wb + v * nw, i = w * 32 + lane;
-            if (w >= w1)    /* uniform over the warp */
-                continue;
-            const bool in = i < n;
-            bool up = false, same = false;
-            if (in) {
-                float u;
-                if (t.s1) {
-                    uint32_t bb = one ? 0u : am_div((uint32_t)i, t.mRC, t.lRC), rem = (uint32_t)i - bb * RC;
-                    uint32_t r = am_div(rem, t.mC, t.lC), c = rem - r * C;
-                    u = __fmul_rn(__fmul_rn(rf[(int64_t)bb * t.R + r], cf[(int64_t)bb * C + c]), g[v]);
-                } else {
-                    u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(t.s0[i])), g[v]);
+            for (int v = 0; v < AM_U; v++) {
+                const int w = wb + v * nw, i = w * 32 + lane;
+                g[v] = x[v] = lr[v] = 0.0f;
+                old[v] = w < w1 ? t.pol[w] : 0u;
+                if (w < w1 && i < n) {
+                    g[v] = ld_f(t.g, t.g_bf16, i);
+                    x[v] = ld_f(t.p, t.p_bf16, i);
+                    lr[v] = t.m8 ? __fmul_rn((float)(int8_t)q[i], old_scale) : mf[i];
                 }
-                u = __fdiv_rn(u, div);
-                up = u > 0.0f;
-                same = up == (bool)((old[v] >> lane) & 1u);
-                float l = am_lr(lr[v], same, a);
-                lr_max = fmaxf(lr_max, fabsf(l));
-                lr_sum = __fadd_rn(lr_sum, l);
-                float xv = x[v], upd = __fmul_rn(u, l);
-                if (a.weight_decay != 0.0f)
-                    xv = __fadd_rn(xv, __fmul_rn(__fmul_rn(xv, -a.weight_decay), l));
-                xv = __fadd_rn(xv, -upd);
-                st_param(t.p, t.p_bf16, i, xv, t.seed, off);
-                if (!t.m8)
-                    mf[i] = l;
             }
-            uint32_t wu = __ballot_sync(0xffffffffu, up), ws = __ballot_sync(0xffffffffu, same);
-            if (lane == 0) {
-                t.pol[w] = wu;
-                t.agree[w] = ws;
+#pragma unroll
+            for (int v = 0; v < AM_U; v++) {
+                const int w = wb + v * nw, i = w * 32 + lane;
+                if (w >= w1)    /* uniform over the warp */
+                    continue;
+                const bool in = i < n;
+                bool up = false, same = false;
+                if (in) {
+                    float u;
+                    if (t.s1) {
+                        uint32_t bb = one ? 0u : am_div((uint32_t)i, t.mRC, t.lRC), rem = (uint32_t)i - bb * RC;
+                        uint32_t r = am_div(rem, t.mC, t.lC), c = rem - r * C;
+                        u = __fmul_rn(__fmul_rn(rf[(int64_t)bb * t.R + r], cf[(int64_t)bb * C + c]), g[v]);
+                    } else {
+                        u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(t.s0[i])), g[v]);
+                    }
+                    u = __fdiv_rn(u, div);
+                    up = u > 0.0f;
+                    same = up == (bool)((old[v] >> lane) & 1u);
+                    float l = am_lr(lr[v], same, a);
+                    lr_max = fmaxf(lr_max, fabsf(l));
+                    lr_sum = __fadd_rn(lr_sum, l);
+                    float xv = x[v], upd = __fmul_rn(u, l);
+                    if (a.weight_decay != 0.0f)
+                        xv = __fadd_rn(xv, __fmul_rn(__fmul_rn(xv, -a.weight_decay), l));
+                    xv = __fadd_rn(xv, -upd);
+                    st_param(t.p, t.p_bf16, i, xv, t.seed, off);
+                    if (!t.m8)
+                        mf[i] = l;
+                }
+                uint32_t wu = __ballot_sync(0xffffffffu, up), ws = __ballot_sync(0xffffffffu, same);
+                if (lane == 0) {
+                    t.pol[w] = wu;
+                    t.agree[w] = ws;
+                }
             }
         }
     }
@@ -567,7 +724,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 {
     __shared__ float red[33];
     const int ti = am_find(P.startf, P.n, (int32_t)blockIdx.x);
-    const am_desc &t = P.t[ti];
+    const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.startf[ti], tid = threadIdx.x;
     const float *lrp = P.scr + t.lrp;
     float mean = 0.0f;
@@ -640,6 +797,12 @@ struct am_plan {
 };
 
 static std::mutex g_am_lock;
+static struct {
+    bool        on;
+    cudaEvent_t ev[5];
+    double      ms[4];
+    int64_t     calls;
+} g_am_prof;   /* ghc_k_automagic_profile */
 static am_plan    g_am[AM_PLANS];
 static int        g_am_count;
 static uint64_t   g_am_clock;
@@ -691,6 +854,8 @@ static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vecto
         t.g_bf16 = ghc_tensor_dtype(o.grad) == GHC_DTYPE_BF16;
         t.m8 = ghc_tensor_dtype(o.state[2]) == GHC_DTYPE_U8;
         t.nf = (int32_t)((N + AM_CH - 1) / AM_CH);
+        t.vec = (uintptr_t)t.p % (t.p_bf16 ? 8 : 16) == 0 && (uintptr_t)t.g % (t.g_bf16 ? 8 : 16) == 0 &&
+                (f || (uintptr_t)t.s0 % 16 == 0) && (uintptr_t)t.mask % (t.m8 ? 4 : 16) == 0;
         int64_t nch1 = t.nf;
         t.part = off;
         if (f && N > 0) {
@@ -811,13 +976,44 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     am_plan *p = NULL;
     uint64_t delta = 0;
     GHC_K_TRY(am_plan_get(ghc_tensor_device(ts[0].param), s, ts, n, &p, &delta));
+    const bool prof = g_am_prof.on;
+    for (int k = 0; prof && k < 5; k++)
+        GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[0], s);
     if (p->total1 > 0)
         k_am_stats<<<p->total1, AM_T, 0, s>>>(p->d, *args);
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[1], s);
     k_am_finish<<<n, AM_T, 0, s>>>(p->d, *args);
-    if (p->totalf > 0) {
-        k_am_update<<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[2], s);
+    if (p->totalf > 0)
+        k_am_update<AM_U4, 3><<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
+    if (prof)
+        cudaEventRecord(g_am_prof.ev[3], s);
+    if (p->totalf > 0)
         k_am_mask<<<p->totalf, AM_T, 0, s>>>(p->d, *args);
-    }
     GHC_K_TRY(cudaGetLastError());
+    if (prof) {
+        cudaEventRecord(g_am_prof.ev[4], s);
+        GHC_K_TRY(cudaEventSynchronize(g_am_prof.ev[4]));
+        for (int k = 0; k < 4; k++) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, g_am_prof.ev[k], g_am_prof.ev[k + 1]);
+            g_am_prof.ms[k] += ms;
+        }
+        g_am_prof.calls++;
+    }
     return 0;
+}
+
+extern "C" void ghc_k_automagic_profile(int on, double ms[4])
+{
+    std::lock_guard<std::mutex> lk(g_am_lock);
+    for (int k = 0; k < 4 && ms; k++)
+        ms[k] = g_am_prof.calls ? g_am_prof.ms[k] / g_am_prof.calls : 0.0;
+    memset(g_am_prof.ms, 0, sizeof(g_am_prof.ms));
+    g_am_prof.calls = 0;
+    g_am_prof.on = on != 0;
 }
