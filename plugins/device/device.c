@@ -4,7 +4,11 @@
  * with the release threshold at UINT64_MAX (a caching pool: 6 us instead of 236 us per
  * alloc/free, spec/memory.md §1.7), given back by trim(). Counts live bytes per role and the
  * peak; an optional limit turns runaway allocation into a clear error before the card's, and
- * an out-of-memory error names the role, the bytes asked for and what is in use by role. */
+ * an out-of-memory error names the role, the bytes asked for and what is in use by role.
+ * Pinned host blocks are cached too (cudaMallocHost / cudaFreeHost cost milliseconds per MB
+ * and cudaFreeHost synchronises): a released block is kept with an event recorded on the
+ * legacy default stream, and a later request of the same size waits for that event (the work
+ * that may still read the block, e.g. a queued host-to-device copy) and takes it again. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +28,19 @@ struct dev_block {               /* one live allocation, in a list for release a
     struct dev_block  *next;
 };
 
+struct pinned_spare {            /* a released pinned block, reusable once `done` completes */
+    void                *ptr;
+    size_t               n;
+    cudaEvent_t          done;
+    struct pinned_spare *next;
+};
+
+#define PINNED_SPARES_MAX 64
+
 struct dev {
     ghc_core_t        *core;
+    struct pinned_spare *spares;  /* newest first */
+    int                n_spares;
     struct devpool     pools;
     uint64_t           limit;     /* bytes, 0 = none */
     pthread_mutex_t    lock;
@@ -62,6 +77,82 @@ static int dev_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     return 0;
 }
 
+/* A spare pinned block of exactly n bytes, once the work recorded at its release is done. */
+static bool pinned_take(struct dev *d, size_t n, void **ptr)
+{
+    pthread_mutex_lock(&d->lock);
+    struct pinned_spare *sp = NULL;
+    for (struct pinned_spare **p = &d->spares; *p; p = &(*p)->next)
+        if ((*p)->n == n) {
+            sp = *p;
+            *p = sp->next;
+            d->n_spares--;
+            break;
+        }
+    pthread_mutex_unlock(&d->lock);
+    if (!sp)
+        return false;
+    cudaEventSynchronize(sp->done);
+    cudaEventDestroy(sp->done);
+    cudaGetLastError();
+    *ptr = sp->ptr;
+    free(sp);
+    return true;
+}
+
+/* Keeps a released pinned block as a spare (the oldest spare goes when there are too many). */
+static void pinned_give(struct dev *d, void *ptr, size_t n)
+{
+    struct pinned_spare *sp = calloc(1, sizeof(*sp)), *old = NULL;
+    bool made = sp && cudaEventCreateWithFlags(&sp->done, cudaEventDisableTiming) == cudaSuccess;
+    if (!made || cudaEventRecord(sp->done, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (made)
+            cudaEventDestroy(sp->done);
+        free(sp);
+        cudaFreeHost(ptr);
+        return;
+    }
+    sp->ptr = ptr;
+    sp->n = n;
+    pthread_mutex_lock(&d->lock);
+    sp->next = d->spares;
+    d->spares = sp;
+    if (++d->n_spares > PINNED_SPARES_MAX) {
+        struct pinned_spare **p = &d->spares;
+        while ((*p)->next)
+            p = &(*p)->next;
+        old = *p;
+        *p = NULL;
+        d->n_spares--;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (old) {
+        cudaEventSynchronize(old->done);
+        cudaEventDestroy(old->done);
+        cudaFreeHost(old->ptr);
+        free(old);
+    }
+}
+
+static void pinned_drop_all(struct dev *d)
+{
+    pthread_mutex_lock(&d->lock);
+    struct pinned_spare *sp = d->spares;
+    d->spares = NULL;
+    d->n_spares = 0;
+    pthread_mutex_unlock(&d->lock);
+    while (sp) {
+        struct pinned_spare *nx = sp->next;
+        cudaEventSynchronize(sp->done);
+        cudaEventDestroy(sp->done);
+        cudaFreeHost(sp->ptr);
+        free(sp);
+        sp = nx;
+    }
+    cudaGetLastError();
+}
+
 static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
 {
     struct dev *d = self;
@@ -89,7 +180,7 @@ static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     size_t n = bytes ? bytes : 1;
     cudaError_t e;
     if (device == GHC_DEVICE_CPU) {
-        e = cudaMallocHost(ptr, n);
+        e = pinned_take(d, n, ptr) ? cudaSuccess : cudaMallocHost(ptr, n);
     } else {
         int cur = -1;
         cudaGetDevice(&cur);
@@ -163,7 +254,7 @@ static void dev_release(void *self, void *ptr)
         return;
     }
     if (b->device == GHC_DEVICE_CPU)
-        cudaFreeHost(ptr);
+        pinned_give(d, ptr, b->bytes ? b->bytes : 1);
     else
         devpool_release(ptr);
     free(b);
@@ -171,6 +262,7 @@ static void dev_release(void *self, void *ptr)
 
 static int dev_trim(void *self, bool hard)
 {
+    pinned_drop_all(self);
     devpool_trim(&((struct dev *)self)->pools, hard);
     return 0;
 }
@@ -197,6 +289,7 @@ static void dev_free(void *self)
         return;
     if (d->live)
         ghc_log(d->core, GHC_LOG_WARN, "device: %llu bytes still allocated at exit", (unsigned long long)d->live);
+    pinned_drop_all(d);
     while (d->blocks) {
         struct dev_block *b = d->blocks;
         d->blocks = b->next;
