@@ -121,7 +121,7 @@ static int plant(ghc_core_t *core, ghc_model_t *model, int device, int64_t rank,
     return rc;
 }
 
-/* A CPU copy of a device tensor (or the tensor itself on the CPU). */
+/* Sample i's two files (CPU tensors): latent, noise and timestep; the text embedding. */
 static int save_sample(ghc_core_t *core, const char *dir, int64_t i, ghc_tensor_t *x0, ghc_tensor_t *noise,
                        float t, ghc_tensor_t *text)
 {

@@ -132,6 +132,7 @@ struct trainer {
     FILE              *metrics;
     char               out[4096];
     double             t_start;
+    int64_t            first_step;               /* the step this process started at (resume) */
     double             loss_ema;
 };
 
@@ -500,7 +501,7 @@ static int run_batch(struct trainer *tr, const struct ghc_data_batch *b, int32_t
     if (rc == 0 && train)
         rc = ghc_model_backward(tr->model, e, dout, NULL, NULL);
 out:
-    if (noise != b->noise || !tr->c.stored_noise)
+    if (noise != b->noise)
         ghc_tensor_free(noise);
     ghc_tensor_free(xs);
     ghc_tensor_free(v);
@@ -538,11 +539,9 @@ static int grads_norm(struct trainer *tr, int a, double *norm)
     int32_t n = tr->n_params[a];
     for (int32_t i = 0; i < n && rc == 0; i++) {
         ghc_tensor_t *g = tr->params[a][i].grad;
-        int64_t k = ghc_tensor_numel(g);
         ghc_tensor_t *sq = ghc_tensor_wrap(core, GHC_DTYPE_F32, ghc_tensor_ndim(g), ghc_tensor_shape(g),
                                            tr->device, ghc_tensor_data(tr->sq));
         ghc_tensor_t *o = elem_view(core, tr->norms, i);
-        (void)k;
         if (!sq || !o)
             rc = GHC_ENOMEM;
         else if ((rc = ghc_op_mul(sq, g, g, NULL)) == 0)
@@ -896,7 +895,8 @@ static void report(struct trainer *tr, const struct step_report *r, int progress
     }
     double elapsed = now_s() - tr->t_start;
     int64_t done = tr->step, total = tr->c.steps;
-    double per = elapsed / (double)(done ? done : 1);
+    int64_t ran = done - tr->first_step;
+    double per = elapsed / (double)(ran > 0 ? ran : 1);
     double eta = per * (double)(total - done);
     char host[16], dev[16];
     fmt_bytes(host, sizeof(host), ms.bytes_host + ms.bytes_managed);
@@ -1189,15 +1189,13 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
             (long long)tr.c.steps, mode_names[tr.c.mode], (long long)ghc_dataset_size(tr.ds),
             tr.device == GHC_DEVICE_CPU ? "the CPU" : "the GPU");
     tr.t_start = now_s();
-    int64_t first = tr.step;
+    tr.first_step = tr.step;
     int progress = opts ? opts->progress : 0;
     while (tr.step < tr.c.steps) {
         if (stop_signal)
             break;
         if ((rc = train_step(&tr, progress)) < 0)
             goto out;
-        if (tr.step == first + 1)
-            tr.t_start = now_s() - (now_s() - tr.t_start);
         if (tr.c.validate_every && tr.step % tr.c.validate_every == 0 && (rc = validate(&tr)) < 0)
             goto out;
         if (tr.c.save_every && tr.step % tr.c.save_every == 0 && tr.step < tr.c.steps && (rc = checkpoint(&tr)) < 0)
