@@ -3,6 +3,8 @@
  * message into one that names the network. */
 #include <config.h>
 
+#include <string.h>
+
 #include "core_impl.h"
 
 #define N_INST(n) ((struct ghc_instance *)(n))
@@ -46,7 +48,10 @@ int ghc_network_attach(ghc_network_t *n, int32_t expert, const struct ghc_model_
 int ghc_network_hook(ghc_network_t *n, int32_t expert, struct ghc_adapter_hook *out)
 {
     int rc = check_expert(n, expert, "hook");
-    return rc < 0 ? rc : failed(n, N_OPS(n)->hook(N_SELF(n), expert, out), "hook");
+    if (rc < 0)
+        return rc;
+    memset(out, 0, sizeof(*out));   /* members a plugin does not set stay NULL */
+    return failed(n, N_OPS(n)->hook(N_SELF(n), expert, out), "hook");
 }
 
 int ghc_network_params(ghc_network_t *n, int32_t expert, struct ghc_param **out, int32_t *count)

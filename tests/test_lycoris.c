@@ -384,12 +384,18 @@ static char *wan22_cfg(char *buf, size_t len, bool f32)
 /* The wan22 fixture's case (x_sigma, t, text, v) on dev, forward + mse (+ backward when bwd)
  * through the network's hooks. Returns the loss; *pred (CPU f32) gets the prediction when pred
  * != NULL. */
+static bool after_only;   /* wan_step: without the hook's forward_first and backward_first */
+
 static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool bwd)
 {
     ghc_model_t *model = ghc_model_get(core);
     ghc_network_t *net = ghc_network_get(core);
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(net, 0, &hook));
+    ck_assert_ptr_nonnull(hook.forward_first);
+    ck_assert_ptr_nonnull(hook.backward_first);
+    if (after_only)
+        hook.forward_first = NULL, hook.backward_first = NULL;
     ok(core, ghc_model_set_hook(model, &hook));
     ghc_tensor_t *xh = load(core, cs, "x_sigma_700"), *th = load(core, cs, "t_700");
     ghc_tensor_t *eh = load(core, cs, "text_embedding"), *vh = load(core, cs, "v");
@@ -480,32 +486,101 @@ START_TEST(wan22_fixture_lora)
 }
 END_TEST
 
+/* A core with the wan22 fixture model (f32: as wan22_cfg) and the network of net_cfg attached
+ * to every target, its parameters moved off their zero-delta init (normal times `scale`, seeded)
+ * and their gradients zeroed. */
+static ghc_core_t *wan_net(const char *net_cfg, bool f32, uint64_t seed, float scale, struct ghc_param **ps,
+                           int32_t *np)
+{
+    char mcfg[1024];
+    ghc_core_t *core = core_with(net_cfg, wan22_cfg(mcfg, sizeof(mcfg), f32));
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t n;
+    ok(core, ghc_model_targets(ghc_model_get(core), &tg, &n));
+    ok(core, ghc_network_attach(net, 0, tg, n));
+    ok(core, ghc_network_params(net, 0, ps, np));
+    for (int32_t k = 0; k < *np; k++) {
+        ghc_tensor_t *h = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 2, ghc_tensor_shape((*ps)[k].value));
+        ok(core, ghc_op_rand_normal(h, &(struct ghc_rng){ seed, (uint64_t)k * 1000 }, NULL));
+        ok(core, ghc_op_scale(h, h, scale, NULL));
+        ok(core, ghc_op_copy((*ps)[k].value, h, NULL));
+        ok(core, ghc_op_sync(core, dev, NULL));
+        ok(core, ghc_op_fill((*ps)[k].grad, 0.0, NULL));
+        ghc_tensor_free(h);
+    }
+    return core;
+}
+
+/* The hook's parts before the model's GEMMs (forward_first, backward_first: the adapter writes
+ * y and dx, the GEMM adds to them) against after them (forward, backward: the adapter adds to
+ * what the GEMM wrote): the same prediction, input gradient and adapter gradients, for each
+ * algorithm (LoRA with rank dropout: the masked path; DoRA: forward_first declines), with
+ * parameters moved off their init. CPU: f32 rounding apart; CUDA (bf16 model): backward_first
+ * takes G in bf16 (the operand of the model's own dx GEMM), the other path f32. */
+static const char *const first_cfgs[] = {
+    "algo = \"lora\"; rank = 4;",
+    "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
+    "algo = \"loha\"; rank = 2;",
+    "algo = \"lokr\"; rank = 4; factor = 4;",
+    "algo = \"lora\"; rank = 4; dora_wd = true;",
+};
+
+START_TEST(wan22_first_vs_after)
+{
+    int32_t np;
+    struct ghc_param *ps;
+    ghc_core_t *core = wan_net(first_cfgs[_i], false, 91, 0.2f, &ps, &np);
+    ok(core, ghc_network_begin_step(ghc_network_get(core), 5));
+    ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
+    ck_assert_ptr_nonnull(cs);
+    ghc_tensor_t *pred[2], **grads[2];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t k = 0; k < np; k++)
+            ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+        after_only = pass == 1;
+        wan_step(core, cs, &pred[pass], true);
+        after_only = false;
+        grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
+        for (int32_t k = 0; k < np; k++)
+            grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    }
+    const bool cpu = dev == GHC_DEVICE_CPU;
+    double e = rel_err(core, pred[0], pred[1]), num = 0, den = 0;
+    printf("first vs after (%s): prediction rel err %.3g\n", first_cfgs[_i], e);
+    ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", first_cfgs[_i], e);
+    for (int32_t k = 0; k < np; k++) {
+        const float *a = ghc_tensor_cdata(grads[0][k]), *b = ghc_tensor_cdata(grads[1][k]);
+        for (int64_t j = 0; j < ghc_tensor_numel(grads[0][k]); j++) {
+            num += ((double)a[j] - b[j]) * ((double)a[j] - b[j]);
+            den += (double)b[j] * b[j];
+        }
+        ghc_tensor_free(grads[0][k]);
+        ghc_tensor_free(grads[1][k]);
+    }
+    e = sqrt(num / den);
+    printf("first vs after (%s): the %d gradients together rel err %.3g (norm %.3g)\n", first_cfgs[_i], (int)np, e,
+           sqrt(den));
+    ck_assert(den > 0);
+    ck_assert_msg(e < (cpu ? 1e-5 : 3e-2), "%s: gradients rel err %g", first_cfgs[_i], e);
+    free(grads[0]);
+    free(grads[1]);
+    ghc_tensor_free(pred[0]);
+    ghc_tensor_free(pred[1]);
+    ghc_st_free(cs);
+    ghc_core_free(core);
+}
+END_TEST
+
 /* Central finite differences of the model loss along each of a few adapter tensors of every
  * algorithm (directional derivative along a random direction), against the gradient. */
 static void fd_check(const char *net_cfg)
 {
-    char mcfg[1024];
-    ghc_core_t *core = core_with(net_cfg, wan22_cfg(mcfg, sizeof(mcfg), true));
-    ghc_model_t *model = ghc_model_get(core);
-    ghc_network_t *net = ghc_network_get(core);
-    const struct ghc_model_target *tg;
-    int32_t n, np;
+    int32_t np;
     struct ghc_param *ps;
-    ok(core, ghc_model_targets(model, &tg, &n));
-    ok(core, ghc_network_attach(net, 0, tg, n));
-    ok(core, ghc_network_params(net, 0, &ps, &np));
+    ghc_core_t *core = wan_net(net_cfg, true, 77, 0.3f, &ps, &np);
     ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
     ck_assert_ptr_nonnull(cs);
-    /* move every parameter away from its zero-delta init */
-    for (int32_t k = 0; k < np; k++) {
-        ghc_tensor_t *h = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, 2, ghc_tensor_shape(ps[k].value));
-        ok(core, ghc_op_rand_normal(h, &(struct ghc_rng){ 77, (uint64_t)k * 1000 }, NULL));
-        ok(core, ghc_op_scale(h, h, 0.3f, NULL));
-        ok(core, ghc_op_copy(ps[k].value, h, NULL));
-        ok(core, ghc_op_sync(core, dev, NULL));
-        ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
-        ghc_tensor_free(h);
-    }
     wan_step(core, cs, NULL, true);
     const int32_t pick[] = { 0, np / 3, np / 2 + 1, np - 1 };
     for (size_t q = 0; q < sizeof(pick) / sizeof(pick[0]); q++) {
@@ -1174,6 +1249,7 @@ static Suite *lycoris_suite(void)
     tcase_add_test(tc, config_errors);
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
+    tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
-/* test_lycoris_cuda.c: the lycoris golden cases (f32 and bf16 input; DoRA included), the wan22 fixture LoRA
- * and the finite-difference checks of tests/test_lycoris.c on GPU 0, through the `device`
- * memory policy: the same code path (the ops) with the CUDA kernels. Exits 77 without a GPU. */
+/* test_lycoris_cuda.c: the lycoris golden cases (f32 and bf16 input; DoRA included), the wan22
+ * fixture LoRA, the finite-difference checks and the hook's parts before / after the model's
+ * GEMMs of tests/test_lycoris.c on GPU 0, through the `device` memory policy: the same code path
+ * (the ops) with the CUDA kernels. Exits 77 without a GPU. */
 #define LYC_TEST_GPU 1
 #include "test_lycoris.c"
 
@@ -18,6 +19,7 @@ int main(void)
     tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
+    tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);
 }

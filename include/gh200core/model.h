@@ -58,6 +58,23 @@ struct ghc_adapter_hook {
     /* optional (since API 3), present with fold: the backward of a folded target: accumulate the
      * adapter's parameter gradients from x and dy (f32, or the dtype of x: bf16). */
     int (*grads)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
+    /* optional (since API 4): the adapter's part before the frozen GEMM, which then adds its own
+     * product to it (beta 1), so that the adapter makes no read-modify-write pass of its own over
+     * y or dx (at 4096 tokens that pass is most of a LoRA's cost).
+     * forward_first: write (not add) the adapter's contribution to y (its old value is ignored),
+     *   x as in forward. Returns 1 when written: the model's GEMM then adds x W^T + b to it and
+     *   forward is not called; 0 when the target has nothing to write or cannot (the model then
+     *   runs its GEMM alone and forward after it); or GHC_E*.
+     * backward_first: the backward, called before the model's input-gradient GEMM: the adapter's
+     *   input gradient is written to dx (accumulate false: dx's old value is ignored) or added
+     *   (true); the parameter gradients accumulate as in backward. dy is f32; g is dy in x's dtype
+     *   (the operand of the model's own dx GEMM, e.g. bf16), or NULL: the adapter may take its
+     *   products from g (as the frozen part does). Returns 1 when done: the model's GEMM then adds
+     *   dy W to dx and backward is not called; 0 when not done (backward after the GEMM); GHC_E*.
+     *   Not called where dx is NULL. */
+    int (*forward_first)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
+    int (*backward_first)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                          const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
 };
 
 struct ghc_model_ops {

@@ -92,22 +92,25 @@ static int nomem(struct lycoris *net)
 
 /* ---- output masking ------------------------------------------------------------------------- */
 
-/* Where the forward writes its delta: y itself (beta 1), or with a rank-dropout mask a scratch
- * like y (beta 0) that out_end() masks and adds. */
+/* Where the forward writes its delta: y itself (beta 1; 0 when net->overwrite: forward_first),
+ * or with a rank-dropout mask a scratch like y (beta 0) that out_end() masks and adds (or
+ * writes). */
 static ghc_tensor_t *out_begin(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *y2, float *beta)
 {
-    *beta = md->mask ? 0.0f : 1.0f;
+    *beta = md->mask || net->overwrite ? 0.0f : 1.0f;
     if (!md->mask)
         return view(y2, 0, 2, ghc_tensor_shape(y2));
     return ws(net, WS_MASKED, GHC_DTYPE_F32, 2, ghc_tensor_shape(y2));
 }
 
-static int out_end(struct lyc_module *md, ghc_tensor_t *y2, ghc_tensor_t *d, void *stream)
+static int out_end(const struct lycoris *net, struct lyc_module *md, ghc_tensor_t *y2, ghc_tensor_t *d, void *stream)
 {
-    int rc = 0;
-    if (md->mask && (rc = ghc_op_mul(d, d, md->mask, stream)) == 0)
-        rc = ghc_op_add(y2, y2, d, 1.0f, 1.0f, stream);
-    return rc;
+    if (!md->mask)
+        return 0;
+    if (net->overwrite)
+        return ghc_op_mul(y2, d, md->mask, stream);
+    int rc = ghc_op_mul(d, d, md->mask, stream);
+    return rc < 0 ? rc : ghc_op_add(y2, y2, d, 1.0f, 1.0f, stream);
 }
 
 /* G = dy, or dy times the rank-dropout mask (scratch). */
@@ -140,7 +143,7 @@ static int lora_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor
     }
     TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));
     TRY(gemm(d, h, md->p[1], false, true, md->scale, beta, stream));
-    TRY(out_end(md, y2, d, stream));
+    TRY(out_end(net, md, y2, d, stream));
 out:
     ghc_tensor_free(ax);
     ghc_tensor_free(h);
@@ -148,65 +151,46 @@ out:
     return rc;
 }
 
+/* The LoRA backward: dB += s G^T H, dH = s G B, dX (+)= dH A (beta: 1 adds, 0 writes; dx2 NULL:
+ * none), dA += dH^T X, with H = X A^T recomputed (no per-target state: a checkpointed block
+ * needs nothing kept). G is dy (f32, times the rank-dropout mask if any), or g: dy in x's dtype
+ * (bf16, the operand of the model's own GEMMs), when given and there is no mask: H and dH then
+ * in that dtype too (f32 accumulation, f32 parameter gradients), which halves the reads of G. */
 static int lora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
-                    ghc_tensor_t *dx2, void *stream)
+                    const ghc_tensor_t *g2, ghc_tensor_t *dx2, float dx_beta, void *stream)
 {
     int64_t N = ghc_tensor_dim(x2, 0), r = md->rank;
     enum ghc_dtype xdt = ghc_tensor_dtype(x2);
+    const bool lp = g2 && !md->mask;
+    const enum ghc_dtype hdt = lp ? xdt : GHC_DTYPE_F32;
     int rc = 0;
     ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], xdt, stream);
-    ghc_tensor_t *h = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r });
-    ghc_tensor_t *dh = ws(net, WS_DH, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r });
-    ghc_tensor_t *g = grad_in(net, md, dy2, stream), *dhx = NULL;
-    if (!ax || !h || !dh || !g) {
-        rc = nomem(net);
-        goto out;
-    }
-    TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));                 /* H = X A^T */
-    TRY(gemm(md->g[1], g, h, true, false, md->scale, 1.0f, stream));       /* dB += s G^T H */
-    TRY(gemm(dh, g, md->p[1], false, false, md->scale, 0.0f, stream));     /* dH = s G B */
-    if (dx2)
-        TRY(gemm(dx2, dh, md->p[0], false, false, 1.0f, 1.0f, stream));    /* dX += dH A */
-    if (!(dhx = as_dtype(net, WS_CAST_X, dh, xdt, stream))) {
-        rc = nomem(net);
-        goto out;
-    }
-    TRY(gemm(md->g[0], dhx, x2, true, false, 1.0f, 1.0f, stream));         /* dA += dH^T X */
-out:
-    ghc_tensor_free(ax);
-    ghc_tensor_free(h);
-    ghc_tensor_free(dh);
-    ghc_tensor_free(g);
-    ghc_tensor_free(dhx);
-    return rc;
-}
-
-/* The backward of a folded LoRA (the model's dx = dy (W + s B A) holds the input gradient) with
- * G in x's dtype (bf16: the operand the model cast dy to for its own GEMM): H and dH in that
- * dtype too, f32 accumulation, f32 parameter gradients. Four passes over [N, .] operands. */
-static int lora_grads_lp(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *g,
-                         void *stream)
-{
-    int64_t N = ghc_tensor_dim(x2, 0), r = md->rank;
-    enum ghc_dtype xdt = ghc_tensor_dtype(x2);
-    int rc = 0;
-    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], xdt, stream);
-    ghc_tensor_t *bx = as_dtype(net, WS_P2, md->p[1], xdt, stream);
-    ghc_tensor_t *h = ws(net, WS_H, xdt, 2, (const int64_t[]){ N, r });
-    ghc_tensor_t *dh = ws(net, WS_DH, xdt, 2, (const int64_t[]){ N, r });
-    if (!ax || !bx || !h || !dh) {
+    ghc_tensor_t *bx = lp ? as_dtype(net, WS_P2, md->p[1], xdt, stream) : view(md->p[1], 0, 2, ghc_tensor_shape(md->p[1]));
+    ghc_tensor_t *h = ws(net, WS_H, hdt, 2, (const int64_t[]){ N, r });
+    ghc_tensor_t *dh = ws(net, WS_DH, hdt, 2, (const int64_t[]){ N, r });
+    ghc_tensor_t *g = lp ? view(g2, 0, 2, ghc_tensor_shape(g2)) : grad_in(net, md, dy2, stream), *dhx = NULL;
+    if (!ax || !bx || !h || !dh || !g) {
         rc = nomem(net);
         goto out;
     }
     TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));                 /* H = X A^T */
     TRY(gemm(md->g[1], g, h, true, false, md->scale, 1.0f, stream));       /* dB += s G^T H */
     TRY(gemm(dh, g, bx, false, false, md->scale, 0.0f, stream));           /* dH = s G B */
-    TRY(gemm(md->g[0], dh, x2, true, false, 1.0f, 1.0f, stream));          /* dA += dH^T X */
+    if (!(dhx = as_dtype(net, WS_CAST_X, dh, xdt, stream))) {
+        rc = nomem(net);
+        goto out;
+    }
+    if (dx2)                                                               /* dX (+)= dH A */
+        TRY(lp ? gemm(dx2, dhx, ax, false, false, 1.0f, dx_beta, stream)
+               : gemm(dx2, dh, md->p[0], false, false, 1.0f, dx_beta, stream));
+    TRY(gemm(md->g[0], dhx, x2, true, false, 1.0f, 1.0f, stream));         /* dA += dH^T X */
 out:
     ghc_tensor_free(ax);
     ghc_tensor_free(bx);
     ghc_tensor_free(h);
     ghc_tensor_free(dh);
+    ghc_tensor_free(g);
+    ghc_tensor_free(dhx);
     return rc;
 }
 
@@ -242,7 +226,7 @@ static int loha_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor
         goto out;
     }
     TRY(gemm(d, x2, dwx, false, true, md->scale, beta, stream));
-    TRY(out_end(md, y2, d, stream));
+    TRY(out_end(net, md, y2, d, stream));
 out:
     ghc_tensor_free(p1);
     ghc_tensor_free(p2);
@@ -330,7 +314,7 @@ static int lokr_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor
         goto out;
     }
     TRY(gemm(d3, w1, t3, false, false, md->scale, beta, stream));           /* Y~_n += s W1 T_n */
-    TRY(out_end(md, y2, d, stream));
+    TRY(out_end(net, md, y2, d, stream));
 out:
     ghc_tensor_free(w1);
     ghc_tensor_free(w2);
@@ -805,7 +789,7 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
     else if (md->dora)
         rc = dora_bwd(net, md, x2, dy2, dx2, stream);
     else if (md->algo == LYC_LORA)
-        rc = lora_bwd(net, md, x2, dy2, dx2, stream);
+        rc = lora_bwd(net, md, x2, dy2, NULL, dx2, 1.0f, stream);
     else if (md->algo == LYC_LOHA)
         rc = loha_bwd(net, md, x2, dy2, dx2, stream);
     else
@@ -814,6 +798,25 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
     ghc_tensor_free(dy2);
     ghc_tensor_free(dx2);
     return rc;
+}
+
+int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                       const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    if (md->algo != LYC_LORA || md->dora)
+        return 0;
+    int64_t N = ghc_tensor_numel(x) / md->in;
+    if (g && (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != ghc_tensor_dtype(x)))
+        g = NULL;   /* not the operand this path takes: use dy */
+    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = V2(dy, N, md->out), *dx2 = V2(dx, N, md->in);
+    ghc_tensor_t *g2 = g ? V2(g, N, md->out) : NULL;
+    int rc = !x2 || !dy2 || !dx2 || (g && !g2) ? nomem(net)
+                                               : lora_bwd(net, md, x2, dy2, g2, dx2, accumulate ? 1.0f : 0.0f, stream);
+    ghc_tensor_free(x2);
+    ghc_tensor_free(dy2);
+    ghc_tensor_free(dx2);
+    ghc_tensor_free(g2);
+    return rc < 0 ? rc : 1;
 }
 
 /* ---- fold (LoRA into the model's GEMM weight) ----------------------------------------------- */
@@ -866,10 +869,9 @@ int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x,
     int rc;
     if (!x2 || !dy2)
         rc = nomem(net);
-    else if (gdt == GHC_DTYPE_F32)
-        rc = lora_bwd(net, md, x2, dy2, NULL, stream);
     else
-        rc = lora_grads_lp(net, md, x2, dy2, stream);
+        rc = lora_bwd(net, md, x2, gdt == GHC_DTYPE_F32 ? dy2 : NULL, gdt == GHC_DTYPE_F32 ? NULL : dy2, NULL, 0.0f,
+                      stream);
     ghc_tensor_free(x2);
     ghc_tensor_free(dy2);
     return rc;

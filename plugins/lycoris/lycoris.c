@@ -532,6 +532,34 @@ static int hook_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc
     return rc < 0 ? rc : lyc_backward(net, md, x, dy, dx, stream);
 }
 
+/* forward_first: y = the adapter's part (every algorithm but DoRA, whose output is not a sum). */
+static int hook_fwd_first(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped || md->dora)
+        return 0;
+    int rc = check_x(net, md, x);
+    if (rc < 0)
+        return rc;
+    net->overwrite = true;
+    rc = lyc_forward(net, md, x, y, stream);
+    net->overwrite = false;
+    return rc < 0 ? rc : 1;
+}
+
+/* backward_first: LoRA (lyc_backward_first), the rest after the model's GEMM. */
+static int hook_bwd_first(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                          const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped)
+        return 0;
+    int rc = check_x(net, md, x);
+    return rc < 0 ? rc : lyc_backward_first(net, md, x, dy, g, dx, accumulate, stream);
+}
+
 /* fold: LoRA without DoRA and rank dropout, module not dropped in this step (a dropped module
  * folds nothing and its hooks return at once). */
 static int hook_fold(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream)
@@ -560,7 +588,8 @@ static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
         return GHC_EINVAL;
     net->hook_expert = expert;
     *out = (struct ghc_adapter_hook){ .user = net, .forward = hook_fwd, .backward = hook_bwd,
-                                      .fold = net->fold ? hook_fold : NULL, .grads = net->fold ? hook_grads : NULL };
+                                      .fold = net->fold ? hook_fold : NULL, .grads = net->fold ? hook_grads : NULL,
+                                      .forward_first = hook_fwd_first, .backward_first = hook_bwd_first };
     return 0;
 }
 

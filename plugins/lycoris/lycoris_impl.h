@@ -87,6 +87,7 @@ struct lycoris {
     int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
     bool                dora;               /* dora_wd */
     bool                fold;               /* hand out the fold and grads hooks (LoRA) */
+    bool                overwrite;          /* in a forward_first call: write y, not add to it */
     ghc_model_t        *model;              /* the run's model (DoRA's frozen weights), or NULL */
     float              *hbuf;               /* DoRA: host scratch */
     size_t              hbuf_len;
@@ -111,6 +112,10 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
 /* The fold hook of a LoRA module: wf = w + s B A in w's dtype (wf may be w). Returns 1, or
  * GHC_E*. The grads hook: dB += s G^T H, dA += (s G B)^T X with H = X A^T, G = dy (f32 or
  * x's dtype). */
+/* LoRA's backward before the model's dx GEMM (hook backward_first): 1 done, 0 not this module's
+ * algorithm (LoHa, LoKr, DoRA: backward after the GEMM), or GHC_E*. */
+int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                       const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
 int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
 int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
 /* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's

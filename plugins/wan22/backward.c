@@ -95,12 +95,13 @@ static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, con
 }
 
 /* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
- * dtype in `cast`; then the hook of `target` adds its part and takes its own gradients. dx
+ * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients: before
+ * the GEMM by backward_first where the hook has it (the GEMM then adds to dx), else after. dx
  * NULL: no input gradient (the text context). */
 static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                       const ghc_tensor_t *w, float wscale, ghc_tensor_t *cast, bool accumulate, void *stream)
 {
-    int rc = 0, folded = 0;
+    int rc = 0, folded = 0, first = 0;
     ghc_tensor_t *view = NULL, *fview = NULL;
     const ghc_tensor_t *g = dy;
     if (dx) {
@@ -114,14 +115,24 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
             TRY(ghc_op_cast(cast, dy, 1.0f, NULL, stream));
             g = cast;
         }
-        struct ghc_gemm gm = { .beta = accumulate ? 1.0f : 0.0f };
+        if (!folded && target >= 0 && m->has_hook && m->hook.backward_first) {   /* dx (+)= the hook's part */
+            ghc_error_clear(m->core);
+            if ((rc = first = m->hook.backward_first(m->hook.user, target, x, dy, g != dy ? g : NULL, dx, accumulate,
+                                                     stream)) < 0) {
+                if (!*ghc_error_message(m->core))
+                    ghc_error_set(m->core, rc, "wan22: adapter hook backward_first failed on %s",
+                                  m->targets[target].name);
+                goto out;
+            }
+        }
+        struct ghc_gemm gm = { .beta = accumulate || first == 1 ? 1.0f : 0.0f };
         TRY(ghc_op_gemm(dx, g, wd, &gm, stream));
     }
     if (folded) {   /* dx holds the adapter's part: only its parameter gradients (from dy as cast) */
         ghc_error_clear(m->core);
         if ((rc = m->hook.grads(m->hook.user, target, x, g, stream)) < 0 && !*ghc_error_message(m->core))
             ghc_error_set(m->core, rc, "wan22: adapter hook grads failed on %s", m->targets[target].name);
-    } else if (target >= 0 && hook_bwd(m)) {
+    } else if (first != 1 && target >= 0 && hook_bwd(m)) {   /* (first == 1: done before the GEMM) */
         rc = call_hook(m, target, x, dy, dx, stream);
     }
 out:

@@ -316,7 +316,8 @@ int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_ten
     return rc;
 }
 
-/* y = x W^T + b (f32 out), then the adapter hook of `target` (-1: none) adds its part. With
+/* y = x W^T + b (f32 out) and the adapter hook's part of `target` (-1: none): written first by
+ * forward_first where the hook has it (the GEMM adds to it), else added after by forward. With
  * fp8_gemm an e4m3 (block) weight multiplies x cast to e4m3 in st.xq, else the bf16
  * dequantisation of the weight (wan22_weight). */
 static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,
@@ -324,7 +325,7 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
 {
     struct ghc_gemm g = { .trans_b = true, .epilogue = b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = b };
     ghc_tensor_t *view, *fview = NULL;
-    int rc, folded = 0;
+    int rc, folded = 0, first = 0;
     if (m->fp8_gemm && ghc_tensor_dtype(w) == GHC_DTYPE_F8_E4M3) {
         /* fp8_gemm: x cast to e4m3 with a static scale of 1 (saturating at +-448, like
          * ComfyUI's fp8_e4m3fn_fast), times the e4m3 weight with its per-tensor scale; the
@@ -340,12 +341,19 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
         if (!wd)
             return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
         rc = folded = wan22_fold(m, target, &wd, view, &fview, stream);   /* the hook's delta-W in wd */
+        if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward_first) {   /* y = the hook's part, */
+            ghc_error_clear(m->core);
+            if ((rc = first = m->hook.forward_first(m->hook.user, target, x, y, stream)) < 0 &&
+                !*ghc_error_message(m->core))
+                ghc_error_set(m->core, rc, "wan22: adapter hook forward_first failed on %s", m->targets[target].name);
+            g.beta = first == 1 ? 1.0f : 0.0f;                           /* then += x W^T + b */
+        }
         if (rc >= 0)
             rc = ghc_op_gemm(y, x, wd, &g, stream);
     }
     ghc_tensor_free(view);
     ghc_tensor_free(fview);
-    if (rc == 0 && !folded && target >= 0 && m->has_hook && m->hook.forward) {
+    if (rc == 0 && !folded && first != 1 && target >= 0 && m->has_hook && m->hook.forward) {
         ghc_error_clear(m->core);
         if ((rc = m->hook.forward(m->hook.user, target, x, y, stream)) < 0 && !*ghc_error_message(m->core))
             ghc_error_set(m->core, rc, "wan22: adapter hook forward failed on %s", m->targets[target].name);
