@@ -145,13 +145,13 @@ struct gcase {
 };
 
 static const struct gcase gcases[] = {
-    { "lora_r4", "algo = \"lora\"; rank = 4; alpha = 2.0;" },
-    { "lora_r8_rs", "algo = \"lora\"; rank = 8; alpha = 4.0; rs_lora = true;" },
-    { "loha_r4", "algo = \"loha\"; rank = 4; alpha = 2.0;" },
-    { "lokr_fm1_full", "algo = \"lokr\"; rank = 4; alpha = 1.0; factor = -1;" },
-    { "lokr_f4_w2lr", "algo = \"lokr\"; rank = 2; alpha = 3.0; factor = 4;" },
-    { "lokr_f16_both", "algo = \"lokr\"; rank = 1; alpha = 0.5; factor = 16; decompose_both = true;" },
-    { "lokr_f16_full", "algo = \"lokr\"; rank = 2; alpha = 8.0; factor = 16; full_matrix = true;" },
+    { "lora_r4", "algo = \"lora\"; rank = 4; alpha = 2.0;", NULL },
+    { "lora_r8_rs", "algo = \"lora\"; rank = 8; alpha = 4.0; rs_lora = true;", NULL },
+    { "loha_r4", "algo = \"loha\"; rank = 4; alpha = 2.0;", NULL },
+    { "lokr_fm1_full", "algo = \"lokr\"; rank = 4; alpha = 1.0; factor = -1;", NULL },
+    { "lokr_f4_w2lr", "algo = \"lokr\"; rank = 2; alpha = 3.0; factor = 4;", NULL },
+    { "lokr_f16_both", "algo = \"lokr\"; rank = 1; alpha = 0.5; factor = 16; decompose_both = true;", NULL },
+    { "lokr_f16_full", "algo = \"lokr\"; rank = 2; alpha = 8.0; factor = 16; full_matrix = true;", NULL },
     { "dora_r4_ffn0", "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; preset = \"attn\";\n"
       "exclude = [\"*attn*\"]; include = [\"blocks.0.ffn.0\"];",
       "blocks.0.ffn.0" },
