@@ -522,6 +522,7 @@ static const char *const first_cfgs[] = {
     "algo = \"lora\"; rank = 4;",
     "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
     "algo = \"loha\"; rank = 2;",
+    "algo = \"loha\"; rank = 6;",
     "algo = \"lokr\"; rank = 4; factor = 4;",
     "algo = \"lora\"; rank = 4; dora_wd = true;",
 };
@@ -631,6 +632,7 @@ START_TEST(wan22_finite_differences)
         "algo = \"loha\"; rank = 2; alpha = 1.0;",
         "algo = \"lokr\"; rank = 2; alpha = 1.0; factor = 4; decompose_both = true;",
         "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true;",
+        "algo = \"loha\"; rank = 6; alpha = 3.0;",   /* materialised on the 64 x 64 linears, Khatri-Rao on ffn */
     };
     fd_check(cfgs[_i]);
 }
@@ -1248,7 +1250,7 @@ static Suite *lycoris_suite(void)
     tcase_add_test(tc, dropout);
     tcase_add_test(tc, config_errors);
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
-    tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
+    tcase_add_loop_test(tc, wan22_finite_differences, 0, 5);
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     suite_add_tcase(s, tc);
     return s;

@@ -18,7 +18,7 @@ int main(void)
     tcase_add_loop_test(tc, golden, 0, N_GCASES);
     tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
-    tcase_add_loop_test(tc, wan22_finite_differences, 0, 4);
+    tcase_add_loop_test(tc, wan22_finite_differences, 0, 5);
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);

@@ -268,6 +268,125 @@ out:
     return rc;
 }
 
+/* LoHa in Khatri-Rao form (spec §10.2b), where r^2 (in + out) < in out: delta-W = Ua Ub with
+ * Ua[o, (i, j)] = W1a[o, i] W2a[o, j] [out, r^2] and Ub[(i, j), c] = W1b[i, c] W2b[j, c]
+ * [r^2, in], so the adapter runs as a LoRA of rank r^2 (no [out, in] product); the factors'
+ * gradients are scattered back from dUa and dUb. */
+static bool loha_kr(const struct lyc_module *md)
+{
+    int64_t r2 = (int64_t)md->rank * md->rank;
+    return r2 * (md->in + md->out) < md->in * md->out;
+}
+
+static int loha_kr_build(struct lycoris *net, struct lyc_module *md, ghc_tensor_t **ua, ghc_tensor_t **ub,
+                         void *stream)
+{
+    const int64_t r = md->rank, in = md->in, out = md->out;
+    ghc_tensor_t *ua3 = NULL, *a3 = NULL, *b3 = NULL, *ub2 = NULL, *ub3 = NULL, *w2f = NULL;
+    int rc;
+    *ua = ws(net, WS_P1, GHC_DTYPE_F32, 2, (const int64_t[]){ out, r * r });
+    *ub = ws(net, WS_P2, GHC_DTYPE_F32, 2, (const int64_t[]){ r * r, in });
+    if (!*ua || !*ub || !(ua3 = V3(*ua, out, r, r)) || !(a3 = V3(md->p[0], out, r, 1)) ||
+        !(b3 = V3(md->p[2], out, 1, r)) || !(ub2 = V2(*ub, r, r * in)) || !(ub3 = V3(*ub, r, r, in)) ||
+        !(w2f = view(md->p[3], 0, 1, (const int64_t[]){ r * in }))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(ua3, a3, b3, false, false, 1.0f, 0.0f, stream));             /* Ua[o] = W1a[o]^T W2a[o] */
+    TRY(ghc_op_fill(*ub, 0.0, stream));
+    TRY(ghc_op_add(ub2, ub2, w2f, 0.0f, 1.0f, stream));                    /* Ub[i, (j, c)] = W2b[j, c] */
+    TRY(ghc_op_mul(ub3, ub3, md->p[1], stream));                           /*   times W1b[i, c] */
+out:
+    ghc_tensor_free(ua3);
+    ghc_tensor_free(a3);
+    ghc_tensor_free(b3);
+    ghc_tensor_free(ub2);
+    ghc_tensor_free(ub3);
+    ghc_tensor_free(w2f);
+    return rc;
+}
+
+static int loha_kr_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                       void *stream)
+{
+    const int64_t N = ghc_tensor_dim(x2, 0), r2 = (int64_t)md->rank * md->rank;
+    ghc_tensor_t *ua = NULL, *ub = NULL, *ubx = NULL, *h = NULL, *d = NULL;
+    float beta;
+    int rc;
+    TRY(loha_kr_build(net, md, &ua, &ub, stream));
+    if (!(ubx = as_dtype(net, WS_CAST_W, ub, ghc_tensor_dtype(x2), stream)) ||
+        !(h = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r2 })) || !(d = out_begin(net, md, y2, &beta))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(h, x2, ubx, false, true, 1.0f, 0.0f, stream));                /* H = X Ub^T */
+    TRY(gemm(d, h, ua, false, true, md->scale, beta, stream));             /* dY = s H Ua^T */
+    TRY(out_end(net, md, y2, d, stream));
+out:
+    ghc_tensor_free(ua);
+    ghc_tensor_free(ub);
+    ghc_tensor_free(ubx);
+    ghc_tensor_free(h);
+    ghc_tensor_free(d);
+    return rc;
+}
+
+static int loha_kr_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                       ghc_tensor_t *dx2, void *stream)
+{
+    const int64_t N = ghc_tensor_dim(x2, 0), r = md->rank, r2 = r * r, in = md->in, out = md->out;
+    const enum ghc_dtype xdt = ghc_tensor_dtype(x2);
+    ghc_tensor_t *ua = NULL, *ub = NULL, *ubx = NULL, *h = NULL, *dh = NULL, *dhx = NULL, *g = NULL;
+    ghc_tensor_t *dua = NULL, *dub = NULL, *t = NULL, *ones = NULL;
+    ghc_tensor_t *v[12] = { 0 };   /* views */
+    int rc;
+    TRY(loha_kr_build(net, md, &ua, &ub, stream));
+    if (!(ubx = as_dtype(net, WS_CAST_W, ub, xdt, stream)) || !(g = grad_in(net, md, dy2, stream)) ||
+        !(h = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r2 })) ||
+        !(dh = ws(net, WS_DH, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r2 })) ||
+        !(dua = ws(net, WS_DW, GHC_DTYPE_F32, 2, (const int64_t[]){ out, r2 })) ||
+        !(dub = ws(net, WS_Z, GHC_DTYPE_F32, 2, (const int64_t[]){ r2, in })) ||
+        !(t = ws(net, WS_PT, GHC_DTYPE_F32, 2, (const int64_t[]){ r, r * in })) ||
+        !(ones = ws(net, WS_EYE, GHC_DTYPE_F32, 2, (const int64_t[]){ 1, r }))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(h, x2, ubx, false, true, 1.0f, 0.0f, stream));                /* H = X Ub^T */
+    TRY(gemm(dua, g, h, true, false, md->scale, 0.0f, stream));            /* dUa = s G^T H */
+    TRY(gemm(dh, g, ua, false, false, md->scale, 0.0f, stream));           /* dH = s G Ua */
+    if (dx2)
+        TRY(gemm(dx2, dh, ub, false, false, 1.0f, 1.0f, stream));          /* dX += dH Ub */
+    if (!(dhx = as_dtype(net, WS_CAST_X, dh, xdt, stream))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(dub, dhx, x2, true, false, 1.0f, 0.0f, stream));              /* dUb = dH^T X */
+    TRY(ghc_op_fill(ones, 1.0, stream));
+    /* dW1a[o, i] += sum_j dUa[o, i, j] W2a[o, j];  dW2a[o, j] += sum_i dUa[o, i, j] W1a[o, i] */
+    if (!(v[0] = V3(dua, out, r, r)) || !(v[1] = V3(md->p[2], out, r, 1)) || !(v[2] = V3(md->g[0], out, r, 1)) ||
+        !(v[3] = V3(md->p[0], out, r, 1)) || !(v[4] = V3(md->g[2], out, r, 1)) || !(v[5] = V2(dub, r, r * in)) ||
+        !(v[6] = view(md->p[3], 0, 1, (const int64_t[]){ r * in })) || !(v[7] = V3(t, r, r, in)) ||
+        !(v[8] = V3(md->g[1], r, 1, in)) || !(v[9] = V3(dub, r, r, in)) || !(v[10] = V2(md->g[3], 1, r * in))) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(v[2], v[0], v[1], false, false, 1.0f, 1.0f, stream));
+    TRY(gemm(v[4], v[0], v[3], true, false, 1.0f, 1.0f, stream));
+    /* dW1b[i, c] += sum_j dUb[i, j, c] W2b[j, c] */
+    TRY(ghc_op_mul(t, v[5], v[6], stream));
+    TRY(gemm(v[8], ones, v[7], false, false, 1.0f, 1.0f, stream));
+    /* dW2b[j, c] += sum_i dUb[i, j, c] W1b[i, c] */
+    TRY(ghc_op_mul(v[7], v[9], md->p[1], stream));
+    TRY(gemm(v[10], ones, t, false, false, 1.0f, 1.0f, stream));
+out:
+    for (int k = 0; k < 12; k++)
+        ghc_tensor_free(v[k]);
+    ghc_tensor_t *all[] = { ua, ub, ubx, h, dh, dhx, g, dua, dub, t, ones };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    return rc;
+}
+
 /* ---- LoKr ------------------------------------------------------------------------------------ */
 
 /* W1 [a, c] and W2 [b, d]: the parameters, or the products of their low-rank halves. */
@@ -770,7 +889,7 @@ int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *
     else if (md->algo == LYC_LORA)
         rc = lora_fwd(net, md, x2, y2, stream);
     else if (md->algo == LYC_LOHA)
-        rc = loha_fwd(net, md, x2, y2, stream);
+        rc = loha_kr(md) ? loha_kr_fwd(net, md, x2, y2, stream) : loha_fwd(net, md, x2, y2, stream);
     else
         rc = lokr_fwd(net, md, x2, y2, stream);
     ghc_tensor_free(x2);
@@ -791,7 +910,7 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
     else if (md->algo == LYC_LORA)
         rc = lora_bwd(net, md, x2, dy2, NULL, dx2, 1.0f, stream);
     else if (md->algo == LYC_LOHA)
-        rc = loha_bwd(net, md, x2, dy2, dx2, stream);
+        rc = loha_kr(md) ? loha_kr_bwd(net, md, x2, dy2, dx2, stream) : loha_bwd(net, md, x2, dy2, dx2, stream);
     else
         rc = lokr_bwd(net, md, x2, dy2, dx2, stream);
     ghc_tensor_free(x2);
