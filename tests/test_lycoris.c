@@ -386,6 +386,26 @@ static char *wan22_cfg(char *buf, size_t len, bool f32)
  * != NULL. */
 static bool after_only;   /* wan_step: without the hook's forward_first and backward_first */
 
+/* wan_step installs the network's hook with forward_first and backward_first wrapped, counting
+ * the calls that did the work (returned 1). */
+static struct ghc_adapter_hook real_hook;
+static int n_fwd_first, n_bwd_first;
+
+static int count_fwd_first(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    int rc = real_hook.forward_first(user, target, x, y, stream);
+    n_fwd_first += rc == 1;
+    return rc;
+}
+
+static int count_bwd_first(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                           const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    int rc = real_hook.backward_first(user, target, x, dy, g, dx, accumulate, stream);
+    n_bwd_first += rc == 1;
+    return rc;
+}
+
 static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool bwd)
 {
     ghc_model_t *model = ghc_model_get(core);
@@ -394,8 +414,9 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
     ok(core, ghc_network_hook(net, 0, &hook));
     ck_assert_ptr_nonnull(hook.forward_first);
     ck_assert_ptr_nonnull(hook.backward_first);
-    if (after_only)
-        hook.forward_first = NULL, hook.backward_first = NULL;
+    real_hook = hook;
+    hook.forward_first = after_only ? NULL : count_fwd_first;
+    hook.backward_first = after_only ? NULL : count_bwd_first;
     ok(core, ghc_model_set_hook(model, &hook));
     ghc_tensor_t *xh = load(core, cs, "x_sigma_700"), *th = load(core, cs, "t_700");
     ghc_tensor_t *eh = load(core, cs, "text_embedding"), *vh = load(core, cs, "v");
@@ -536,6 +557,7 @@ START_TEST(wan22_first_vs_after)
     ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
     ck_assert_ptr_nonnull(cs);
     ghc_tensor_t *pred[2], **grads[2];
+    n_fwd_first = n_bwd_first = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t k = 0; k < np; k++)
             ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
@@ -547,6 +569,14 @@ START_TEST(wan22_first_vs_after)
             grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
     }
     const bool cpu = dev == GHC_DEVICE_CPU;
+    /* 30 targets, each forward twice (block checkpointing, the model's default): forward_first
+     * does them all but under DoRA; backward_first LoRA's 24 with a dx (cross k and v have none:
+     * their gradients go through backward) */
+    const bool dora = strstr(first_cfgs[_i], "dora") != NULL, lora = strstr(first_cfgs[_i], "lora") != NULL;
+    printf("first vs after (%s): forward_first did %d targets, backward_first %d\n", first_cfgs[_i], n_fwd_first,
+           n_bwd_first);
+    ck_assert_int_eq(n_fwd_first, dora ? 0 : 60);
+    ck_assert_int_eq(n_bwd_first, lora && !dora ? 24 : 0);
     double e = rel_err(core, pred[0], pred[1]), num = 0, den = 0;
     printf("first vs after (%s): prediction rel err %.3g\n", first_cfgs[_i], e);
     ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", first_cfgs[_i], e);
