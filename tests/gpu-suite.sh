@@ -3,7 +3,7 @@
 # build tree, outside make (the GPU machine has no autotools). Built here with
 # `make && make check TESTS= && make bench`, the shared libraries the GPU machine lacks packed
 # into .device/lib by ../shared/tools/device-pack.sh. Logs go to $OUT (or ./gpu-out).
-# GHC_BENCH=0 skips the benchmarks; GHC_BENCH_OPS=1 adds bench_ops + bench_torch.py.
+# GHC_BENCH=0 skips the benchmarks (bench_optim, bench_lycoris, bench_mem); GHC_BENCH_OPS=1 adds bench_ops + bench_torch.py.
 # Exit status: the number of failed parts.
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$top/gpu-out}
@@ -94,6 +94,10 @@ if [ "${GHC_BENCH:-1}" = 1 ]; then
         [ -x "$top/bench/.libs/$t" ] || continue
         timeout 120 "$top/bench/.libs/$t" > "$work/$t.log" 2>&1; echo "$t: exit $?"; cat "$work/$t.log" | tee -a "$b"
     done
+    if [ -x "$top/bench/.libs/bench_lycoris" ]; then
+        timeout 300 "$top/bench/.libs/bench_lycoris" --iters "${BENCH_LYC_ITERS:-9}" > "$work/bench_lycoris.log" 2>&1
+        echo "bench_lycoris: exit $?"; cat "$work/bench_lycoris.log" | tee -a "$b"
+    fi
     if [ -x "$top/bench/.libs/bench_mem" ]; then
         timeout "${BENCH_MEM_T:-240}" "$top/bench/.libs/bench_mem" --layers "${BENCH_LAYERS:-4}" --reps 2 \
             --csv "$out/bench_mem.csv" > "$work/bench_mem.log" 2>&1
