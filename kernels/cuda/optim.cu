@@ -13,7 +13,8 @@
  *              partials in chunk order (the long side, the mean row, the clipping divisor);
  *              (3) the element-wise update (polarity, lr, param) over flat chunks; (4) the
  *              int8 mask against the new absmax. Reductions in f32 in a fixed order
- *              (deterministic; within float rounding of the CPU's f64 sums). */
+ *              (deterministic; within float rounding of the CPU's f64 sums). A block finds its
+ *              chunk's tensor in a table of the plan (one load). */
 #include <mutex>
 #include <vector>
 
@@ -189,6 +190,7 @@ struct am_plan_dev {
     const int32_t *start1, *startf;
     float         *scal, *scr;
     int32_t        n;
+    const int32_t *own1, *ownf;   /* the tensor of each stats chunk and of each flat chunk */
 };
 
 /* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it. */
@@ -217,20 +219,6 @@ GHC_D float block_reduce(float x, float *sh)
     return sh[32];
 }
 
-/* The tensor of chunk `blk`: the last whose first chunk is <= blk (skips empty tensors). */
-GHC_D int am_find(const int32_t *start, int n, int32_t blk)
-{
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (start[mid] <= blk)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
 /* n / d for n < 2^31 by the magic pair of d (am_magic). */
 GHC_D uint32_t am_div(uint32_t n, uint32_t m, int l) { return (__umulhi(m, n) + n) >> l; }
 
@@ -245,17 +233,58 @@ GHC_D float am_lr(float lr, bool same, const ghc_automagic_args &a)
     return fminf(fmaxf(lr, a.min_lr), a.max_lr);
 }
 
+/* Stages g[row0 + r][col0 + c] (r < nr, c < nc; row length C) into gs[r nc + c] (f32) with all
+ * threads of the block, the loads issued before any store (one memory latency); false (nothing
+ * staged: read g in place) when it does not fit in AM_CH. */
+GHC_D bool am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, int nc, float *gs)
+{
+    if ((int64_t)nr * nc > AM_CH)
+        return false;
+    const int64_t first = base + (int64_t)row0 * t.C + col0;
+    const bool v4 = !t.g_bf16 && nc % 4 == 0 && t.C % 4 == 0 && first % 4 == 0 && (uintptr_t)t.g % 16 == 0;
+    if (v4) {   /* all of a thread's loads (at most AM_CH / 4 / AM_T) in flight before any store */
+        const int q = nc / 4, m = nr * q;   /* float4 per row, in all */
+        float4 v[AM_CH / 4 / AM_T];
+#pragma unroll
+        for (int u = 0; u < AM_CH / 4 / AM_T; u++) {
+            const int e = threadIdx.x + u * AM_T;
+            if (e < m)
+                v[u] = *(const float4 *)((const float *)t.g + first + (int64_t)(e / q) * t.C + 4 * (e % q));
+        }
+#pragma unroll
+        for (int u = 0; u < AM_CH / 4 / AM_T; u++) {
+            const int e = threadIdx.x + u * AM_T;
+            if (e < m)
+                *(float4 *)(gs + (e / q) * nc + 4 * (e % q)) = v[u];
+        }
+    } else {
+        for (int e = threadIdx.x; e < nr * nc; e += AM_T)
+            gs[e] = ld_f(t.g, t.g_bf16, first + (int64_t)(e / nc) * t.C + e % nc);
+    }
+    __syncthreads();
+    return true;
+}
+
 /* 1. Stats, one block per chunk: the second moment of a 1-D tensor and its update's sum of
  * squares; for a factored one the short side's new state (complete in the chunk) and the
  * chunk's partials of the long side: sums of v = g^2 + eps and of g^2 * (1 / new short-side
  * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
  * the update's sum of squares without another pass over g. */
-static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
+struct am_smem {
+    float  gs[AM_CH];     /* the chunk's g, staged */
+    float  side[AM_CH];   /* 1 / the chunk's new short-side values (span <= AM_CH) */
+    float2 sh[AM_T];
+    float  red[33];
+};
+
+static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
 {
-    __shared__ float side[AM_CH];   /* 1 / the chunk's new short-side values (span <= AM_CH) */
-    __shared__ float2 sh[AM_T];
-    __shared__ float red[33];
-    const int ti = am_find(P.start1, P.n, (int32_t)blockIdx.x);
+    extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem: above the 48 KB of static */
+    am_smem &S = *(am_smem *)am_dyn;
+    float *side = S.side, *red = S.red;
+    float2 *sh = S.sh;
+    const float *gs = S.gs;
+    const int ti = P.own1[blockIdx.x];
     const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int nw = AM_T / 32;
@@ -278,8 +307,22 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
     const int R = t.R, C = t.C, K = t.wide ? R : C, b = k / t.cpm, j = k % t.cpm;
     const int64_t base = (int64_t)b * R * C;
     float *pv = part + ((int64_t)b * t.cpm + j) * 2 * K, *pq = pv + K;
+    /* the chunk's short-side old state into side[] first, all loads at once (one memory latency,
+     * not one per loop round); each entry is then read and replaced by the thread that owns it */
+    {
+        const float *old = t.wide ? t.s1 + (int64_t)b * C + j * t.span : t.s0 + (int64_t)b * R + j * t.span;
+        const int m = t.wide ? min(t.span, C - j * t.span) : min(t.span, R - j * t.span);
+        for (int e = tid; e < m; e += AM_T)
+            side[e] = old[e];
+        __syncthreads();
+    }
     if (t.wide) {
         const int c0 = j * t.span, nc = min(t.span, C - c0);
+        const bool st = am_stage(t, base, 0, R, c0, nc, S.gs);
+        /* g[r][c0 + c] */
+        auto gv = [&](int r, int c) {
+            return st ? gs[r * nc + c] : ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
+        };
         /* columns (complete): threads over columns, G groups over strided rows */
         const int cpp = min(AM_T, nc), G = AM_T / cpp, grp = tid / cpp, cl = tid % cpp;
         for (int cb = 0; cb < nc; cb += cpp) {
@@ -288,7 +331,7 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
             if (grp < G && c < nc)
 #pragma unroll 4
                 for (int r = grp; r < R; r += G) {
-                    float g = ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
+                    float g = gv(r, c);
                     s = __fadd_rn(s, __fadd_rn(__fmul_rn(g, g), a.eps));
                 }
             __syncthreads();
@@ -298,20 +341,18 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
                 float tot = 0.0f;
                 for (int q = 0; q < G; q++)
                     tot = __fadd_rn(tot, sh[q * cpp + tid].x);
-                float *cs = t.s1 + (int64_t)b * C + c0 + c;
-                float nv = am_ema(*cs, __fdiv_rn(tot, (float)R), a);
-                *cs = nv;
+                float nv = am_ema(side[c], __fdiv_rn(tot, (float)R), a);   /* side[c]: the old state */
+                t.s1[(int64_t)b * C + c0 + c] = nv;
                 side[c] = __frcp_rn(nv);
             }
         }
         __syncthreads();
         /* rows (partial): a warp per row over the chunk's columns */
         for (int r = warp; r < R; r += nw) {
-            const int64_t row = base + (int64_t)r * C + c0;
             float sv = 0.0f, sq = 0.0f;
 #pragma unroll 4
             for (int c = lane; c < nc; c += 32) {
-                float g = ld_f(t.g, t.g_bf16, row + c), g2 = __fmul_rn(g, g);
+                float g = gv(r, c), g2 = __fmul_rn(g, g);
                 sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
                 sq = __fadd_rn(sq, __fmul_rn(g2, side[c]));
             }
@@ -325,6 +366,11 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
         return;
     }
     const int r0 = j * t.span, nr = min(t.span, R - r0);
+    const bool st = am_stage(t, base, r0, nr, 0, C, S.gs);
+    /* g[r0 + r][c] */
+    auto gv = [&](int r, int c) {
+        return st ? gs[r * C + c] : ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c);
+    };
     /* rows (complete) */
     if (C < 32 && (C & (C - 1)) == 0) {      /* 32 / C rows per warp step, sums over lane segments */
         const int per = 32 / C, step = nw * per;
@@ -336,10 +382,10 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
                 const int r = rb + v * step + lane / C;
                 s[v] = old[v] = 0.0f;
                 if (r < nr) {
-                    float g = ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + lane % C);
+                    float g = gv(r, lane % C);
                     s[v] = __fadd_rn(__fmul_rn(g, g), a.eps);
                     if (lane % C == 0)
-                        old[v] = rs[r];
+                        old[v] = side[r];
                 }
             }
 #pragma unroll
@@ -357,18 +403,16 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
         }
     } else {
         for (int r = warp; r < nr; r += nw) {
-            const int64_t row = base + (int64_t)(r0 + r) * C;
             float s = 0.0f;
 #pragma unroll 4
             for (int c = lane; c < C; c += 32) {
-                float g = ld_f(t.g, t.g_bf16, row + c);
+                float g = gv(r, c);
                 s = __fadd_rn(s, __fadd_rn(__fmul_rn(g, g), a.eps));
             }
             s = ghc_warp_sum(s);
             if (lane == 0) {
-                float *rs = t.s0 + (int64_t)b * R + r0 + r;
-                float nv = am_ema(*rs, __fdiv_rn(s, (float)C), a);
-                *rs = nv;
+                float nv = am_ema(side[r], __fdiv_rn(s, (float)C), a);   /* side[r]: the old state */
+                t.s0[(int64_t)b * R + r0 + r] = nv;
                 side[r] = __frcp_rn(nv);
             }
         }
@@ -382,7 +426,7 @@ static __global__ void __launch_bounds__(AM_T, 4) k_am_stats(const am_plan_dev P
         if (grp < G && c < C)
 #pragma unroll 4
             for (int r = grp; r < nr; r += G) {
-                float g = ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c), g2 = __fmul_rn(g, g);
+                float g = gv(r, c), g2 = __fmul_rn(g, g);
                 sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
                 sq = __fadd_rn(sq, __fmul_rn(g2, side[r]));
             }
@@ -634,7 +678,7 @@ static __global__ void __launch_bounds__(AM_T, MINB) k_am_update(const am_plan_d
 {
     __shared__ float red[33];
     const int32_t blk = total - 1 - (int32_t)blockIdx.x;
-    const int ti = am_find(P.startf, P.n, blk);
+    const int ti = P.ownf[blk];
     const am_desc t = P.t[ti];
     const int k = blk - P.startf[ti], lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = AM_T / 32;
     const float div = P.scal[2 * ti], old_scale = P.scal[2 * ti + 1];
@@ -723,7 +767,7 @@ GHC_D uint32_t am_code(uint8_t q, bool same, float old_scale, float ns, const gh
 static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, const ghc_automagic_args a)
 {
     __shared__ float red[33];
-    const int ti = am_find(P.startf, P.n, (int32_t)blockIdx.x);
+    const int ti = P.ownf[blockIdx.x];
     const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.startf[ti], tid = threadIdx.x;
     const float *lrp = P.scr + t.lrp;
@@ -937,12 +981,21 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
         g_am_count++;
     }
     am_plan &p = g_am[slot];
+    const size_t n1 = (size_t)s1[(size_t)n], nf = (size_t)sf[(size_t)n];
     size_t tb = (sizeof(am_desc) * (size_t)n + 255) & ~(size_t)255, sb = sizeof(int32_t) * ((size_t)n + 1);
-    size_t hdr = tb + 2 * sb, bytes = ((hdr + 255) & ~(size_t)255) + sizeof(float) * (2 * (size_t)n + (size_t)floats);
+    size_t hdr = tb + 2 * sb + sizeof(int32_t) * (n1 + nf);
+    size_t bytes = ((hdr + 255) & ~(size_t)255) + sizeof(float) * (2 * (size_t)n + (size_t)floats);
     std::vector<char> h(hdr);
     memcpy(h.data(), d.data(), sizeof(am_desc) * (size_t)n);
     memcpy(h.data() + tb, s1.data(), sb);
     memcpy(h.data() + tb + sb, sf.data(), sb);
+    int32_t *own = (int32_t *)(h.data() + tb + 2 * sb);   /* chunk -> tensor: one load, not a search */
+    for (int32_t i = 0; i < n; i++) {
+        for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
+            own[c] = i;
+        for (int32_t c = sf[(size_t)i]; c < sf[(size_t)i + 1]; c++)
+            own[n1 + (size_t)c] = i;
+    }
     void *buf = NULL;
     if ((e = cudaMalloc(&buf, bytes)) != cudaSuccess ||
         (e = cudaMemcpyAsync(buf, h.data(), hdr, cudaMemcpyHostToDevice, s)) != cudaSuccess) {
@@ -956,8 +1009,9 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
     p.stream = s;
     p.desc.swap(d);
     p.buf = buf;
+    const int32_t *own_d = (const int32_t *)(c + tb + 2 * sb);
     p.d = am_plan_dev{ (const am_desc *)c, (const int32_t *)(c + tb), (const int32_t *)(c + tb + sb), scal,
-                       scal + 2 * (size_t)n, n };
+                       scal + 2 * (size_t)n, n, own_d, own_d + n1 };
     p.total1 = s1[(size_t)n];
     p.totalf = sf[(size_t)n];
     p.used = ++g_am_clock;
@@ -976,13 +1030,19 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     am_plan *p = NULL;
     uint64_t delta = 0;
     GHC_K_TRY(am_plan_get(ghc_tensor_device(ts[0].param), s, ts, n, &p, &delta));
+    static bool smem_set[64];   /* per device: k_am_stats's dynamic shared memory above 48 KB */
+    const int dev = ghc_tensor_device(ts[0].param);
+    if (dev >= 0 && dev < 64 && !smem_set[dev]) {
+        GHC_K_TRY(cudaFuncSetAttribute(k_am_stats, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(am_smem)));
+        smem_set[dev] = true;
+    }
     const bool prof = g_am_prof.on;
     for (int k = 0; prof && k < 5; k++)
         GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
     if (prof)
         cudaEventRecord(g_am_prof.ev[0], s);
     if (p->total1 > 0)
-        k_am_stats<<<p->total1, AM_T, 0, s>>>(p->d, *args);
+        k_am_stats<<<p->total1, AM_T, sizeof(am_smem), s>>>(p->d, *args);
     if (prof)
         cudaEventRecord(g_am_prof.ev[1], s);
     k_am_finish<<<n, AM_T, 0, s>>>(p->d, *args);
