@@ -277,33 +277,16 @@ struct am_smem {
     float  red[33];
 };
 
-static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
+/* The stats of chunk k of factored tensor t; ST: the chunk's g fits in shared memory and is read
+ * from there (a compile-time choice, so that the loops read one place without a test). */
+template <bool ST>
+GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, am_smem &S, int k)
 {
-    extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem: above the 48 KB of static */
-    am_smem &S = *(am_smem *)am_dyn;
-    float *side = S.side, *red = S.red;
+    float *side = S.side;
     float2 *sh = S.sh;
     const float *gs = S.gs;
-    const int ti = P.own1[blockIdx.x];
-    const am_desc t = P.t[ti];
-    const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int nw = AM_T / 32;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nw = AM_T / 32;
     float *part = P.scr + t.part;
-    if (!t.s1) {
-        const int i1 = min(t.n, (k + 1) * AM_CH);
-        float ss = 0.0f;
-        for (int i = k * AM_CH + tid; i < i1; i += AM_T) {
-            float g = ld_f(t.g, t.g_bf16, i);
-            float s = am_ema(t.s0[i], __fadd_rn(__fmul_rn(g, g), a.eps), a);
-            t.s0[i] = s;
-            float u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(s)), g);
-            ss = __fadd_rn(ss, __fmul_rn(u, u));
-        }
-        ss = block_reduce<false>(ss, red);
-        if (tid == 0)
-            part[k] = ss;
-        return;
-    }
     const int R = t.R, C = t.C, K = t.wide ? R : C, b = k / t.cpm, j = k % t.cpm;
     const int64_t base = (int64_t)b * R * C;
     float *pv = part + ((int64_t)b * t.cpm + j) * 2 * K, *pq = pv + K;
@@ -318,10 +301,11 @@ static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P
     }
     if (t.wide) {
         const int c0 = j * t.span, nc = min(t.span, C - c0);
-        const bool st = am_stage(t, base, 0, R, c0, nc, S.gs);
+        if (ST)
+            am_stage(t, base, 0, R, c0, nc, S.gs);
         /* g[r][c0 + c] */
         auto gv = [&](int r, int c) {
-            return st ? gs[r * nc + c] : ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
+            return ST ? gs[r * nc + c] : ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
         };
         /* columns (complete): threads over columns, G groups over strided rows */
         const int cpp = min(AM_T, nc), G = AM_T / cpp, grp = tid / cpp, cl = tid % cpp;
@@ -366,10 +350,11 @@ static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P
         return;
     }
     const int r0 = j * t.span, nr = min(t.span, R - r0);
-    const bool st = am_stage(t, base, r0, nr, 0, C, S.gs);
+    if (ST)
+        am_stage(t, base, r0, nr, 0, C, S.gs);
     /* g[r0 + r][c] */
     auto gv = [&](int r, int c) {
-        return st ? gs[r * C + c] : ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c);
+        return ST ? gs[r * C + c] : ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c);
     };
     /* rows (complete) */
     if (C < 32 && (C & (C - 1)) == 0) {      /* 32 / C rows per warp step, sums over lane segments */
@@ -443,6 +428,36 @@ static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P
             pq[c] = tq;
         }
     }
+}
+
+static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
+{
+    extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem: above the 48 KB of static */
+    am_smem &S = *(am_smem *)am_dyn;
+    const int ti = P.own1[blockIdx.x];
+    const am_desc t = P.t[ti];
+    const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x;
+    float *part = P.scr + t.part;
+    if (!t.s1) {
+        const int i1 = min(t.n, (k + 1) * AM_CH);
+        float ss = 0.0f;
+        for (int i = k * AM_CH + tid; i < i1; i += AM_T) {
+            float g = ld_f(t.g, t.g_bf16, i);
+            float s = am_ema(t.s0[i], __fadd_rn(__fmul_rn(g, g), a.eps), a);
+            t.s0[i] = s;
+            float u = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(s)), g);
+            ss = __fadd_rn(ss, __fmul_rn(u, u));
+        }
+        ss = block_reduce<false>(ss, S.red);
+        if (tid == 0)
+            part[k] = ss;
+        return;
+    }
+    const int j = k % t.cpm, m = t.wide ? min(t.span, t.C - j * t.span) : min(t.span, t.R - j * t.span);
+    if ((int64_t)(t.wide ? t.R : t.C) * m <= AM_CH)
+        am_stats_fact<true>(P, a, t, S, k);
+    else
+        am_stats_fact<false>(P, a, t, S, k);
 }
 
 /* Line x of a matrix's longer side from the stats partials pb (chunk order): its new state
@@ -788,6 +803,10 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
         m = fmaxf(m, lrp[2 * j]);
     m = block_reduce<true>(m, red);
     const float ns = m > 0.0f ? (float)((double)m / 127.0) : 1.0f, old_scale = P.scal[2 * ti + 1];
+    __shared__ uint8_t code[512];   /* am_code of (agreement << 8 | old code): one lookup an element */
+    for (int e = tid; e < 512; e += AM_T)
+        code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, old_scale, ns, a);
+    __syncthreads();
     uint8_t *qw = (uint8_t *)t.mask;
     const int i0 = k * AM_CH, i1 = min(t.n, i0 + AM_CH);
     if (((uintptr_t)qw & 15u) == 0) {   /* 16 codes a load, AM_CH / (16 AM_T) = 2 loads per thread */
@@ -809,18 +828,18 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 #pragma unroll
                 for (int e = 0; e < 16; e++) {
                     uint32_t sh8 = 8 * (e % 4), b = (w[e / 4] >> sh8) & 0xffu;
-                    b = am_code((uint8_t)b, (ag[v] >> e) & 1u, old_scale, ns, a);
+                    b = code[((ag[v] >> e) & 1u) << 8 | b];
                     w[e / 4] = (w[e / 4] & ~(0xffu << sh8)) | (b << sh8);
                 }
                 *(uint4 *)(qw + i) = c[v];
             } else {
                 for (int e = i; e < i1; e++)
-                    qw[e] = am_code(qw[e], (t.agree[e / 32] >> (e % 32)) & 1u, old_scale, ns, a);
+                    qw[e] = code[((t.agree[e / 32] >> (e % 32)) & 1u) << 8 | qw[e]];
             }
         }
     } else {
         for (int i = i0 + tid; i < i1; i += AM_T)
-            qw[i] = am_code(qw[i], (t.agree[i / 32] >> (i % 32)) & 1u, old_scale, ns, a);
+            qw[i] = code[((t.agree[i / 32] >> (i % 32)) & 1u) << 8 | qw[i]];
     }
     if (k == 0 && tid == 0) {
         t.aux[0] = ns;
