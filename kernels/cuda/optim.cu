@@ -265,11 +265,6 @@ GHC_D bool am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, 
     return true;
 }
 
-/* 1. Stats, one block per chunk: the second moment of a 1-D tensor and its update's sum of
- * squares; for a factored one the short side's new state (complete in the chunk) and the
- * chunk's partials of the long side: sums of v = g^2 + eps and of g^2 * (1 / new short-side
- * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
- * the update's sum of squares without another pass over g. */
 struct am_smem {
     float  gs[AM_CH];     /* the chunk's g, staged */
     float  side[AM_CH];   /* 1 / the chunk's new short-side values (span <= AM_CH) */
@@ -430,6 +425,12 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
     }
 }
 
+/* 1. Stats, one block per chunk: the second moment of a 1-D tensor and its update's sum of
+ * squares; for a factored one the short side's new state (complete in the chunk) and the
+ * chunk's partials of the long side: sums of v = g^2 + eps and of g^2 * (1 / new short-side
+ * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
+ * the update's sum of squares without another pass over g. The chunk's g is staged in shared
+ * memory (am_smem, 67 KB: dynamic, 3 blocks an SM). */
 static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
 {
     extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem: above the 48 KB of static */
