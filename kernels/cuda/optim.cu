@@ -148,8 +148,11 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
 #define AM_CH    8192   /* elements per chunk: exactly for the flat passes (a multiple of 32) */
 #define AM_PLANS 16     /* cached plans: (device, stream, tensor list) */
 #define AM_U     4      /* loads in flight per thread in the latency-bound loops */
-#define AM_U4    2      /* groups of 4 elements in flight per thread in the update pass (78 registers,
-                        * 3 blocks an SM; 4 groups: 145 registers, 1.34x slower on an H100) */
+#define AM_U4    1      /* groups of 4 elements in flight per thread in the update pass, with */
+#define AM_UB    6      /* blocks an SM: more warps beat more loads per thread (H100, update pass:
+                        * 1 group at 6 blocks, 40 registers, 0.408 ms; at 5: 0.427; at 4: 0.442;
+                        * at 8, 32 registers and 264 bytes spilled: 0.525; 2 groups at 3 blocks, 78
+                        * registers: 0.529; at 5: 0.448; 4 groups: 145 registers, 1.34x slower) */
 
 /* One tensor of a call in the plan's device table (each kernel copies its tensor's entry into
  * registers: through a reference every field would be reloaded after each store to a tensor,
@@ -1069,7 +1072,7 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     if (prof)
         cudaEventRecord(g_am_prof.ev[2], s);
     if (p->totalf > 0)
-        k_am_update<AM_U4, 3><<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
+        k_am_update<AM_U4, AM_UB><<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
     if (prof)
         cudaEventRecord(g_am_prof.ev[3], s);
     if (p->totalf > 0)
