@@ -146,6 +146,7 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
 
 #define AM_T     256    /* threads per block in every automagic kernel */
 #define AM_CH    8192   /* elements per chunk: exactly for the flat passes (a multiple of 32) */
+#define AM_SCH   4096   /* elements per stats chunk of a factored tensor, about (whole lines) */
 #define AM_PLANS 16     /* cached plans: (device, stream, tensor list) */
 #define AM_U     4      /* loads in flight per thread in the latency-bound loops */
 #define AM_U4    1      /* groups of 4 elements in flight per thread in the update pass, with */
@@ -238,24 +239,24 @@ GHC_D float am_lr(float lr, bool same, const ghc_automagic_args &a)
 
 /* Stages g[row0 + r][col0 + c] (r < nr, c < nc; row length C) into gs[r nc + c] (f32) with all
  * threads of the block, the loads issued before any store (one memory latency); false (nothing
- * staged: read g in place) when it does not fit in AM_CH. */
+ * staged: read g in place) when it does not fit in AM_SCH. */
 GHC_D bool am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, int nc, float *gs)
 {
-    if ((int64_t)nr * nc > AM_CH)
+    if ((int64_t)nr * nc > AM_SCH)
         return false;
     const int64_t first = base + (int64_t)row0 * t.C + col0;
     const bool v4 = !t.g_bf16 && nc % 4 == 0 && t.C % 4 == 0 && first % 4 == 0 && (uintptr_t)t.g % 16 == 0;
-    if (v4) {   /* all of a thread's loads (at most AM_CH / 4 / AM_T) in flight before any store */
+    if (v4) {   /* all of a thread's loads (at most AM_SCH / 4 / AM_T) in flight before any store */
         const int q = nc / 4, m = nr * q;   /* float4 per row, in all */
-        float4 v[AM_CH / 4 / AM_T];
+        float4 v[AM_SCH / 4 / AM_T];
 #pragma unroll
-        for (int u = 0; u < AM_CH / 4 / AM_T; u++) {
+        for (int u = 0; u < AM_SCH / 4 / AM_T; u++) {
             const int e = threadIdx.x + u * AM_T;
             if (e < m)
                 v[u] = *(const float4 *)((const float *)t.g + first + (int64_t)(e / q) * t.C + 4 * (e % q));
         }
 #pragma unroll
-        for (int u = 0; u < AM_CH / 4 / AM_T; u++) {
+        for (int u = 0; u < AM_SCH / 4 / AM_T; u++) {
             const int e = threadIdx.x + u * AM_T;
             if (e < m)
                 *(float4 *)(gs + (e / q) * nc + 4 * (e % q)) = v[u];
@@ -269,8 +270,8 @@ GHC_D bool am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, 
 }
 
 struct am_smem {
-    float  gs[AM_CH];     /* the chunk's g, staged */
-    float  side[AM_CH];   /* 1 / the chunk's new short-side values (span <= AM_CH) */
+    float  gs[AM_SCH];    /* the chunk's g, staged */
+    float  side[AM_SCH];  /* 1 / the chunk's new short-side values (span <= AM_SCH) */
     float2 sh[AM_T];
     float  red[33];
 };
@@ -434,7 +435,7 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
  * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
  * the update's sum of squares without another pass over g. The chunk's g is staged in shared
  * memory (am_smem, 67 KB: dynamic, 3 blocks an SM). */
-static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
+static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
 {
     extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem: above the 48 KB of static */
     am_smem &S = *(am_smem *)am_dyn;
@@ -458,7 +459,7 @@ static __global__ void __launch_bounds__(AM_T, 3) k_am_stats(const am_plan_dev P
         return;
     }
     const int j = k % t.cpm, m = t.wide ? min(t.span, t.C - j * t.span) : min(t.span, t.R - j * t.span);
-    if ((int64_t)(t.wide ? t.R : t.C) * m <= AM_CH)
+    if ((int64_t)(t.wide ? t.R : t.C) * m <= AM_SCH)
         am_stats_fact<true>(P, a, t, S, k);
     else
         am_stats_fact<false>(P, a, t, S, k);
@@ -927,7 +928,7 @@ static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vecto
         t.part = off;
         if (f && N > 0) {
             t.wide = R < C;
-            int64_t K = t.wide ? R : C, L = t.wide ? C : R, span = (AM_CH + K - 1) / K;
+            int64_t K = t.wide ? R : C, L = t.wide ? C : R, span = (AM_SCH + K - 1) / K;
             span = span < 32 ? 32 : span;   /* partials at most 1/16 of the tensor */
             span = span > L ? L : span;
             t.span = (int32_t)span;
