@@ -434,10 +434,10 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
  * chunk's partials of the long side: sums of v = g^2 + eps and of g^2 * (1 / new short-side
  * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
  * the update's sum of squares without another pass over g. The chunk's g is staged in shared
- * memory (am_smem, 67 KB: dynamic, 3 blocks an SM). */
+ * memory (am_smem, 34 KB, 5 blocks an SM). */
 static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
 {
-    extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem: above the 48 KB of static */
+    extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem (dynamic: room for a larger AM_SCH) */
     am_smem &S = *(am_smem *)am_dyn;
     const int ti = P.own1[blockIdx.x];
     const am_desc t = P.t[ti];
