@@ -289,19 +289,31 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
     const int R = t.R, C = t.C, K = t.wide ? R : C, b = k / t.cpm, j = k % t.cpm;
     const int64_t base = (int64_t)b * R * C;
     float *pv = part + ((int64_t)b * t.cpm + j) * 2 * K, *pq = pv + K;
-    /* the chunk's short-side old state into side[] first, all loads at once (one memory latency,
-     * not one per loop round); each entry is then read and replaced by the thread that owns it */
-    {
-        const float *old = t.wide ? t.s1 + (int64_t)b * C + j * t.span : t.s0 + (int64_t)b * R + j * t.span;
-        const int m = t.wide ? min(t.span, C - j * t.span) : min(t.span, R - j * t.span);
+    /* the chunk's short-side old state into side[] and its g into gs, every load issued before
+     * any is waited for (one memory latency): the old state into a register where a thread has
+     * one entry (span <= AM_T), then g's loads; each side[] entry is later read and replaced by
+     * the thread that owns it */
+    const float *old = t.wide ? t.s1 + (int64_t)b * C + j * t.span : t.s0 + (int64_t)b * R + j * t.span;
+    const int m = t.wide ? min(t.span, C - j * t.span) : min(t.span, R - j * t.span);
+    float ov = 0.0f;
+    if (m <= AM_T) {
+        if (tid < m)
+            ov = old[tid];
+    } else {
         for (int e = tid; e < m; e += AM_T)
             side[e] = old[e];
-        __syncthreads();
     }
+    if (ST) {
+        if (t.wide)
+            am_stage(t, base, 0, R, j * t.span, m, S.gs);
+        else
+            am_stage(t, base, j * t.span, m, 0, C, S.gs);
+    }
+    if (m <= AM_T && tid < m)
+        side[tid] = ov;
+    __syncthreads();
     if (t.wide) {
         const int c0 = j * t.span, nc = min(t.span, C - c0);
-        if (ST)
-            am_stage(t, base, 0, R, c0, nc, S.gs);
         /* g[r][c0 + c] */
         auto gv = [&](int r, int c) {
             return ST ? gs[r * nc + c] : ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
@@ -349,8 +361,6 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
         return;
     }
     const int r0 = j * t.span, nr = min(t.span, R - r0);
-    if (ST)
-        am_stage(t, base, r0, nr, 0, C, S.gs);
     /* g[r0 + r][c] */
     auto gv = [&](int r, int c) {
         return ST ? gs[r * C + c] : ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c);
@@ -376,8 +386,14 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
             for (int v = 0; v < AM_U; v++) {
                 const int r = rb + v * step + lane / C;
                 float x = s[v];
-                for (int o = C / 2; o > 0; o /= 2)
-                    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+                if (C == 16) {   /* LoRA's B [out, 16]: unrolled */
+#pragma unroll
+                    for (int o = 8; o > 0; o /= 2)
+                        x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+                } else {
+                    for (int o = C / 2; o > 0; o /= 2)
+                        x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, o));
+                }
                 if (lane % C == 0 && r < nr) {
                     float nv = am_ema(old[v], __fdiv_rn(x, (float)C), a);
                     rs[r] = nv;
