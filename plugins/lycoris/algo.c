@@ -897,26 +897,37 @@ int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *
     return rc;
 }
 
-int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                 ghc_tensor_t *dx, void *stream)
+/* The backward on [N, features] views of x, dy (f32, or NULL when g is given), g (dy in x's
+ * dtype, or NULL; LoRA only) and dx (or NULL); dx_beta: 1 adds to dx, 0 writes it (LoRA only;
+ * the others add). */
+static int backward_2d(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                       const ghc_tensor_t *g, ghc_tensor_t *dx, float dx_beta, void *stream)
 {
     int64_t N = ghc_tensor_numel(x) / md->in;
-    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = V2(dy, N, md->out), *dx2 = dx ? V2(dx, N, md->in) : NULL;
+    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = dy ? V2(dy, N, md->out) : NULL;
+    ghc_tensor_t *g2 = g ? V2(g, N, md->out) : NULL, *dx2 = dx ? V2(dx, N, md->in) : NULL;
     int rc;
-    if (!x2 || !dy2 || (dx && !dx2))
+    if (!x2 || (dy && !dy2) || (g && !g2) || (dx && !dx2))
         rc = nomem(net);
     else if (md->dora)
         rc = dora_bwd(net, md, x2, dy2, dx2, stream);
     else if (md->algo == LYC_LORA)
-        rc = lora_bwd(net, md, x2, dy2, NULL, dx2, 1.0f, stream);
+        rc = lora_bwd(net, md, x2, dy2, g2, dx2, dx_beta, stream);
     else if (md->algo == LYC_LOHA)
         rc = loha_kr(md) ? loha_kr_bwd(net, md, x2, dy2, dx2, stream) : loha_bwd(net, md, x2, dy2, dx2, stream);
     else
         rc = lokr_bwd(net, md, x2, dy2, dx2, stream);
     ghc_tensor_free(x2);
     ghc_tensor_free(dy2);
+    ghc_tensor_free(g2);
     ghc_tensor_free(dx2);
     return rc;
+}
+
+int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                 ghc_tensor_t *dx, void *stream)
+{
+    return backward_2d(net, md, x, dy, NULL, dx, 1.0f, stream);
 }
 
 int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
@@ -927,14 +938,7 @@ int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_ten
     int64_t N = ghc_tensor_numel(x) / md->in;
     if (g && (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != ghc_tensor_dtype(x)))
         g = NULL;   /* not the operand this path takes: use dy */
-    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = V2(dy, N, md->out), *dx2 = V2(dx, N, md->in);
-    ghc_tensor_t *g2 = g ? V2(g, N, md->out) : NULL;
-    int rc = !x2 || !dy2 || !dx2 || (g && !g2) ? nomem(net)
-                                               : lora_bwd(net, md, x2, dy2, g2, dx2, accumulate ? 1.0f : 0.0f, stream);
-    ghc_tensor_free(x2);
-    ghc_tensor_free(dy2);
-    ghc_tensor_free(dx2);
-    ghc_tensor_free(g2);
+    int rc = backward_2d(net, md, x, dy, g, dx, accumulate ? 1.0f : 0.0f, stream);
     return rc < 0 ? rc : 1;
 }
 
@@ -984,16 +988,8 @@ int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x,
                              "%lld x %lld, f32 or x's %s", md->name, (long long)ghc_tensor_numel(dy),
                              ghc_dtype_name(gdt), (long long)N, (long long)md->out,
                              ghc_dtype_name(ghc_tensor_dtype(x)));
-    ghc_tensor_t *x2 = V2(x, N, md->in), *dy2 = V2(dy, N, md->out);
-    int rc;
-    if (!x2 || !dy2)
-        rc = nomem(net);
-    else
-        rc = lora_bwd(net, md, x2, gdt == GHC_DTYPE_F32 ? dy2 : NULL, gdt == GHC_DTYPE_F32 ? NULL : dy2, NULL, 0.0f,
-                      stream);
-    ghc_tensor_free(x2);
-    ghc_tensor_free(dy2);
-    return rc;
+    const bool f32 = gdt == GHC_DTYPE_F32;   /* dy as it comes, or the model's cast (g) */
+    return backward_2d(net, md, x, f32 ? dy : NULL, f32 ? NULL : dy, NULL, 0.0f, stream);
 }
 
 /* ---- delta-W ----------------------------------------------------------------------------------- */
