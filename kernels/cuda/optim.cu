@@ -237,13 +237,10 @@ GHC_D float am_lr(float lr, bool same, const ghc_automagic_args &a)
     return fminf(fmaxf(lr, a.min_lr), a.max_lr);
 }
 
-/* Stages g[row0 + r][col0 + c] (r < nr, c < nc; row length C) into gs[r nc + c] (f32) with all
- * threads of the block, the loads issued before any store (one memory latency); false (nothing
- * staged: read g in place) when it does not fit in AM_SCH. */
-GHC_D bool am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, int nc, float *gs)
+/* Stages g[row0 + r][col0 + c] (r < nr, c < nc, nr nc <= AM_SCH; row length C) into gs[r nc + c]
+ * (f32) with all threads of the block, the loads issued before any store (one memory latency). */
+GHC_D void am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, int nc, float *gs)
 {
-    if ((int64_t)nr * nc > AM_SCH)
-        return false;
     const int64_t first = base + (int64_t)row0 * t.C + col0;
     const bool v4 = !t.g_bf16 && nc % 4 == 0 && t.C % 4 == 0 && first % 4 == 0 && (uintptr_t)t.g % 16 == 0;
     if (v4) {   /* all of a thread's loads (at most AM_SCH / 4 / AM_T) in flight before any store */
@@ -266,7 +263,6 @@ GHC_D bool am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, 
             gs[e] = ld_f(t.g, t.g_bf16, first + (int64_t)(e / nc) * t.C + e % nc);
     }
     __syncthreads();
-    return true;
 }
 
 struct am_smem {
@@ -275,11 +271,14 @@ struct am_smem {
     float2 sh[AM_T];
     float  red[33];
 };
+static_assert(sizeof(am_smem) <= 48 * 1024, "am_smem fits in static shared memory");
 
-/* The stats of chunk k of factored tensor t; ST: the chunk's g fits in shared memory and is read
- * from there (a compile-time choice, so that the loops read one place without a test). */
+/* The stats of chunk k of factored tensor t, m lines of the longer side; ST: the chunk's g fits
+ * in shared memory and is read from there (a compile-time choice, so that the loops read one
+ * place without a test). */
 template <bool ST>
-GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, am_smem &S, int k)
+GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, am_smem &S, int k,
+                         int m)
 {
     float *side = S.side;
     float2 *sh = S.sh;
@@ -293,15 +292,14 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
      * any is waited for (one memory latency): the old state into a register where a thread has
      * one entry (span <= AM_T), then g's loads; each side[] entry is later read and replaced by
      * the thread that owns it */
-    const float *old = t.wide ? t.s1 + (int64_t)b * C + j * t.span : t.s0 + (int64_t)b * R + j * t.span;
-    const int m = t.wide ? min(t.span, C - j * t.span) : min(t.span, R - j * t.span);
+    const float *prev = t.wide ? t.s1 + (int64_t)b * C + j * t.span : t.s0 + (int64_t)b * R + j * t.span;
     float ov = 0.0f;
     if (m <= AM_T) {
         if (tid < m)
-            ov = old[tid];
+            ov = prev[tid];
     } else {
         for (int e = tid; e < m; e += AM_T)
-            side[e] = old[e];
+            side[e] = prev[e];
     }
     if (ST) {
         if (t.wide)
@@ -313,7 +311,7 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
         side[tid] = ov;
     __syncthreads();
     if (t.wide) {
-        const int c0 = j * t.span, nc = min(t.span, C - c0);
+        const int c0 = j * t.span, nc = m;
         /* g[r][c0 + c] */
         auto gv = [&](int r, int c) {
             return ST ? gs[r * nc + c] : ld_f(t.g, t.g_bf16, base + (int64_t)r * C + c0 + c);
@@ -360,7 +358,7 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
         }
         return;
     }
-    const int r0 = j * t.span, nr = min(t.span, R - r0);
+    const int r0 = j * t.span, nr = m;
     /* g[r0 + r][c] */
     auto gv = [&](int r, int c) {
         return ST ? gs[r * C + c] : ld_f(t.g, t.g_bf16, base + (int64_t)(r0 + r) * C + c);
@@ -453,8 +451,7 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
  * memory (am_smem, 34 KB, 5 blocks an SM). */
 static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
 {
-    extern __shared__ __align__(16) unsigned char am_dyn[];   /* am_smem (dynamic: room for a larger AM_SCH) */
-    am_smem &S = *(am_smem *)am_dyn;
+    __shared__ am_smem S;
     const int ti = P.own1[blockIdx.x];
     const am_desc t = P.t[ti];
     const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x;
@@ -476,9 +473,9 @@ static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P
     }
     const int j = k % t.cpm, m = t.wide ? min(t.span, t.C - j * t.span) : min(t.span, t.R - j * t.span);
     if ((int64_t)(t.wide ? t.R : t.C) * m <= AM_SCH)
-        am_stats_fact<true>(P, a, t, S, k);
+        am_stats_fact<true>(P, a, t, S, k, m);
     else
-        am_stats_fact<false>(P, a, t, S, k);
+        am_stats_fact<false>(P, a, t, S, k, m);
 }
 
 /* Line x of a matrix's longer side from the stats partials pb (chunk order): its new state
@@ -1070,19 +1067,13 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     am_plan *p = NULL;
     uint64_t delta = 0;
     GHC_K_TRY(am_plan_get(ghc_tensor_device(ts[0].param), s, ts, n, &p, &delta));
-    static bool smem_set[64];   /* per device: k_am_stats's dynamic shared memory above 48 KB */
-    const int dev = ghc_tensor_device(ts[0].param);
-    if (dev >= 0 && dev < 64 && !smem_set[dev]) {
-        GHC_K_TRY(cudaFuncSetAttribute(k_am_stats, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(am_smem)));
-        smem_set[dev] = true;
-    }
     const bool prof = g_am_prof.on;
     for (int k = 0; prof && k < 5; k++)
         GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
     if (prof)
         cudaEventRecord(g_am_prof.ev[0], s);
     if (p->total1 > 0)
-        k_am_stats<<<p->total1, AM_T, sizeof(am_smem), s>>>(p->d, *args);
+        k_am_stats<<<p->total1, AM_T, 0, s>>>(p->d, *args);
     if (prof)
         cudaEventRecord(g_am_prof.ev[1], s);
     k_am_finish<<<n, AM_T, 0, s>>>(p->d, *args);
