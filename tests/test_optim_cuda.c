@@ -1,6 +1,7 @@
 /* test_optim_cuda.c: the adamw and automagic optimizers on CUDA device 0: the golden
  * trajectories of the CPU suite (adamw bit-identical: the kernel rounds as the CPU does;
- * automagic within a tolerance: f32 tree sums), exact resume on the device, bf16 params.
+ * automagic within a tolerance: f32 tree sums), exact resume on the device, bf16 params, and
+ * automagic on every kind of tensor shape against the CPU.
  * Exits 77 (automake SKIP) without a device; runs with CK_NOFORK. */
 #include <config.h>
 
@@ -39,6 +40,182 @@ START_TEST(resume_cuda)
 }
 END_TEST
 
+
+/* ---- automagic on every kind of shape against the CPU ------------------------------------------ */
+
+/* LoRA's thin A and B at ranks 4, 8, 16 and 32 (the register-resident stats), wide and tall
+ * matrices past 32 rows or columns, one row or one column, odd sizes, 1-D over one and several
+ * chunks, a batch of matrices ({0, 1, n}: 1-D). */
+#define FU_N 16
+static const int64_t fu_shape[FU_N][3] = { { 1, 16, 3000 }, { 1, 3000, 16 }, { 1, 40, 1000 }, { 1, 7, 33 },
+                                           { 1, 1, 5000 }, { 1, 5000, 1 }, { 0, 1, 2500 }, { 0, 1, 9000 },
+                                           { 3, 40, 24 }, { 1, 64, 64 }, { 1, 300, 300 }, { 1, 16, 20000 },
+                                           { 1, 2000, 8 }, { 1, 4, 4100 }, { 1, 32, 1500 }, { 1, 2500, 32 } };
+
+/* A tensor of dtype dt on `dev` holding v (f32 values; raw bytes for U8 and I32). */
+static ghc_tensor_t *fu_tensor(ghc_core_t *core, int dev, enum ghc_dtype dt, int ndim, const int64_t *shape,
+                               const void *v)
+{
+    bool raw = dt == GHC_DTYPE_U8 || dt == GHC_DTYPE_I32;
+    ghc_tensor_t *t = ghc_tensor_init(core, dt, ndim, shape, dev, GHC_ROLE_OPTIMIZER_STATE);
+    ghc_tensor_t *h = ghc_tensor_init(core, raw ? dt : GHC_DTYPE_F32, ndim, shape, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_ptr_nonnull(h);
+    memcpy(ghc_tensor_data(h), v, ghc_tensor_nbytes(h));
+    if (raw || dt == GHC_DTYPE_F32 || dev == GHC_DEVICE_CPU) {
+        ck_assert_int_eq(dev == GHC_DEVICE_CPU && !raw ? ghc_tensor_convert_cpu(t, h, 1.0f) : ghc_op_copy(t, h, NULL), 0);
+    } else {   /* f32 over, then cast there */
+        ghc_tensor_t *d = ghc_tensor_init(core, GHC_DTYPE_F32, ndim, shape, dev, GHC_ROLE_WORKSPACE);
+        ck_assert_ptr_nonnull(d);
+        ck_assert_int_eq(ghc_op_copy(d, h, NULL), 0);
+        ck_assert_int_eq(ghc_op_cast(t, d, 1.0f, NULL, NULL), 0);
+        ck_assert_int_eq(ghc_op_sync(core, dev, NULL), 0);
+        ghc_tensor_free(d);
+    }
+    ck_assert_int_eq(ghc_op_sync(core, dev, NULL), 0);
+    ghc_tensor_free(h);
+    return t;
+}
+
+/* The list on `dev` (the same values on either): bf16 params on some, an f32 mask on one, random
+ * codes, polarity and second moments. */
+static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
+{
+    for (int i = 0; i < FU_N; i++) {
+        const bool fact = fu_shape[i][0] != 0, m8 = i != 9;
+        const int64_t B = fact ? fu_shape[i][0] : 1, R = fu_shape[i][1], C = fu_shape[i][2], n = B * R * C;
+        const int64_t shape[3] = { B, R, C }, words = (n + 31) / 32, two = 2;
+        const int nd = fact ? (B > 1 ? 3 : 2) : 1;
+        const int64_t rows[2] = { B, R }, cols[2] = { B, C };
+        float *v = malloc((size_t)n * sizeof(float));
+        int32_t *w = calloc((size_t)words, sizeof(int32_t));
+        ck_assert(v && w);
+        srand(17u + (unsigned)i);
+        for (int64_t e = 0; e < n; e++)
+            v[e] = (float)(rand() % 2001 - 1000) * 1e-4f;
+        ts[i].param = fu_tensor(core, dev, i % 4 == 1 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32, nd, fact ? shape + 3 - nd : &n, v);
+        for (int64_t e = 0; e < n; e++)   /* second moments: positive */
+            v[e] = (float)(rand() % 1000 + 1) * 1e-9f;
+        ts[i].state[0] = fact ? fu_tensor(core, dev, GHC_DTYPE_F32, nd - 1, B > 1 ? rows : rows + 1, v)
+                              : fu_tensor(core, dev, GHC_DTYPE_F32, 1, &n, v);
+        ts[i].state[1] = fact ? fu_tensor(core, dev, GHC_DTYPE_F32, nd - 1, B > 1 ? cols : cols + 1, v) : NULL;
+        if (m8) {
+            uint8_t *q = (uint8_t *)v;
+            for (int64_t e = 0; e < n; e++)
+                q[e] = (uint8_t)(rand() % 127 + 1);
+            ts[i].state[2] = fu_tensor(core, dev, GHC_DTYPE_U8, nd, fact ? shape + 3 - nd : &n, q);
+        } else {
+            for (int64_t e = 0; e < n; e++)
+                v[e] = (float)(rand() % 100 + 1) * 1e-6f;
+            ts[i].state[2] = fu_tensor(core, dev, GHC_DTYPE_F32, nd, fact ? shape + 3 - nd : &n, v);
+        }
+        const float aux[2] = { 1e-4f / 127.0f, 0.0f };
+        ts[i].state[3] = fu_tensor(core, dev, GHC_DTYPE_F32, 1, &two, aux);
+        for (int64_t e = 0; e < words; e++)
+            w[e] = rand();
+        if (n % 32)   /* the bits past the tensor: zero, as the optimizer makes them */
+            w[words - 1] &= (int32_t)((1u << (n % 32)) - 1u);
+        ts[i].state[4] = fu_tensor(core, dev, GHC_DTYPE_I32, 1, &words, w);
+        ts[i].state[5] = fu_tensor(core, dev, GHC_DTYPE_I32, 1, &words, w);
+        ts[i].rng.seed = 11;
+        free(v);
+        free(w);
+    }
+}
+
+static void fu_free(struct ghc_optim_tensor *ts)
+{
+    for (int i = 0; i < FU_N; i++) {
+        ghc_tensor_free(ts[i].param);
+        for (int k = 0; k < 6; k++)
+            ghc_tensor_free(ts[i].state[k]);
+    }
+}
+
+/* got (on the device) against want (on the CPU): bytes equal (tol < 0), or as floats within
+ * tol relative to max(|want|, floor). */
+static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t, double tol, double floor,
+                     int tensor, int step, const char *what)
+{
+    if (!got_t)
+        return;
+    ghc_tensor_t *h = oc_host(core, got_t);
+    const int64_t n = ghc_tensor_numel(h);
+    if (tol < 0) {
+        ck_assert_msg(memcmp(ghc_tensor_data(h), ghc_tensor_data(want_t), ghc_tensor_nbytes(h)) == 0,
+                      "tensor %d, step %d: %s differs from the CPU's", tensor, step, what);
+    } else {
+        ghc_tensor_t *a = ghc_tensor_init(core, GHC_DTYPE_F32, 1, &n, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *b = ghc_tensor_init(core, GHC_DTYPE_F32, 1, &n, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ck_assert(a && b);
+        ck_assert_int_eq(ghc_tensor_convert_cpu(a, h, 1.0f), 0);
+        ck_assert_int_eq(ghc_tensor_convert_cpu(b, want_t, 1.0f), 0);
+        const float *x = ghc_tensor_cdata(a), *y = ghc_tensor_cdata(b);
+        for (int64_t e = 0; e < n; e++)
+            ck_assert_msg(fabs((double)x[e] - y[e]) <= tol * fmax(fabs(y[e]), floor),
+                          "tensor %d, step %d: %s[%lld] = %.9g, the CPU's %.9g", tensor, step, what, (long long)e,
+                          x[e], y[e]);
+        ghc_tensor_free(a);
+        ghc_tensor_free(b);
+    }
+    ghc_tensor_free(h);
+}
+
+/* Six steps of the same list on the GPU and on the CPU (random grads with exact zeros, bf16 grads
+ * on some, weight decay): masks, scales, polarity and agreement bit for bit, second moments and
+ * the mean lr within f32 sums' rounding, params within that too (bf16 ones within one ulp). */
+START_TEST(automagic_shapes_cuda)
+{
+    ghc_core_t *core = oc_core("");
+    static const char *const what[6] = { "row state", "column state", "lr mask", "scale and mean", "polarity",
+                                         "agreement" };
+    struct ghc_optim_tensor gd[FU_N], cp[FU_N];
+    ghc_tensor_t *gdg[FU_N] = { 0 }, *cpg[FU_N] = { 0 };   /* their grads */
+    memset(gd, 0, sizeof(gd));
+    memset(cp, 0, sizeof(cp));
+    fu_list(core, 0, gd);
+    fu_list(core, GHC_DEVICE_CPU, cp);
+    const struct ghc_automagic_args am = { 0.999f, 0.001f, 1e-30f, 1.0f, 1e-5f, 1e-6f, 2e-4f, 0.01f };
+    for (int step = 0; step < 6; step++) {
+        for (int i = 0; i < FU_N; i++) {
+            const int64_t n = (fu_shape[i][0] ? fu_shape[i][0] : 1) * fu_shape[i][1] * fu_shape[i][2];
+            float *g = malloc((size_t)n * sizeof(float));
+            ck_assert_ptr_nonnull(g);
+            srand(1000u * (unsigned)step + (unsigned)i);
+            for (int64_t e = 0; e < n; e++)
+                g[e] = rand() % 7 == 0 ? 0.0f : (float)(rand() % 2001 - 1000) * 1e-6f;
+            const enum ghc_dtype gt = i % 5 == 2 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+            ghc_tensor_free(gdg[i]);
+            ghc_tensor_free(cpg[i]);
+            gd[i].grad = gdg[i] = fu_tensor(core, 0, gt, 1, &n, g);
+            cp[i].grad = cpg[i] = fu_tensor(core, GHC_DEVICE_CPU, gt, 1, &n, g);
+            gd[i].rng.offset = cp[i].rng.offset = 1000 * (uint64_t)i + 7 * (uint64_t)step;
+            free(g);
+        }
+        ck_assert_msg(ghc_op_automagic(gd, FU_N, &am, NULL) == 0, "cuda: %s", ghc_error_message(core));
+        ck_assert_msg(ghc_op_automagic(cp, FU_N, &am, NULL) == 0, "cpu: %s", ghc_error_message(core));
+        ck_assert_int_eq(ghc_op_sync(core, 0, NULL), 0);
+        for (int i = 0; i < FU_N; i++) {
+            const bool bf = ghc_tensor_dtype(gd[i].param) == GHC_DTYPE_BF16;
+            fu_check(core, gd[i].param, cp[i].param, bf ? 8e-3 : 2e-6, bf ? 1e-2 : 1e-3, i, step, "param");
+            fu_check(core, gd[i].state[0], cp[i].state[0], 1e-5, 0.0, i, step, what[0]);
+            fu_check(core, gd[i].state[1], cp[i].state[1], 1e-5, 0.0, i, step, what[1]);
+            fu_check(core, gd[i].state[2], cp[i].state[2], -1, 0.0, i, step, what[2]);
+            fu_check(core, gd[i].state[3], cp[i].state[3], 1e-5, 0.0, i, step, what[3]);
+            fu_check(core, gd[i].state[4], cp[i].state[4], -1, 0.0, i, step, what[4]);
+            fu_check(core, gd[i].state[5], cp[i].state[5], -1, 0.0, i, step, what[5]);
+        }
+    }
+    fu_free(gd);
+    fu_free(cp);
+    for (int i = 0; i < FU_N; i++) {
+        ghc_tensor_free(gdg[i]);
+        ghc_tensor_free(cpg[i]);
+    }
+    ghc_core_free(core);
+}
+END_TEST
+
 int main(void)
 {
     if (ghc_k_device_count() < 1) {
@@ -51,6 +228,7 @@ int main(void)
     tcase_add_test(tc, adamw_golden_cuda);
     tcase_add_test(tc, automagic_golden_cuda);
     tcase_add_test(tc, resume_cuda);
+    tcase_add_test(tc, automagic_shapes_cuda);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);
 }

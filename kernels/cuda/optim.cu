@@ -5,16 +5,18 @@
  *              cut into chunks of AW_CHUNK elements, one block each (a block finds its tensor by
  *              binary search of the chunk starts). The same roundings as kernels/cpu/optim.c
  *              (explicit _rn intrinsics, fmaf where the CPU has one): bit-identical to the CPU.
- *   automagic: four launches over all tensors of a call, whatever their number: the tensor
+ *   automagic: three passes over all tensors of a call, whatever their number: the tensor
  *              table lives in device memory (a plan, cached per device, stream and list, so
- *              later steps copy nothing); (1) stats over chunks of every tensor: the short
- *              side of the factored second moment complete per chunk, the long side and the
- *              update's sum of squares as per-chunk partials; (2) a block per tensor sums the
- *              partials in chunk order (the long side, the mean row, the clipping divisor);
- *              (3) the element-wise update (polarity, lr, param) over flat chunks; (4) the
- *              int8 mask against the new absmax. Reductions in f32 in a fixed order
- *              (deterministic; within float rounding of the CPU's f64 sums). A block finds its
- *              chunk's tensor in a table of the plan (one load). */
+ *              later steps copy nothing); (1) stats over chunks of every tensor (two launches:
+ *              the thin tensors, LoRA's A and B, with g held in registers; the others staged
+ *              in shared memory): the short side of the factored second moment complete per
+ *              chunk, the long side and the update's sum of squares as per-chunk partials;
+ *              (2) the block that completes a tensor's last chunk sums its partials in chunk
+ *              order (the long side, the mean row, the clipping divisor); (3) the
+ *              element-wise update (polarity, lr, param) over flat chunks; (4) the int8 mask
+ *              against the new absmax. Reductions in f32 in a fixed order (deterministic;
+ *              within float rounding of the CPU's f64 sums). A block finds its chunk's tensor
+ *              in a table of the plan (one load). */
 #include <mutex>
 #include <vector>
 
@@ -149,6 +151,7 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
 #define AM_SCH   4096   /* elements per stats chunk of a factored tensor, about (whole lines) */
 #define AM_PLANS 16     /* cached plans: (device, stream, tensor list) */
 #define AM_U     4      /* loads in flight per thread in the latency-bound loops */
+#define AM_TU    8      /* rows a thread in k_am_stats_thin's tall tensors */
 #define AM_U4    1      /* groups of 4 elements in flight per thread in the update pass, with */
 #define AM_UB    6      /* blocks an SM: more warps beat more loads per thread (H100, update pass:
                         * 1 group at 6 blocks, 40 registers, 0.408 ms; at 5: 0.427; at 4: 0.442;
@@ -162,7 +165,8 @@ extern "C" int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct 
  * tensor into chunks that hold whole lines of the longer side: column ranges of all R rows
  * (wide: R < C) or row ranges of all C columns (tall), `span` lines each, `cpm` per matrix;
  * the short side's sums are completed in the chunk, the long side's go to the scratch as
- * partials (K = the short side's length). The flat passes cut every tensor into AM_CH chunks. */
+ * partials (K = the short side's length); `span` is about AM_SCH / K lines, or for a thin tensor
+ * what k_am_stats_thin's block holds. The flat passes cut every tensor into AM_CH chunks. */
 struct am_desc {
     void       *p;
     const void *g;
@@ -181,11 +185,14 @@ struct am_desc {
     uint32_t    mC, mRC;     /* i / C and i / (R C) as (umulhi(m, i) + i) >> l (i < 2^31) */
     int32_t     lC, lRC;
     int32_t     vec;         /* 16-byte aligned p, g (8 if bf16), s0 (1-D) and mask (4 if int8): the
-                              * update pass moves 4 elements a load; also no implicit padding
-                              * (plans compare tables with memcmp) */
+                              * update pass moves 4 elements a load */
+    int32_t     thin;        /* the short side's length K (4, 8, 16 or 32) where k_am_stats_thin
+                              * takes the tensor (f32 g, 16-byte aligned, rows of whole 16-byte
+                              * groups), else 0 */
+    int32_t     pad_;        /* no implicit padding (plans compare tables with memcmp) */
 };
 
-static_assert(sizeof(am_desc) == 176, "am_desc has no padding");
+static_assert(sizeof(am_desc) == 184, "am_desc has no padding");
 
 /* A plan as the kernels see it: the table, the first chunk of each tensor in the stats pass
  * and in the flat passes ([n + 1] each), per tensor [div, old int8 scale], the partials. */
@@ -195,6 +202,8 @@ struct am_plan_dev {
     float         *scal, *scr;
     int32_t        n;
     const int32_t *own1, *ownf;   /* the tensor of each stats chunk and of each flat chunk */
+    const int32_t *list1;         /* the stats chunks of k_am_stats_thin, then those of k_am_stats */
+    int32_t       *done;          /* [n] stats chunks done per tensor (zero between calls) */
 };
 
 /* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it. */
@@ -265,7 +274,7 @@ GHC_D void am_stage(const am_desc &t, int64_t base, int row0, int nr, int col0, 
     __syncthreads();
 }
 
-struct am_smem {
+struct __align__(16) am_smem {   /* 16: am_stage stores float4 */
     float  gs[AM_SCH];    /* the chunk's g, staged */
     float  side[AM_SCH];  /* 1 / the chunk's new short-side values (span <= AM_SCH) */
     float2 sh[AM_T];
@@ -449,13 +458,14 @@ GHC_D void am_stats_fact(const am_plan_dev &P, const ghc_automagic_args &a, cons
  * value), whose totals give the long side's state and, since u^2 = g^2 rmean / (R_r C_c),
  * the update's sum of squares without another pass over g. The chunk's g is staged in shared
  * memory (am_smem, 34 KB, 5 blocks an SM). */
-static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P, const ghc_automagic_args a)
+GHC_D void am_stats_chunk(const am_plan_dev &P, const ghc_automagic_args &a, am_smem &S, int chunk)
 {
-    __shared__ am_smem S;
-    const int ti = P.own1[blockIdx.x];
+    const int ti = P.own1[chunk];
     const am_desc t = P.t[ti];
-    const int k = (int)blockIdx.x - P.start1[ti], tid = threadIdx.x;
+    const int k = chunk - P.start1[ti], tid = threadIdx.x;
     float *part = P.scr + t.part;
+    if (t.n == 0)   /* an empty tensor's one chunk: only the finish */
+        return;
     if (!t.s1) {
         const int i1 = min(t.n, (k + 1) * AM_CH);
         float ss = 0.0f;
@@ -485,8 +495,8 @@ GHC_D float am_long(const float *pb, int K, int cpm, int x, float *st, float len
 {
     float sv = 0.0f, sq = 0.0f;
     for (int j = 0; j < cpm; j++) {
-        sv = __fadd_rn(sv, pb[(int64_t)j * 2 * K + x]);
-        sq = __fadd_rn(sq, pb[(int64_t)j * 2 * K + K + x]);
+        sv = __fadd_rn(sv, __ldcg(pb + (int64_t)j * 2 * K + x));
+        sq = __fadd_rn(sq, __ldcg(pb + (int64_t)j * 2 * K + K + x));
     }
     float nv = am_ema(*st, __fdiv_rn(sv, len), a);
     *st = nv;
@@ -494,17 +504,17 @@ GHC_D float am_long(const float *pb, int K, int cpm, int x, float *st, float len
     return nv;
 }
 
-/* 2. One block per tensor: the long side's state from the partials (chunk order), the mean
- * of R per matrix, the clipping divisor, the update's row and column factors; keeps the old
- * int8 scale for passes 3 and 4. */
-static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, const ghc_automagic_args a)
+/* 2. The tensor's finish, run by the block that completes its last stats chunk: the long side's
+ * state from the partials (chunk order), the mean of R per matrix, the clipping divisor, the
+ * update's row and column factors; keeps the old int8 scale for passes 3 and 4. What the
+ * launch's other blocks wrote (partials, short-side states) is read through L2 (__ldcg). */
+GHC_D void am_finish(const am_plan_dev &P, const ghc_automagic_args &a, int ti, float *red)
 {
-    __shared__ float red[33];
-    const am_desc t = P.t[blockIdx.x];
+    const am_desc t = P.t[ti];
     const int tid = threadIdx.x;
     const float *part = P.scr + t.part;
     if (tid == 0)
-        P.scal[2 * blockIdx.x + 1] = t.aux[0];
+        P.scal[2 * ti + 1] = t.aux[0];
     if (t.n == 0) {
         if (tid == 0) {
             t.aux[1] = 0.0f;
@@ -517,7 +527,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, 
     if (!t.s1) {
         float s = 0.0f;
         for (int k = tid; k < t.nf; k += AM_T)
-            s = __fadd_rn(s, part[k]);
+            s = __fadd_rn(s, __ldcg(part + k));
         ss = block_reduce<false>(s, red);
     } else {
         const int R = t.R, C = t.C, K = t.wide ? R : C, cpm = t.cpm;
@@ -529,7 +539,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, 
                     rsum = __fadd_rn(rsum, am_long(pb, K, cpm, r, t.s0 + (int64_t)b * R + r, (float)C, a, &w));
             } else {
                 for (int r = tid; r < R; r += AM_T)
-                    rsum = __fadd_rn(rsum, t.s0[(int64_t)b * R + r]);
+                    rsum = __fadd_rn(rsum, __ldcg(t.s0 + (int64_t)b * R + r));
                 for (int c = tid; c < C; c += AM_T)
                     am_long(pb, K, cpm, c, t.s1 + (int64_t)b * C + c, (float)R, a, &w);
             }
@@ -542,9 +552,9 @@ static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, 
             /* the update's factors, as the CPU computes them per element */
             float *rf = P.scr + t.rcf + (int64_t)b * R, *cf = P.scr + t.rcf + (int64_t)t.B * R + (int64_t)b * C;
             for (int r = tid; r < R; r += AM_T)
-                rf[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(t.s0[(int64_t)b * R + r], rmean)));
+                rf[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(__ldcg(t.s0 + (int64_t)b * R + r), rmean)));
             for (int c = tid; c < C; c += AM_T)
-                cf[c] = __fdiv_rn(1.0f, __fsqrt_rn(t.s1[(int64_t)b * C + c]));
+                cf[c] = __fdiv_rn(1.0f, __fsqrt_rn(__ldcg(t.s1 + (int64_t)b * C + c)));
         }
     }
     if (tid == 0) {
@@ -552,8 +562,201 @@ static __global__ void __launch_bounds__(AM_T) k_am_finish(const am_plan_dev P, 
         float div = __fdiv_rn(rms, a.clip);
         if (!(div >= 1.0f))
             div = 1.0f;
-        P.scal[2 * blockIdx.x] = div;
+        P.scal[2 * ti] = div;
     }
+}
+
+/* After a block's stats chunk of tensor ti: counts it; the block that counts the tensor's last
+ * chunk resets the count and runs the finish (the classic last-block reduction: every thread's
+ * writes fenced before the count, the finish's reads after it). */
+GHC_D void am_stats_done(const am_plan_dev &P, const ghc_automagic_args &a, int ti, float *red)
+{
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int all = P.start1[ti + 1] - P.start1[ti];
+        last = atomicAdd(P.done + ti, 1) == all - 1;
+        if (last)
+            P.done[ti] = 0;   /* for the next call */
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        am_finish(P, a, ti, red);
+    }
+}
+
+static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P, const ghc_automagic_args a,
+                                                             int32_t first)
+{
+    __shared__ am_smem S;
+    const int chunk = P.list1[first + (int)blockIdx.x];
+    am_stats_chunk(P, a, S, chunk);
+    am_stats_done(P, a, P.own1[chunk], S.red);
+}
+
+/* Stats of chunk k of a thin wide tensor t ([B][K][C], K <= 32): each thread holds VW
+ * consecutive columns of all K rows in registers (all its loads in flight at once), so a
+ * column's sum, its new state and 1 / state are the thread's own; the rows' partials (sums of v
+ * and of g^2 / new column state) are summed over the warp by shuffles and over the warps in
+ * shared memory (fixed order), 2 K floats per chunk. */
+template <int K, int VW>
+GHC_D void am_thin_wide(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, int k, float *sw)
+{
+    const int b = k / t.cpm, j = k % t.cpm, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, C = t.C;
+    constexpr int X = 1;   /* groups of VW columns a thread, AM_T VW apart (2: no faster on the H100) */
+    float v[X][K][VW], old[X][VW], rc[X][VW];
+    bool in[X];
+#pragma unroll
+    for (int x = 0; x < X; x++) {
+        const int c0 = j * t.span + (x * AM_T + tid) * VW;
+        const float *g = (const float *)t.g + (int64_t)b * K * C + c0;
+        in[x] = c0 < C;   /* C % 4 == 0 and VW divides 4: a group's columns are all in or out */
+#pragma unroll
+        for (int c = 0; c < VW; c++)
+            old[x][c] = in[x] ? t.s1[(int64_t)b * C + c0 + c] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < K; r++) {
+            if constexpr (VW == 4) {
+                float4 y = in[x] ? *(const float4 *)(g + (int64_t)r * C) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                v[x][r][0] = y.x, v[x][r][1] = y.y, v[x][r][2] = y.z, v[x][r][3] = y.w;
+            } else if constexpr (VW == 2) {
+                float2 y = in[x] ? *(const float2 *)(g + (int64_t)r * C) : make_float2(0.0f, 0.0f);
+                v[x][r][0] = y.x, v[x][r][1] = y.y;
+            } else {
+                v[x][r][0] = in[x] ? g[(int64_t)r * C] : 0.0f;
+            }
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < X; x++)
+#pragma unroll
+        for (int c = 0; c < VW; c++) {   /* the columns, complete */
+            float sum = 0.0f;
+#pragma unroll
+            for (int r = 0; r < K; r++)
+                sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(v[x][r][c], v[x][r][c]), a.eps));
+            float nv = am_ema(old[x][c], __fdiv_rn(sum, (float)K), a);
+            if (in[x])
+                t.s1[(int64_t)b * C + j * t.span + (x * AM_T + tid) * VW + c] = nv;
+            rc[x][c] = __frcp_rn(nv);
+        }
+#pragma unroll
+    for (int r = 0; r < K; r++) {   /* the rows' partials */
+        float sv = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int x = 0; x < X; x++)
+            if (in[x])
+#pragma unroll
+                for (int c = 0; c < VW; c++) {
+                    float g2 = __fmul_rn(v[x][r][c], v[x][r][c]);
+                    sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
+                    sq = __fadd_rn(sq, __fmul_rn(g2, rc[x][c]));
+                }
+        sv = ghc_warp_sum(sv);
+        sq = ghc_warp_sum(sq);
+        if (lane == 0) {
+            sw[warp * 2 * K + r] = sv;
+            sw[warp * 2 * K + K + r] = sq;
+        }
+    }
+    __syncthreads();
+    if (tid < 2 * K) {
+        float sum = 0.0f;
+        for (int w = 0; w < AM_T / 32; w++)
+            sum = __fadd_rn(sum, sw[w * 2 * K + tid]);
+        P.scr[t.part + ((int64_t)b * t.cpm + j) * 2 * K + tid] = sum;
+    }
+}
+
+/* Stats of chunk k of a thin tall tensor t ([B][R][K], K <= 32): a row is K / 4 lanes' 16-byte
+ * loads, AM_TU rows a thread all in flight; a row's sum by shuffles over its lanes (all of them
+ * get the same bits), its new state and 1 / state; each thread sums its 4 columns' partials
+ * over its rows, then over the lanes and warps that share those columns (fixed order). */
+template <int K>
+GHC_D void am_thin_tall(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, int k, float *sw)
+{
+    constexpr int TU = AM_TU;
+    constexpr int LPR = K / 4, RPS = AM_T / LPR;   /* lanes a row, rows a step */
+    const int b = k / t.cpm, j = k % t.cpm, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, R = t.R;
+    const int cg = tid % LPR, r1 = min(R, (j + 1) * t.span);
+    const float *g = (const float *)t.g + (int64_t)b * R * K;
+    float *s0 = t.s0 + (int64_t)b * R;
+    float4 v[TU];
+    float old[TU];
+#pragma unroll
+    for (int u = 0; u < TU; u++) {
+        const int r = j * t.span + u * RPS + tid / LPR;
+        v[u] = r < r1 ? *(const float4 *)(g + (int64_t)r * K + 4 * cg) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        old[u] = r < r1 ? s0[r] : 0.0f;
+    }
+    float pv[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, pq[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+    for (int u = 0; u < TU; u++) {
+        const int r = j * t.span + u * RPS + tid / LPR;
+        const float e[4] = { v[u].x, v[u].y, v[u].z, v[u].w };
+        float sum = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(e[q], e[q]), a.eps));
+#pragma unroll
+        for (int o = 1; o < LPR; o *= 2)
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+        if (r < r1) {
+            float nv = am_ema(old[u], __fdiv_rn(sum, (float)K), a), rr = __frcp_rn(nv);
+            if (cg == 0)
+                s0[r] = nv;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float g2 = __fmul_rn(e[q], e[q]);
+                pv[q] = __fadd_rn(pv[q], __fadd_rn(g2, a.eps));
+                pq[q] = __fadd_rn(pq[q], __fmul_rn(g2, rr));
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+        for (int o = LPR; o < 32; o *= 2) {
+            pv[q] = __fadd_rn(pv[q], __shfl_xor_sync(0xffffffffu, pv[q], o));
+            pq[q] = __fadd_rn(pq[q], __shfl_xor_sync(0xffffffffu, pq[q], o));
+        }
+    if (lane < LPR)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            sw[warp * 2 * K + 4 * cg + q] = pv[q];
+            sw[warp * 2 * K + K + 4 * cg + q] = pq[q];
+        }
+    __syncthreads();
+    if (tid < 2 * K) {
+        float sum = 0.0f;
+        for (int w = 0; w < AM_T / 32; w++)
+            sum = __fadd_rn(sum, sw[w * 2 * K + tid]);
+        P.scr[t.part + ((int64_t)b * t.cpm + j) * 2 * K + tid] = sum;
+    }
+}
+
+/* 1'. Stats of the thin tensors' chunks (am_desc::thin), no shared-memory staging; the last
+ * block of a tensor runs its finish. */
+static __global__ void __launch_bounds__(AM_T, 3) k_am_stats_thin(const am_plan_dev P, const ghc_automagic_args a)
+{
+    __shared__ float sw[AM_T / 32 * 64];   /* [warp][2 K] */
+    __shared__ float red[33];
+    const int chunk = P.list1[blockIdx.x], ti = P.own1[chunk];
+    const am_desc t = P.t[ti];
+    const int k = chunk - P.start1[ti];
+    switch (t.thin * (t.wide ? 1 : -1)) {
+    case 4: am_thin_wide<4, 4>(P, a, t, k, sw); break;
+    case 8: am_thin_wide<8, 4>(P, a, t, k, sw); break;
+    case 16: am_thin_wide<16, 2>(P, a, t, k, sw); break;
+    case 32: am_thin_wide<32, 1>(P, a, t, k, sw); break;
+    case -4: am_thin_tall<4>(P, a, t, k, sw); break;
+    case -8: am_thin_tall<8>(P, a, t, k, sw); break;
+    case -16: am_thin_tall<16>(P, a, t, k, sw); break;
+    default: am_thin_tall<32>(P, a, t, k, sw); break;
+    }
+    am_stats_done(P, a, ti, red);
 }
 
 /* Four consecutive elements i0 .. i0 + 3 of x (f32 or bf16) as one 16- or 8-byte load (the
@@ -874,14 +1077,15 @@ struct am_plan {
     void                *buf;
     am_plan_dev          d;
     int32_t              total1, totalf;
+    int32_t              thin1;   /* the first thin1 chunks of d.list1 go to k_am_stats_thin */
     uint64_t             used;
 };
 
 static std::mutex g_am_lock;
 static struct {
     bool        on;
-    cudaEvent_t ev[5];
-    double      ms[4];
+    cudaEvent_t ev[4];
+    double      ms[3];
     int64_t     calls;
 } g_am_prof;   /* ghc_k_automagic_profile */
 static am_plan    g_am[AM_PLANS];
@@ -944,6 +1148,10 @@ static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vecto
             int64_t K = t.wide ? R : C, L = t.wide ? C : R, span = (AM_SCH + K - 1) / K;
             span = span < 32 ? 32 : span;   /* partials at most 1/16 of the tensor */
             span = span > L ? L : span;
+            if ((K == 4 || K == 8 || K == 16 || K == 32) && !t.g_bf16 && (uintptr_t)t.g % 16 == 0 && C % 4 == 0) {
+                t.thin = (int32_t)K;   /* k_am_stats_thin: a block's columns (wide) or rows (tall) */
+                span = t.wide ? AM_T * (K == 32 ? 1 : K == 16 ? 2 : 4) : AM_T / (K / 4) * AM_TU;
+            }
             t.span = (int32_t)span;
             t.cpm = (int32_t)((L + span - 1) / span);
             nch1 = (int64_t)t.B * t.cpm;
@@ -959,6 +1167,8 @@ static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vecto
         }
         t.lrp = off;
         off += 2 * (int64_t)t.nf;
+        if (N == 0)
+            nch1 = 1;   /* a stats chunk that does nothing, so that its block runs the finish */
         c1 += nch1;
         cf += t.nf;
         if (c1 > INT32_MAX || cf > INT32_MAX)
@@ -1020,7 +1230,8 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
     am_plan &p = g_am[slot];
     const size_t n1 = (size_t)s1[(size_t)n], nf = (size_t)sf[(size_t)n];
     size_t tb = (sizeof(am_desc) * (size_t)n + 255) & ~(size_t)255, sb = sizeof(int32_t) * ((size_t)n + 1);
-    size_t hdr = tb + 2 * sb + sizeof(int32_t) * (n1 + nf);
+    /* ..., own1, ownf, list1 [n1], done [n] (zero) */
+    size_t hdr = tb + 2 * sb + sizeof(int32_t) * (2 * n1 + nf + (size_t)n);
     size_t bytes = ((hdr + 255) & ~(size_t)255) + sizeof(float) * (2 * (size_t)n + (size_t)floats);
     std::vector<char> h(hdr);
     memcpy(h.data(), d.data(), sizeof(am_desc) * (size_t)n);
@@ -1033,6 +1244,16 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
         for (int32_t c = sf[(size_t)i]; c < sf[(size_t)i + 1]; c++)
             own[n1 + (size_t)c] = i;
     }
+    int32_t *list = own + n1 + nf, nthin = 0, k1 = 0;   /* the thin tensors' stats chunks first */
+    for (int32_t i = 0; i < n; i++)
+        if (d[(size_t)i].thin)
+            for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
+                list[k1++] = c;
+    nthin = k1;
+    for (int32_t i = 0; i < n; i++)
+        if (!d[(size_t)i].thin)
+            for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
+                list[k1++] = c;
     void *buf = NULL;
     if ((e = cudaMalloc(&buf, bytes)) != cudaSuccess ||
         (e = cudaMemcpyAsync(buf, h.data(), hdr, cudaMemcpyHostToDevice, s)) != cudaSuccess) {
@@ -1048,8 +1269,10 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
     p.buf = buf;
     const int32_t *own_d = (const int32_t *)(c + tb + 2 * sb);
     p.d = am_plan_dev{ (const am_desc *)c, (const int32_t *)(c + tb), (const int32_t *)(c + tb + sb), scal,
-                       scal + 2 * (size_t)n, n, own_d, own_d + n1 };
+                       scal + 2 * (size_t)n, n, own_d, own_d + n1, own_d + n1 + nf,
+                       (int32_t *)(own_d + 2 * n1 + nf) };
     p.total1 = s1[(size_t)n];
+    p.thin1 = nthin;
     p.totalf = sf[(size_t)n];
     p.used = ++g_am_clock;
     *out = &p;
@@ -1068,28 +1291,27 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     uint64_t delta = 0;
     GHC_K_TRY(am_plan_get(ghc_tensor_device(ts[0].param), s, ts, n, &p, &delta));
     const bool prof = g_am_prof.on;
-    for (int k = 0; prof && k < 5; k++)
+    for (int k = 0; prof && k < 4; k++)
         GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
     if (prof)
         cudaEventRecord(g_am_prof.ev[0], s);
-    if (p->total1 > 0)
-        k_am_stats<<<p->total1, AM_T, 0, s>>>(p->d, *args);
+    if (p->thin1 > 0)
+        k_am_stats_thin<<<p->thin1, AM_T, 0, s>>>(p->d, *args);
+    if (p->total1 > p->thin1)
+        k_am_stats<<<p->total1 - p->thin1, AM_T, 0, s>>>(p->d, *args, p->thin1);
     if (prof)
         cudaEventRecord(g_am_prof.ev[1], s);
-    k_am_finish<<<n, AM_T, 0, s>>>(p->d, *args);
-    if (prof)
-        cudaEventRecord(g_am_prof.ev[2], s);
     if (p->totalf > 0)
         k_am_update<AM_U4, AM_UB><<<p->totalf, AM_T, 0, s>>>(p->d, *args, delta, p->totalf);
     if (prof)
-        cudaEventRecord(g_am_prof.ev[3], s);
+        cudaEventRecord(g_am_prof.ev[2], s);
     if (p->totalf > 0)
         k_am_mask<<<p->totalf, AM_T, 0, s>>>(p->d, *args);
     GHC_K_TRY(cudaGetLastError());
     if (prof) {
-        cudaEventRecord(g_am_prof.ev[4], s);
-        GHC_K_TRY(cudaEventSynchronize(g_am_prof.ev[4]));
-        for (int k = 0; k < 4; k++) {
+        cudaEventRecord(g_am_prof.ev[3], s);
+        GHC_K_TRY(cudaEventSynchronize(g_am_prof.ev[3]));
+        for (int k = 0; k < 3; k++) {
             float ms = 0;
             cudaEventElapsedTime(&ms, g_am_prof.ev[k], g_am_prof.ev[k + 1]);
             g_am_prof.ms[k] += ms;
@@ -1099,10 +1321,10 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
     return 0;
 }
 
-extern "C" void ghc_k_automagic_profile(int on, double ms[4])
+extern "C" void ghc_k_automagic_profile(int on, double ms[3])
 {
     std::lock_guard<std::mutex> lk(g_am_lock);
-    for (int k = 0; k < 4 && ms; k++)
+    for (int k = 0; k < 3 && ms; k++)
         ms[k] = g_am_prof.calls ? g_am_prof.ms[k] / g_am_prof.calls : 0.0;
     memset(g_am_prof.ms, 0, sizeof(g_am_prof.ms));
     g_am_prof.calls = 0;
