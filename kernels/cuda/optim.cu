@@ -596,6 +596,19 @@ static __global__ void __launch_bounds__(AM_T, 5) k_am_stats(const am_plan_dev P
     am_stats_done(P, a, P.own1[chunk], S.red);
 }
 
+/* The end of a thin chunk's stats: the warps' partials sw[warp][m] summed in warp order into the
+ * chunk's m partials in the scratch. */
+GHC_D void am_thin_part(const am_plan_dev &P, const am_desc &t, int k, int m, const float *sw)
+{
+    __syncthreads();
+    if ((int)threadIdx.x < m) {
+        float sum = 0.0f;
+        for (int w = 0; w < AM_T / 32; w++)
+            sum = __fadd_rn(sum, sw[w * m + threadIdx.x]);
+        P.scr[t.part + (int64_t)k * m + threadIdx.x] = sum;   /* chunk k = b cpm + j */
+    }
+}
+
 /* Stats of chunk k of a thin wide tensor t ([B][K][C], K <= 32): each thread holds VW
  * consecutive columns of all K rows in registers (all its loads in flight at once), so a
  * column's sum, its new state and 1 / state are the thread's own; the rows' partials (sums of v
@@ -605,55 +618,47 @@ template <int K, int VW>
 GHC_D void am_thin_wide(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, int k, float *sw)
 {
     const int b = k / t.cpm, j = k % t.cpm, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, C = t.C;
-    constexpr int X = 1;   /* groups of VW columns a thread, AM_T VW apart (2: no faster on the H100) */
-    float v[X][K][VW], old[X][VW], rc[X][VW];
-    bool in[X];
+    const int c0 = j * t.span + tid * VW;
+    const bool in = c0 < C;   /* C % 4 == 0 and VW divides 4: a thread's columns are all in or out */
+    const float *g = (const float *)t.g + (int64_t)b * K * C + c0;
+    float *s1 = t.s1 + (int64_t)b * C + c0;
+    float v[K][VW], old[VW], rc[VW];
 #pragma unroll
-    for (int x = 0; x < X; x++) {
-        const int c0 = j * t.span + (x * AM_T + tid) * VW;
-        const float *g = (const float *)t.g + (int64_t)b * K * C + c0;
-        in[x] = c0 < C;   /* C % 4 == 0 and VW divides 4: a group's columns are all in or out */
+    for (int c = 0; c < VW; c++)
+        old[c] = in ? s1[c] : 0.0f;
 #pragma unroll
-        for (int c = 0; c < VW; c++)
-            old[x][c] = in[x] ? t.s1[(int64_t)b * C + c0 + c] : 0.0f;
-#pragma unroll
-        for (int r = 0; r < K; r++) {
-            if constexpr (VW == 4) {
-                float4 y = in[x] ? *(const float4 *)(g + (int64_t)r * C) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                v[x][r][0] = y.x, v[x][r][1] = y.y, v[x][r][2] = y.z, v[x][r][3] = y.w;
-            } else if constexpr (VW == 2) {
-                float2 y = in[x] ? *(const float2 *)(g + (int64_t)r * C) : make_float2(0.0f, 0.0f);
-                v[x][r][0] = y.x, v[x][r][1] = y.y;
-            } else {
-                v[x][r][0] = in[x] ? g[(int64_t)r * C] : 0.0f;
-            }
+    for (int r = 0; r < K; r++) {
+        if constexpr (VW == 4) {
+            float4 y = in ? *(const float4 *)(g + (int64_t)r * C) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[r][0] = y.x, v[r][1] = y.y, v[r][2] = y.z, v[r][3] = y.w;
+        } else if constexpr (VW == 2) {
+            float2 y = in ? *(const float2 *)(g + (int64_t)r * C) : make_float2(0.0f, 0.0f);
+            v[r][0] = y.x, v[r][1] = y.y;
+        } else {
+            v[r][0] = in ? g[(int64_t)r * C] : 0.0f;
         }
     }
 #pragma unroll
-    for (int x = 0; x < X; x++)
+    for (int c = 0; c < VW; c++) {   /* the columns, complete */
+        float sum = 0.0f;
 #pragma unroll
-        for (int c = 0; c < VW; c++) {   /* the columns, complete */
-            float sum = 0.0f;
-#pragma unroll
-            for (int r = 0; r < K; r++)
-                sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(v[x][r][c], v[x][r][c]), a.eps));
-            float nv = am_ema(old[x][c], __fdiv_rn(sum, (float)K), a);
-            if (in[x])
-                t.s1[(int64_t)b * C + j * t.span + (x * AM_T + tid) * VW + c] = nv;
-            rc[x][c] = __frcp_rn(nv);
-        }
+        for (int r = 0; r < K; r++)
+            sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(v[r][c], v[r][c]), a.eps));
+        float nv = am_ema(old[c], __fdiv_rn(sum, (float)K), a);
+        if (in)
+            s1[c] = nv;
+        rc[c] = __frcp_rn(nv);
+    }
 #pragma unroll
     for (int r = 0; r < K; r++) {   /* the rows' partials */
         float sv = 0.0f, sq = 0.0f;
+        if (in)
 #pragma unroll
-        for (int x = 0; x < X; x++)
-            if (in[x])
-#pragma unroll
-                for (int c = 0; c < VW; c++) {
-                    float g2 = __fmul_rn(v[x][r][c], v[x][r][c]);
-                    sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
-                    sq = __fadd_rn(sq, __fmul_rn(g2, rc[x][c]));
-                }
+            for (int c = 0; c < VW; c++) {
+                float g2 = __fmul_rn(v[r][c], v[r][c]);
+                sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
+                sq = __fadd_rn(sq, __fmul_rn(g2, rc[c]));
+            }
         sv = ghc_warp_sum(sv);
         sq = ghc_warp_sum(sq);
         if (lane == 0) {
@@ -661,13 +666,7 @@ GHC_D void am_thin_wide(const am_plan_dev &P, const ghc_automagic_args &a, const
             sw[warp * 2 * K + K + r] = sq;
         }
     }
-    __syncthreads();
-    if (tid < 2 * K) {
-        float sum = 0.0f;
-        for (int w = 0; w < AM_T / 32; w++)
-            sum = __fadd_rn(sum, sw[w * 2 * K + tid]);
-        P.scr[t.part + ((int64_t)b * t.cpm + j) * 2 * K + tid] = sum;
-    }
+    am_thin_part(P, t, k, 2 * K, sw);
 }
 
 /* Stats of chunk k of a thin tall tensor t ([B][R][K], K <= 32): a row is K / 4 lanes' 16-byte
@@ -677,7 +676,7 @@ GHC_D void am_thin_wide(const am_plan_dev &P, const ghc_automagic_args &a, const
 template <int K>
 GHC_D void am_thin_tall(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, int k, float *sw)
 {
-    constexpr int TU = AM_TU;
+    constexpr int TU = AM_TU;   /* rows a thread */
     constexpr int LPR = K / 4, RPS = AM_T / LPR;   /* lanes a row, rows a step */
     const int b = k / t.cpm, j = k % t.cpm, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, R = t.R;
     const int cg = tid % LPR, r1 = min(R, (j + 1) * t.span);
@@ -728,13 +727,7 @@ GHC_D void am_thin_tall(const am_plan_dev &P, const ghc_automagic_args &a, const
             sw[warp * 2 * K + 4 * cg + q] = pv[q];
             sw[warp * 2 * K + K + 4 * cg + q] = pq[q];
         }
-    __syncthreads();
-    if (tid < 2 * K) {
-        float sum = 0.0f;
-        for (int w = 0; w < AM_T / 32; w++)
-            sum = __fadd_rn(sum, sw[w * 2 * K + tid]);
-        P.scr[t.part + ((int64_t)b * t.cpm + j) * 2 * K + tid] = sum;
-    }
+    am_thin_part(P, t, k, 2 * K, sw);
 }
 
 /* 1'. Stats of the thin tensors' chunks (am_desc::thin), no shared-memory staging; the last
