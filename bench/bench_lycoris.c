@@ -12,11 +12,13 @@
  * "fold" rows: the network's fold = true, as wan22 calls it: delta-W folded into a copy of the
  * weight in the forward and again in the backward (the frozen GEMMs then run on the copy, at the
  * same cost), and the grads hook with dy in bf16 instead of the forward and backward hooks.
+ * "keep_h = false": LoRA's backward computes H = X A^T again instead of taking the forward's.
  * Times: host clock around N iterations after 2 warm-up ones, with a device sync at each end.
  * Then the share the issue asks for, on the real model: the wan22 training step (forward with
  * block checkpointing, the recomputation and the backward; bf16, A14B dims, random weights) at
  * 4096 tokens (latent 2 x 64 x 128) and 32760 (21 x 60 x 104) with no network, LoRA r16 on the
- * 10 linears of every block (the default preset) and the same with fold; a block's time is the
+ * 10 linears of every block (the default preset), the same with keep_h = false (H computed again
+ * in the backward) and with fold; a block's time is the
  * difference of a 3-block and a 1-block model (what the blocks share cancels), median of N.
  *   bench_lycoris [--iters N] [--only linears|model]
  * Needs GHC_BUILD_PLUGINS pointing at plugins/.libs (the device policy, ghc_lycoris, ghc_wan22). */
@@ -255,6 +257,7 @@ static void bench_model(void)
     static const struct { const char *what, *cfg; } a[] = {
         { "no network", NULL },
         { "LoRA r16", "algo = \"lora\"; rank = 16;" },
+        { "LoRA r16 keep_h = false", "algo = \"lora\"; rank = 16; keep_h = false;" },
         { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
     };
     printf("tokens,what,step_1_block_ms,step_3_blocks_ms,block_ms,adapter_ms_per_block,share_of_block_step\n");
@@ -316,6 +319,7 @@ int main(int argc, char **argv)
         printf("%lld,frozen linears fwd+dx GEMMs,%.3f,0,\n", (long long)N, base * 1e3);
         static const struct { const char *what, *cfg; } a[] = {
             { "LoRA r16", "algo = \"lora\"; rank = 16;" },
+            { "LoRA r16 keep_h = false", "algo = \"lora\"; rank = 16; keep_h = false;" },
             { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
             { "LoRA r12", "algo = \"lora\"; rank = 12;" },
             { "LoKr factor 16 full", "algo = \"lokr\"; rank = 10000; factor = 16;" },

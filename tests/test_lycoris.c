@@ -533,6 +533,27 @@ static ghc_core_t *wan_net(const char *net_cfg, bool f32, uint64_t seed, float s
     return core;
 }
 
+/* The relative error of the n gradients g[0][k] against g[1][k] (host f32) together, and the
+ * reference's norm (asserted non-zero); frees both lists. */
+static double grads_rel_err(ghc_tensor_t **g[2], int32_t n, double *norm)
+{
+    double num = 0, den = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const float *a = ghc_tensor_cdata(g[0][k]), *b = ghc_tensor_cdata(g[1][k]);
+        for (int64_t j = 0; j < ghc_tensor_numel(g[0][k]); j++) {
+            num += ((double)a[j] - b[j]) * ((double)a[j] - b[j]);
+            den += (double)b[j] * b[j];
+        }
+        ghc_tensor_free(g[0][k]);
+        ghc_tensor_free(g[1][k]);
+    }
+    free(g[0]);
+    free(g[1]);
+    ck_assert(den > 0);
+    *norm = sqrt(den);
+    return sqrt(num / den);
+}
+
 /* The hook's parts before the model's GEMMs (forward_first, backward_first: the adapter writes
  * y and dx, the GEMM adds to them) against after them (forward, backward: the adapter adds to
  * what the GEMM wrote): the same prediction, input gradient and adapter gradients, for each
@@ -577,29 +598,66 @@ START_TEST(wan22_first_vs_after)
            n_bwd_first);
     ck_assert_int_eq(n_fwd_first, dora ? 0 : 60);
     ck_assert_int_eq(n_bwd_first, lora && !dora ? 24 : 0);
-    double e = rel_err(core, pred[0], pred[1]), num = 0, den = 0;
+    double e = rel_err(core, pred[0], pred[1]), norm;
     printf("first vs after (%s): prediction rel err %.3g\n", first_cfgs[_i], e);
     ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", first_cfgs[_i], e);
-    for (int32_t k = 0; k < np; k++) {
-        const float *a = ghc_tensor_cdata(grads[0][k]), *b = ghc_tensor_cdata(grads[1][k]);
-        for (int64_t j = 0; j < ghc_tensor_numel(grads[0][k]); j++) {
-            num += ((double)a[j] - b[j]) * ((double)a[j] - b[j]);
-            den += (double)b[j] * b[j];
-        }
-        ghc_tensor_free(grads[0][k]);
-        ghc_tensor_free(grads[1][k]);
-    }
-    e = sqrt(num / den);
+    e = grads_rel_err(grads, np, &norm);
     printf("first vs after (%s): the %d gradients together rel err %.3g (norm %.3g)\n", first_cfgs[_i], (int)np, e,
-           sqrt(den));
-    ck_assert(den > 0);
+           norm);
     ck_assert_msg(e < (cpu ? 1e-5 : 3e-2), "%s: gradients rel err %g", first_cfgs[_i], e);
-    free(grads[0]);
-    free(grads[1]);
     ghc_tensor_free(pred[0]);
     ghc_tensor_free(pred[1]);
     ghc_st_free(cs);
     ghc_core_free(core);
+}
+END_TEST
+
+/* keep_h: the LoRA backward takes H = X A^T from the target's forward (each target's forward
+ * runs again right before its backward under the model's block checkpointing): every one of the
+ * 30 LoRA backward calls takes it (the count the network keeps, read through the hook), and the
+ * prediction and the gradients equal those of keep_h = false, which computes H again (CPU: the
+ * same f32 GEMM, so the same bits; CUDA: H rounded to bf16 from the f32 forward's instead of
+ * from the GEMM's accumulator). The rank dropout case takes the f32 path. */
+START_TEST(wan22_keep_h)
+{
+    static const char *const cfgs[] = { "algo = \"lora\"; rank = 4;", "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;" };
+    ghc_tensor_t *pred[2], **grads[2];
+    ghc_core_t *cores[2];
+    int32_t nps[2];
+    for (int pass = 0; pass < 2; pass++) {   /* keep_h true, then false */
+        char cfg[256];
+        int32_t np;
+        struct ghc_param *ps;
+        snprintf(cfg, sizeof(cfg), "%s keep_h = %s;", cfgs[_i], pass ? "false" : "true");
+        ghc_core_t *core = cores[pass] = wan_net(cfg, false, 91, 0.2f, &ps, &np);
+        ok(core, ghc_network_begin_step(ghc_network_get(core), 5));
+        ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
+        ck_assert_ptr_nonnull(cs);
+        struct ghc_adapter_hook hook;
+        ok(core, ghc_network_hook(ghc_network_get(core), 0, &hook));
+        const struct lycoris *lnet = hook.user;   /* the plugin's own (tests link its header) */
+        const int64_t hits0 = lnet->hk_hits;
+        wan_step(core, cs, &pred[pass], true);
+        printf("keep_h (%s): %lld of the backward calls took H from the forward\n", cfg,
+               (long long)(lnet->hk_hits - hits0));
+        ck_assert_int_eq(lnet->hk_hits - hits0, pass ? 0 : 30);
+        grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
+        for (int32_t k = 0; k < np; k++)
+            grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+        nps[pass] = np;
+        ghc_st_free(cs);
+    }
+    ck_assert_int_eq(nps[0], nps[1]);
+    const bool cpu = dev == GHC_DEVICE_CPU;
+    double e = rel_err(cores[0], pred[0], pred[1]), norm;   /* the forward is the same */
+    ck_assert_msg(e == 0.0, "%s: keep_h changed the prediction: rel err %g", cfgs[_i], e);
+    e = grads_rel_err(grads, nps[0], &norm);
+    printf("keep_h (%s): the gradients with and without, rel err %.3g\n", cfgs[_i], e);
+    ck_assert_msg(e <= (cpu ? 0.0 : 1e-2), "%s: keep_h gradients rel err %g", cfgs[_i], e);
+    ghc_tensor_free(pred[0]);
+    ghc_tensor_free(pred[1]);
+    ghc_core_free(cores[0]);
+    ghc_core_free(cores[1]);
 }
 END_TEST
 
@@ -1282,6 +1340,7 @@ static Suite *lycoris_suite(void)
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 5);
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
+    tcase_add_loop_test(tc, wan22_keep_h, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

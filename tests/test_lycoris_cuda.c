@@ -20,6 +20,7 @@ int main(void)
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 5);
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
+    tcase_add_loop_test(tc, wan22_keep_h, 0, 2);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);
 }

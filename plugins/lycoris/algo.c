@@ -30,6 +30,9 @@ void lyc_ws_free(struct lycoris *net)
         ghc_tensor_free(net->ws[i]);
         net->ws[i] = NULL;
     }
+    for (int i = 0; i < LYC_HKEEP; i++)
+        ghc_tensor_free(net->hk[i].buf);
+    memset(net->hk, 0, sizeof(net->hk));
 }
 
 /* A view of dtype/shape over scratch slot `slot`, grown when too small (after waiting for the
@@ -52,6 +55,57 @@ static ghc_tensor_t *ws(struct lycoris *net, int slot, enum ghc_dtype dt, int nd
             return NULL;
     }
     return ghc_tensor_wrap(net->core, dt, ndim, shape, net->device, ghc_tensor_data(net->ws[slot]));
+}
+
+/* ---- H kept from the forward (LoRA) ------------------------------------------------------------
+ * The model calls a target's forward hook with the same X right before its backward (model.h:
+ * with checkpointing the block's forward runs again first), so H = X A^T of that forward, kept
+ * in one of LYC_HKEEP entries, saves the backward its own pass over X. An entry serves the
+ * backward of the same module, X (data and rows) and step (begin_step; A changes only between
+ * steps); otherwise the backward computes H. */
+
+/* The entry md's forward writes H of X [n, in] into: md's own, else the oldest; invalid until
+ * hkeep_done. NULL (out of memory) after setting the error. */
+static struct lyc_hkeep *hkeep_put(struct lycoris *net, const struct lyc_module *md, const ghc_tensor_t *x2, int64_t n)
+{
+    struct lyc_hkeep *k = NULL, *old = &net->hk[0];
+    for (int i = 0; i < LYC_HKEEP && !k; i++) {
+        if (net->hk[i].md == md)
+            k = &net->hk[i];
+        else if (net->hk[i].stamp < old->stamp)
+            old = &net->hk[i];
+    }
+    if (!k)
+        k = old;
+    k->md = NULL;
+    k->valid = false;
+    size_t bytes = (size_t)n * (size_t)md->rank * sizeof(float);
+    if (!k->buf || ghc_tensor_nbytes(k->buf) < bytes) {
+        if (k->buf && ghc_op_sync(net->core, net->device, NULL) < 0)   /* queued work may read it */
+            return NULL;
+        ghc_tensor_free(k->buf);
+        int64_t want = (int64_t)(bytes + bytes / 4 + 256);
+        if (!(k->buf = ghc_tensor_init(net->core, GHC_DTYPE_U8, 1, &want, net->device, GHC_ROLE_WORKSPACE)))
+            return NULL;
+    }
+    k->md = md;
+    k->x = ghc_tensor_cdata(x2);
+    k->n = n;
+    k->step = net->step;
+    k->stamp = ++net->hk_clock;
+    return k;
+}
+
+/* md's kept H for X [n, in] in this step, or NULL. */
+static struct lyc_hkeep *hkeep_get(struct lycoris *net, const struct lyc_module *md, const ghc_tensor_t *x2,
+                                   int64_t n)
+{
+    for (int i = 0; i < LYC_HKEEP && net->keep_h; i++) {
+        struct lyc_hkeep *k = &net->hk[i];
+        if (k->md == md && k->valid && k->x == ghc_tensor_cdata(x2) && k->n == n && k->step == net->step)
+            return k;
+    }
+    return NULL;
 }
 
 /* A view of t's memory (from element `first` on) with another shape. */
@@ -135,13 +189,17 @@ static int lora_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor
     float beta;
     int rc = 0;
     ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], ghc_tensor_dtype(x2), stream);
-    ghc_tensor_t *h = ws(net, WS_H, GHC_DTYPE_F32, 2, (const int64_t[]){ N, md->rank });
+    struct lyc_hkeep *k = hkeep_put(net, md, x2, N);   /* H kept for the backward */
+    ghc_tensor_t *h = k ? ghc_tensor_wrap(net->core, GHC_DTYPE_F32, 2, (const int64_t[]){ N, md->rank }, net->device,
+                                          ghc_tensor_data(k->buf))
+                        : NULL;
     ghc_tensor_t *d = out_begin(net, md, y2, &beta);
     if (!ax || !h || !d) {
         rc = nomem(net);
         goto out;
     }
     TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));
+    k->valid = true;
     TRY(gemm(d, h, md->p[1], false, true, md->scale, beta, stream));
     TRY(out_end(net, md, y2, d, stream));
 out:
@@ -166,14 +224,24 @@ static int lora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor
     int rc = 0;
     ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], xdt, stream);
     ghc_tensor_t *bx = lp ? as_dtype(net, WS_P2, md->p[1], xdt, stream) : view(md->p[1], 0, 2, ghc_tensor_shape(md->p[1]));
-    ghc_tensor_t *h = ws(net, WS_H, hdt, 2, (const int64_t[]){ N, r });
+    const struct lyc_hkeep *k = hkeep_get(net, md, x2, N);   /* H from the forward, if kept */
+    ghc_tensor_t *kh = k ? ghc_tensor_wrap(net->core, GHC_DTYPE_F32, 2, (const int64_t[]){ N, r }, net->device,
+                                           ghc_tensor_data(k->buf))
+                         : NULL;
+    ghc_tensor_t *h = k && hdt == GHC_DTYPE_F32 ? kh : ws(net, WS_H, hdt, 2, (const int64_t[]){ N, r });
     ghc_tensor_t *dh = ws(net, WS_DH, hdt, 2, (const int64_t[]){ N, r });
     ghc_tensor_t *g = lp ? view(g2, 0, 2, ghc_tensor_shape(g2)) : grad_in(net, md, dy2, stream), *dhx = NULL;
-    if (!ax || !bx || !h || !dh || !g) {
+    if (!ax || !bx || !h || !dh || !g || (k && !kh)) {
         rc = nomem(net);
         goto out;
     }
-    TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));                 /* H = X A^T */
+    if (k) {   /* H = X A^T */
+        net->hk_hits++;
+        if (h != kh)
+            TRY(ghc_op_cast(h, kh, 1.0f, NULL, stream));
+    } else {
+        TRY(gemm(h, x2, ax, false, true, 1.0f, 0.0f, stream));
+    }
     TRY(gemm(md->g[1], g, h, true, false, md->scale, 1.0f, stream));       /* dB += s G^T H */
     TRY(gemm(dh, g, bx, false, false, md->scale, 0.0f, stream));           /* dH = s G B */
     if (!(dhx = as_dtype(net, WS_CAST_X, dh, xdt, stream))) {
@@ -187,7 +255,9 @@ static int lora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor
 out:
     ghc_tensor_free(ax);
     ghc_tensor_free(bx);
-    ghc_tensor_free(h);
+    if (h != kh)
+        ghc_tensor_free(h);
+    ghc_tensor_free(kh);
     ghc_tensor_free(dh);
     ghc_tensor_free(g);
     ghc_tensor_free(dhx);

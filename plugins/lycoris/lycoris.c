@@ -86,6 +86,7 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { "seed", GHC_CFG_INT },
     { "device", GHC_CFG_INT },           /* -1 = CPU, 0.. = CUDA; default: the model's rule */
     { "fold", GHC_CFG_BOOL },            /* LoRA: delta-W folded into the model's GEMM weight */
+    { "keep_h", GHC_CFG_BOOL },          /* LoRA: H = X A^T kept from the forward for the backward */
     { NULL, 0 }
 };
 
@@ -211,6 +212,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_string(cfg, "title", NULL, &net->title)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "seed", 0, 0, INT64_MAX, &seed)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "fold", false, &net->fold)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "keep_h", true, &net->keep_h)) < 0 ||
         (rc = read_list(cfg, "include", &net->include, &net->n_include)) < 0 ||
         (rc = read_list(cfg, "exclude", &net->exclude, &net->n_exclude)) < 0 ||
         (rc = read_overrides(net, cfg)) < 0)
@@ -414,6 +416,8 @@ static int lyc_attach(void *self, int32_t expert, const struct ghc_model_target 
     int rc = 0;
     size_t names_len = 0;
     expert_free(e);
+    for (int i = 0; i < LYC_HKEEP; i++)   /* no kept H may name a module freed here */
+        net->hk[i].md = NULL;
     if (!(e->by_target = malloc((size_t)(n ? n : 1) * sizeof(int32_t))) ||
         !(e->mods = calloc((size_t)(n ? n : 1), sizeof(*e->mods))))
         goto nomem;
@@ -648,6 +652,9 @@ static int lyc_load_op(void *self, int32_t expert, const char *path)
 {
     if (!attached(self, expert, "load"))
         return GHC_EINVAL;
+    struct lycoris *net = self;
+    for (int i = 0; i < LYC_HKEEP; i++)   /* the loaded factors make every kept H stale */
+        net->hk[i].valid = false;
     return lyc_load(self, expert, path);
 }
 

@@ -12,6 +12,8 @@
 #define LYC_MAX_EXPERTS 8
 #define LYC_MAX_PARAMS  4        /* tensors per module */
 #define LYC_WS_SLOTS    20       /* scratch buffers */
+#define LYC_HKEEP       16       /* LoRA H = X A^T kept from a forward for the backward: entries
+                                  * (a block's targets with room to spare) */
 
 enum lyc_algo { LYC_LORA = 0, LYC_LOHA, LYC_LOKR };
 
@@ -61,6 +63,17 @@ struct lyc_override {               /* "pattern:rank[:alpha]" */
     double  alpha;                  /* < 0: unset */
 };
 
+/* H = X A^T of a LoRA module's last forward, for its backward in the same step (algo.c). */
+struct lyc_hkeep {
+    const struct lyc_module *md;    /* NULL: free */
+    const void              *x;     /* the forward's X (its data) */
+    int64_t                  n;     /* its rows */
+    int64_t                  step;  /* net->step then */
+    uint64_t                 stamp; /* when written (the oldest goes first) */
+    bool                     valid; /* H written */
+    ghc_tensor_t            *buf;   /* [n, rank] f32, grown on demand */
+};
+
 struct lycoris {
     ghc_core_t         *core;
     enum lyc_algo       algo;
@@ -84,6 +97,10 @@ struct lycoris {
     int64_t             step;
     struct lyc_expert   ex[LYC_MAX_EXPERTS];
     ghc_tensor_t       *ws[LYC_WS_SLOTS];   /* scratch, grown on demand */
+    bool                keep_h;             /* LoRA: keep H from the forward (hk) for the backward */
+    struct lyc_hkeep    hk[LYC_HKEEP];
+    uint64_t            hk_clock;
+    int64_t             hk_hits;            /* backward calls that took H from hk (for tests) */
     int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
     bool                dora;               /* dora_wd */
     bool                fold;               /* hand out the fold and grads hooks (LoRA) */
@@ -127,7 +144,7 @@ int lyc_dora_init(struct lycoris *net, struct lyc_module *md);
 /* The frozen weight of md as an [out, in] tensor of dtype dt on the network's device: a view of
  * the model's tensor, or a copy / dequantisation in scratch (the caller frees the result). */
 ghc_tensor_t *lyc_base_weight(struct lycoris *net, struct lyc_module *md, enum ghc_dtype dt, void *stream);
-/* Release the scratch buffers. */
+/* Release the scratch buffers (and the kept H). */
 void lyc_ws_free(struct lycoris *net);
 /* Merge md into its frozen weight w (f32 [out, in] on the network's device, in place):
  * W + m delta-W, for DoRA W + m (W_new - W) (spec §5.2, §10.6). Sets md->wn2 for DoRA.
