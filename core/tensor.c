@@ -198,6 +198,8 @@ struct ghc_tensor {
     int64_t            numel;
     int                device;
     enum ghc_mem_role  role;
+    int64_t            ld;         /* elements between the starts of consecutive rows (lines of
+                                    * the last dimension); 0: dense (the last dimension's size) */
     void              *data;
     bool               owned;      /* memory is ours to release */
     bool               from_policy; /* ... through the mempolicy (else free()) */
@@ -319,6 +321,32 @@ void *ghc_tensor_data(ghc_tensor_t *t) { return t->data; }
 const void *ghc_tensor_cdata(const ghc_tensor_t *t) { return t->data; }
 ghc_core_t *ghc_tensor_core(const ghc_tensor_t *t) { return t->core; }
 
+int64_t ghc_tensor_row_stride(const ghc_tensor_t *t)
+{
+    return t->ld ? t->ld : t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+ghc_tensor_t *ghc_tensor_view_cols(const ghc_tensor_t *t, int64_t col0, int64_t ncols)
+{
+    char buf[128];
+    const int64_t last = t->ndim ? t->shape[t->ndim - 1] : 0;
+    if (t->ndim < 1 || col0 < 0 || ncols < 0 || col0 > last - ncols) {
+        ghc_error_set(t->core, GHC_EINVAL, "tensor: columns [%lld, %lld) of %s: out of range (a tensor of 1 dim or more)",
+                      (long long)col0, (long long)(col0 + ncols), ghc_tensor_describe(t, buf, sizeof(buf)));
+        return NULL;
+    }
+    int64_t shape[GHC_TENSOR_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(shape));
+    shape[t->ndim - 1] = ncols;
+    ghc_tensor_t *v = tensor_new(t->core, t->dtype, t->ndim, shape, t->device);
+    if (v) {
+        v->data = (char *)t->data + (size_t)col0 * ghc_dtype_size(t->dtype);
+        v->role = t->role;
+        v->ld = ghc_tensor_row_stride(t) == ncols ? 0 : ghc_tensor_row_stride(t);
+    }
+    return v;
+}
+
 int64_t ghc_tensor_dim(const ghc_tensor_t *t, int i)
 {
     if (i < 0)
@@ -329,11 +357,13 @@ int64_t ghc_tensor_dim(const ghc_tensor_t *t, int i)
 int ghc_tensor_reshape(ghc_tensor_t *t, int ndim, const int64_t *shape)
 {
     int64_t n;
-    if (ndim < 0 || ndim > GHC_TENSOR_MAX_DIMS || !ghc_shape_numel(ndim, shape, &n) || n != t->numel) {
-        char buf[96];
+    char buf[128];
+    if (ndim < 0 || ndim > GHC_TENSOR_MAX_DIMS || !ghc_shape_numel(ndim, shape, &n) || n != t->numel)
         return ghc_error_set(t->core, GHC_EINVAL, "tensor: cannot reshape %s to %d dims of other numel",
                              ghc_tensor_describe(t, buf, sizeof(buf)), ndim);
-    }
+    if (t->ld && (ndim < 1 || shape[ndim - 1] != t->shape[t->ndim - 1]))
+        return ghc_error_set(t->core, GHC_EINVAL, "tensor: cannot reshape %s (a column view) to another last dimension",
+                             ghc_tensor_describe(t, buf, sizeof(buf)));
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         t->shape[i] = shape[i];
@@ -357,9 +387,11 @@ const char *ghc_tensor_describe(const ghc_tensor_t *t, char *buf, size_t len)
     for (int i = 0; i < t->ndim; i++)
         n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
     if (t->device == GHC_DEVICE_CPU)
-        snprintf(buf + n, len > n ? len - n : 0, "] %s cpu", ghc_dtype_name(t->dtype));
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "] %s cpu", ghc_dtype_name(t->dtype));
     else
-        snprintf(buf + n, len > n ? len - n : 0, "] %s cuda:%d", ghc_dtype_name(t->dtype), t->device);
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "] %s cuda:%d", ghc_dtype_name(t->dtype), t->device);
+    if (t->ld)
+        snprintf(buf + n, len > n ? len - n : 0, ", rows %lld apart", (long long)t->ld);
     return buf;
 }
 
@@ -368,8 +400,10 @@ const char *ghc_tensor_describe(const ghc_tensor_t *t, char *buf, size_t len)
 int ghc_tensor_convert_cpu(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale)
 {
     char a[96], b[96];
-    if (dst->device != GHC_DEVICE_CPU || src->device != GHC_DEVICE_CPU || dst->numel != src->numel)
-        return ghc_error_set(dst->core, GHC_EINVAL, "tensor convert: %s from %s: both must be on the CPU with equal numel",
+    if (dst->device != GHC_DEVICE_CPU || src->device != GHC_DEVICE_CPU || dst->numel != src->numel || dst->ld ||
+        src->ld)
+        return ghc_error_set(dst->core, GHC_EINVAL,
+                             "tensor convert: %s from %s: both must be dense (not column views) on the CPU with equal numel",
                              ghc_tensor_describe(dst, a, sizeof(a)), ghc_tensor_describe(src, b, sizeof(b)));
     if (dst->dtype == src->dtype && scale == 1.0f) {
         memmove(dst->data, src->data, ghc_tensor_nbytes(src));

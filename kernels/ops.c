@@ -24,6 +24,7 @@ struct op_ctx {
     const char *op;
     ghc_core_t *core;
     int         device;
+    bool        views;   /* takes column views (ghc_tensor_view_cols): gemm */
 };
 
 #define DT(d) (1u << (d))
@@ -36,7 +37,7 @@ struct op_ctx {
  * device). */
 static struct op_ctx op_ctx(const char *op, int n, const ghc_tensor_t *const *ts)
 {
-    struct op_ctx c = { op, NULL, GHC_DEVICE_CPU };
+    struct op_ctx c = { op, NULL, GHC_DEVICE_CPU, false };
     for (int i = 0; i < n; i++)
         if (ts[i]) {
             c.core = ghc_tensor_core(ts[i]);
@@ -97,6 +98,8 @@ static int check_tensor(const struct op_ctx *c, const char *name, const ghc_tens
     }
     if (!(mask & DT(ghc_tensor_dtype(t))))
         return bad(c, name, t, "dtype %s", dtypes_text(mask, buf, sizeof(buf)));
+    if (!c->views && ghc_tensor_row_stride(t) != ghc_tensor_dim(t, -1))
+        return bad(c, name, t, "a dense tensor (%s takes no column views)", c->op);
     return 0;
 }
 #define CHECK(expr) do { int rc_ = (expr); if (rc_ < 0) return rc_; } while (0)
@@ -210,6 +213,10 @@ int ghc_op_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream)
     if (ghc_tensor_dtype(dst) != ghc_tensor_dtype(src) || ghc_tensor_numel(dst) != ghc_tensor_numel(src))
         return bad(&c, "dst", dst, "the dtype and element count of 'src' %s",
                    ghc_tensor_describe(src, buf, sizeof(buf)));
+    if (ghc_tensor_row_stride(dst) != ghc_tensor_dim(dst, -1))
+        return bad(&c, "dst", dst, "a dense tensor (copy takes no column views)");
+    if (ghc_tensor_row_stride(src) != ghc_tensor_dim(src, -1))
+        return bad(&c, "src", src, "a dense tensor (copy takes no column views)");
     if (ghc_tensor_numel(dst) == 0)
         return 0;
     if (ghc_tensor_device(dst) == GHC_DEVICE_CPU && ghc_tensor_device(src) == GHC_DEVICE_CPU) {
@@ -300,10 +307,18 @@ int ghc_op_gemm(ghc_tensor_t *c_, const ghc_tensor_t *a, const ghc_tensor_t *b,
     char buf[160];
     if (!args)
         args = &plain;
+    c.views = true;   /* a, b and c (not bias or pre_gelu) may be column views */
     NEED(&c, "c", c_, DT_F32_BF16);
     NEED(&c, "a", a, DT_F32_BF16 | DT(GHC_DTYPE_F8_E4M3));
     NEED(&c, "b", b, DT(ghc_tensor_dtype(a)));
+    c.views = false;
     bool fp8 = ghc_tensor_dtype(a) == GHC_DTYPE_F8_E4M3;
+    const ghc_tensor_t *ops3[3] = { a, b, c_ };
+    static const char *const names3[3] = { "a", "b", "c" };
+    for (int k = 0; k < 3; k++)   /* column views: bf16 or f32, no epilogue */
+        if (ghc_tensor_row_stride(ops3[k]) != ghc_tensor_dim(ops3[k], -1) && (fp8 || args->epilogue != GHC_EPI_NONE))
+            return bad(&c, names3[k], ops3[k], "a dense tensor (gemm takes column views only in bf16 or f32 without an "
+                       "epilogue)");
     if (!fp8 && ((args->scale_a != 0.0f && args->scale_a != 1.0f) || (args->scale_b != 0.0f && args->scale_b != 1.0f)))
         return bad(&c, "a", a, "F8_E4M3 operands for scale_a = %g, scale_b = %g (scales apply to fp8 only)",
                    (double)args->scale_a, (double)args->scale_b);

@@ -235,6 +235,51 @@ START_TEST(gemm_batched)
 }
 END_TEST
 
+/* gemm on column views (ghc_tensor_view_cols) of wider device tensors, as K-concatenation and
+ * slices of a wider output use them: A B^T with a batched A [3, 40, 64] from columns 16..79 of
+ * [3, 40, 96] (the shared-weight fold) and B [48, 64] from a [48, 80] weight; A^T B with A
+ * [3, 64, 40] from columns 8..47 of [3, 64, 56] and B [64, 48] from a [64, 80]; C [3, 40, 48]
+ * written into columns 8..55 of [3, 40, 64] with beta. Against the CPU on the same views (which
+ * test_ops_cpu checks against dense copies); C's other columns keep their bits. */
+START_TEST(gemm_column_views)
+{
+    const enum ghc_dtype dts[] = { GHC_DTYPE_F32, GHC_DTYPE_BF16 };
+    for (int d = 0; d < 2; d++)
+        for (int t = 0; t < 2; t++) {
+            const bool tr = t == 1;
+            ghc_tensor_t *xa = tr ? CPU(dts[d], 3, 64, 56) : CPU(dts[d], 3, 40, 96);
+            ghc_tensor_t *xb = tr ? CPU(dts[d], 64, 80) : CPU(dts[d], 48, 80), *xc = CPU(GHC_DTYPE_F32, 3, 40, 64);
+            fill_rand(xa, 1.0f);
+            fill_rand(xb, 1.0f);
+            fill_rand(xc, 1.0f);
+            ghc_tensor_t *ga = up(xa), *gb = up(xb), *gc = up(xc);
+            ghc_tensor_t *v[6] = {
+                tr ? ghc_tensor_view_cols(xa, 8, 40) : ghc_tensor_view_cols(xa, 16, 64),
+                tr ? ghc_tensor_view_cols(xb, 16, 48) : ghc_tensor_view_cols(xb, 16, 64), ghc_tensor_view_cols(xc, 8, 48),
+                tr ? ghc_tensor_view_cols(ga, 8, 40) : ghc_tensor_view_cols(ga, 16, 64),
+                tr ? ghc_tensor_view_cols(gb, 16, 48) : ghc_tensor_view_cols(gb, 16, 64), ghc_tensor_view_cols(gc, 8, 48)
+            };
+            for (int k = 0; k < 6; k++)
+                ck_assert_msg(v[k] != NULL, "%s", ghc_error_message(core));
+            struct ghc_gemm g = { .trans_a = tr, .trans_b = !tr, .alpha = 0.5f, .beta = 0.75f };
+            ok(ghc_op_gemm(v[2], v[0], v[1], &g, NULL));
+            ok(ghc_op_gemm(v[5], v[3], v[4], &g, NULL));
+            char w[128];
+            snprintf(w, sizeof(w), "gemm %s on column views, %s", ghc_dtype_name(dts[d]), tr ? "A^T B" : "A B^T");
+            expect_close(gc, xc, dts[d] == GHC_DTYPE_F32 ? TOL_F32 : TOL_BF16, w);
+            ghc_tensor_t *hc = down(gc);   /* the columns outside the view: untouched */
+            for (int64_t i = 0; i < ghc_tensor_numel(hc); i++)
+                if (i % 64 < 8 || i % 64 >= 56)
+                    ck_assert_msg(getf(hc, i) == getf(xc, i), "%s: C[%lld] outside the view changed", w, (long long)i);
+            for (int k = 0; k < 6; k++)
+                ghc_tensor_free(v[k]);
+            ghc_tensor_t *all[] = { xa, xb, xc, ga, gb, gc, hc };
+            for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+                ghc_tensor_free(all[k]);
+        }
+}
+END_TEST
+
 START_TEST(gemm_epilogues)
 {
     static ghc_tensor_t *want_pre = (ghc_tensor_t *)1;   /* a marker: "ask for pre_gelu" */
@@ -579,6 +624,7 @@ int main(void)
     tcase_set_timeout(tg, 600);
     tcase_add_test(tg, gemm_transposes);
     tcase_add_test(tg, gemm_batched);
+    tcase_add_test(tg, gemm_column_views);
     tcase_add_test(tg, gemm_epilogues);
     tcase_add_test(tg, gemm_fp8);
     tcase_add_test(tg, gemm_wan_shapes);

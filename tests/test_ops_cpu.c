@@ -473,6 +473,77 @@ START_TEST(gemm_all)
 }
 END_TEST
 
+/* rc is GHC_EINVAL with a message that starts with "op:" and holds `part`. */
+static void expect_einval(int rc, const char *op, const char *part)
+{
+    const char *msg = ghc_error_message(core);
+    ck_assert_msg(rc == GHC_EINVAL, "%s: rc %d (%s)", op, rc, msg);
+    ck_assert_int_eq(ghc_error_code(core), GHC_EINVAL);
+    ck_assert_msg(strncmp(msg, op, strlen(op)) == 0 && msg[strlen(op)] == ':', "'%s' does not start with %s:", msg, op);
+    ck_assert_msg(strstr(msg, part) != NULL, "'%s' lacks '%s'", msg, part);
+    ghc_error_clear(core);
+}
+
+/* ---- column views (ghc_tensor_view_cols) ---------------------------------------------------- */
+
+/* A dense copy of column view v (rows ghc_tensor_row_stride(v) apart in its parent). */
+static ghc_tensor_t *dense_of(const ghc_tensor_t *v)
+{
+    ghc_tensor_t *d = like(v, ghc_tensor_dtype(v));
+    const int64_t D = ghc_tensor_dim(v, -1), ld = ghc_tensor_row_stride(v);
+    for (int64_t i = 0; i < N(v); i++)
+        set(d, i, get(v, i / D * ld + i % D));
+    return d;
+}
+
+/* gemm on column views of wider tensors (a batched A [2, 5, 7] from columns 3..9 of [2, 5, 12],
+ * B from columns of a [6, 10] weight, both transposes, C [2, 5, 6] written into columns 1..6 of
+ * [2, 5, 9] with beta): the same bits as gemm on dense copies, and C's parent keeps its other
+ * columns; the other ops and a gemm epilogue refuse views; a view of all columns is dense. */
+START_TEST(gemm_column_views)
+{
+    seed(9);
+    for (int t = 0; t < 4; t++) {
+        const bool ta = t & 1, tb = t & 2;
+        ghc_tensor_t *xa = rnd(ta ? T(F32, 2, 7, 8) : T(F32, 2, 5, 12), -1, 1);
+        ghc_tensor_t *xb = rnd(tb ? T(F32, 6, 10) : T(F32, 7, 9), -1, 1), *xc = T(F32, 2, 5, 9);
+        fillv(xc, 7.0);
+        ghc_tensor_t *av = ghc_tensor_view_cols(xa, ta ? 2 : 3, ta ? 5 : 7), *bv = ghc_tensor_view_cols(xb, 2, tb ? 7 : 6);
+        ghc_tensor_t *cv = ghc_tensor_view_cols(xc, 1, 6);
+        ck_assert(av && bv && cv);
+        pool[npool++] = av, pool[npool++] = bv, pool[npool++] = cv;
+        ck_assert_int_eq(ghc_tensor_row_stride(av), ta ? 8 : 12);
+        ck_assert_int_eq(ghc_tensor_row_stride(cv), 9);
+        for (int64_t i = 0; i < N(cv); i++)   /* C's old values, for beta */
+            set(xc, i / 6 * 9 + 1 + i % 6, 0.25 * (double)(i % 11));
+        ghc_tensor_t *ad = dense_of(av), *bd = dense_of(bv), *cd = dense_of(cv);
+        struct ghc_gemm g = { .trans_a = ta, .trans_b = tb, .alpha = 1.5f, .beta = 0.5f };
+        OK(ghc_op_gemm(cv, av, bv, &g, NULL));
+        OK(ghc_op_gemm(cd, ad, bd, &g, NULL));
+        for (int64_t i = 0; i < N(xc); i++) {
+            const int64_t col = i % 9, row = i / 9;
+            double want = col >= 1 && col < 7 ? get(cd, row * 6 + col - 1) : 7.0;
+            ck_assert_msg(get(xc, i) == want, "ta=%d tb=%d: C parent [%lld]: %.9g, want %.9g", ta, tb, (long long)i,
+                          get(xc, i), want);
+        }
+    }
+    ghc_tensor_t *x = rnd(T(F32, 4, 8), -1, 1), *y = T(F32, 4, 3), *bias = T(F32, 3), *w = rnd(T(F32, 3, 5), -1, 1);
+    ghc_tensor_t *xv = ghc_tensor_view_cols(x, 2, 5), *all = ghc_tensor_view_cols(x, 0, 8);
+    ck_assert(xv && all);
+    pool[npool++] = xv, pool[npool++] = all;
+    ck_assert_int_eq(ghc_tensor_row_stride(all), 8);   /* every column: dense */
+    OK(ghc_op_scale(T(F32, 4, 8), all, 2.0f, NULL));
+    expect_einval(ghc_op_scale(T(F32, 4, 5), xv, 2.0f, NULL), "scale", "column views");
+    expect_einval(ghc_op_copy(T(F32, 4, 5), xv, NULL), "copy", "column views");
+    struct ghc_gemm lin = { .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = bias };
+    expect_einval(ghc_op_gemm(y, xv, w, &lin, NULL), "gemm", "without an epilogue");
+    ck_assert_ptr_null(ghc_tensor_view_cols(x, 4, 5));
+    ghc_error_clear(core);
+    ck_assert_int_eq(ghc_tensor_reshape(xv, 1, (const int64_t[]){ 20 }), GHC_EINVAL);
+    ghc_error_clear(core);
+}
+END_TEST
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 #define AROW(b, i, h, L, H, Dh) ((((b) * (L) + (i)) * (H) + (h)) * (Dh))
@@ -1151,15 +1222,6 @@ END_TEST
 /* ---- argument checking -------------------------------------------------------------------- */
 
 /* rc is GHC_EINVAL and the message names the op and contains `part`. */
-static void expect_einval(int rc, const char *op, const char *part)
-{
-    const char *msg = ghc_error_message(core);
-    ck_assert_msg(rc == GHC_EINVAL, "%s: rc %d (%s)", op, rc, msg);
-    ck_assert_int_eq(ghc_error_code(core), GHC_EINVAL);
-    ck_assert_msg(strncmp(msg, op, strlen(op)) == 0 && msg[strlen(op)] == ':', "'%s' does not start with %s:", msg, op);
-    ck_assert_msg(strstr(msg, part) != NULL, "'%s' lacks '%s'", msg, part);
-    ghc_error_clear(core);
-}
 
 START_TEST(validation)
 {
@@ -1238,6 +1300,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, gemm_all);
+    tcase_add_test(tc, gemm_column_views);
     tcase_add_test(tc, attention_forward);
     tcase_add_test(tc, layernorm_forward);
     tcase_add_test(tc, rmsnorm_forward);

@@ -81,7 +81,10 @@ struct ghc_gemm {
  * or both f8_e4m3 (with scale_a, scale_b); C: f32 or bf16 (f8: C bf16 or f32). Batched
  * (strided) when A, B or C has 3 dims [batch, rows, cols]: a 2-D operand is shared by all
  * batches (a weight); C must then be 3-D. A linear layer y = x W^T + b is
- * (a = x [M, in], b = W [out, in], trans_b = true, epilogue BIAS). */
+ * (a = x [M, in], b = W [out, in], trans_b = true, epilogue BIAS). A, B and C may be column
+ * views (ghc_tensor_view_cols, since API 6: rows further apart than their length, e.g. a
+ * K-concatenated [x | H] or a slice of a wider output) when they are f32 or bf16 and the
+ * epilogue is NONE; C's other columns are left as they were. */
 GHC_API int ghc_op_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b,
                         const struct ghc_gemm *args, void *stream);
 

@@ -87,6 +87,18 @@ GHC_API const char *ghc_tensor_describe(const ghc_tensor_t *t, char *buf, size_t
 /* Product of shape[0..ndim) into *out; false on a negative size or int64 overflow. */
 GHC_API bool ghc_shape_numel(int ndim, const int64_t *shape, int64_t *out);
 
+/* Column views (since API 6). A tensor's rows are the lines of its last dimension, all leading
+ * dimensions flattened; a dense tensor's rows are that dimension's size apart, a column view's
+ * are its parent's row stride apart. A view of columns [col0, col0 + ncols) of t's last
+ * dimension (every other dimension kept), over t's memory (which must outlive it; free the
+ * view with ghc_tensor_free). NULL on error (out of range). Only ghc_op_gemm (ops.h) takes
+ * column views; every other op, ghc_tensor_convert_cpu and a reshape that changes the last
+ * dimension refuse them (GHC_EINVAL). */
+GHC_API ghc_tensor_t *ghc_tensor_view_cols(const ghc_tensor_t *t, int64_t col0, int64_t ncols);
+/* Elements between the starts of consecutive rows: the last dimension's size unless t is a
+ * column view (since API 6). */
+GHC_API int64_t ghc_tensor_row_stride(const ghc_tensor_t *t);
+
 /* CPU conversion between any two float dtypes (or a copy for equal dtypes), element by
  * element with the rounding above: dst = src * scale. Both tensors on the CPU with equal
  * numel. Returns 0 or GHC_EINVAL. (On any device: ghc_op_cast in ops.h.) */

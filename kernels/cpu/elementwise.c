@@ -18,8 +18,9 @@ float *ghc_cpu_f32_copy(const ghc_tensor_t *t, const char *op)
         ghc_error_set(ghc_tensor_core(t), GHC_ENOMEM, "%s: no memory for %lld floats", op, (long long)n);
         return NULL;
     }
-    for (int64_t i = 0; i < n; i++)
-        p[i] = GHC_CPU_GET(t, i);
+    const int64_t D = ghc_tensor_dim(t, -1), ld = ghc_tensor_row_stride(t);
+    for (int64_t i = 0; i < n; i++)   /* a column view's rows are ld apart */
+        p[i] = GHC_CPU_GET(t, ld == D ? i : i / D * ld + i % D);
     return p;
 }
 

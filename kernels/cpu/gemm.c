@@ -46,6 +46,7 @@ int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, 
     if (ghc_tensor_dtype(a) == GHC_DTYPE_F8_E4M3)
         alpha *= (args->scale_a != 0.0f ? args->scale_a : 1.0f) * (args->scale_b != 0.0f ? args->scale_b : 1.0f);
     float beta = args->beta;
+    const int64_t ldc = ghc_tensor_row_stride(c);   /* C's rows (a column view's are further apart) */
     const ghc_tensor_t *bias = args->epilogue != GHC_EPI_NONE ? args->bias : NULL;
     bool use_gelu = args->epilogue == GHC_EPI_BIAS_GELU;
 
@@ -93,7 +94,7 @@ int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, 
                     }
                 }
                 for (int64_t j = 0; j < w; j++) {
-                    int64_t ic = (bi * M + m) * N + n + j;
+                    int64_t ic = (bi * M + m) * ldc + n + j;
                     float v = alpha * acc[j];
                     if (beta != 0.0f)
                         v += beta * GHC_CPU_GET(c, ic);

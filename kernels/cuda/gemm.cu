@@ -55,6 +55,7 @@ struct algo_key {
     int device;
     int64_t m, n, k, batch;      /* cuBLASLt's view (m = our N, n = our M) */
     int64_t stride_a, stride_b;  /* 0 = shared */
+    int64_t lda, ldb, ldc;       /* leading dimensions (column views: their row strides) */
     int ta, tb;                  /* cuBLASLt's transposes */
     int dt_ab, dt_c;             /* cudaDataType */
     int epilogue;                /* cublasLtEpilogue_t */
@@ -284,15 +285,18 @@ int lt_matmul(ghc_core_t *core, int dev, cudaStream_t st, bool ta, bool tb, int6
     key.batch = batch;
     key.stride_a = stride_a;
     key.stride_b = stride_b;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
     key.ta = ta;
     key.tb = tb;
     key.dt_ab = t_ab;
     key.dt_c = t_c;
     key.epilogue = epi;
     key.beta_nz = beta != 0.0f;
-    key.align_a = alignment(pa, stride_a * (int64_t)es_ab);
-    key.align_b = alignment(pb, stride_b * (int64_t)es_ab);
-    key.align_c = alignment(pc, stride_c * (int64_t)es_c);
+    key.align_a = alignment(pa, (stride_a * (int64_t)es_ab) | (lda * (int64_t)es_ab));   /* rows too */
+    key.align_b = alignment(pb, (stride_b * (int64_t)es_ab) | (ldb * (int64_t)es_ab));
+    key.align_c = alignment(pc, (stride_c * (int64_t)es_c) | (ldc * (int64_t)es_c));
     key.align_bias = bias ? alignment(bias, 0) : 0;
     key.align_aux = aux ? alignment(aux, stride_c * (int64_t)es_c) : 0;
 
@@ -360,6 +364,9 @@ extern "C" int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tens
         return cudaErrorNotSupported;
     }
 
+    /* Row strides (a column view's rows are its parent's apart; a matrix of a batch starts rows
+     * x stride after the previous one). */
+    const int64_t rs_a = ghc_tensor_row_stride(a), rs_b = ghc_tensor_row_stride(b), rs_c = ghc_tensor_row_stride(c);
     /* A shared weight with a batched, untransposed A: one GEMM of batch*M rows. */
     int64_t Mg = M, bg = batch;
     if (batch > 1 && a_batched && !b_batched && !g.trans_a) {
@@ -369,12 +376,12 @@ extern "C" int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tens
     }
     /* cuBLASLt view: C^T (N x Mg) = op(B)^T (N x K) * op(A)^T (K x Mg). */
     bool lt_ta = g.trans_b;                      /* B stored [N, K]: its column-major view is K x N */
-    int64_t lda = g.trans_b ? K : N;
+    int64_t lda = rs_b;
     bool lt_tb = g.trans_a;                      /* A stored [K, M]: column-major view M x K */
-    int64_t ldb = g.trans_a ? M : K;
-    int64_t stride_lt_a = b_batched ? K * N : 0;
-    int64_t stride_lt_b = a_batched ? M * K : 0;
-    int64_t stride_c = M * N;
+    int64_t ldb = rs_a;
+    int64_t stride_lt_a = b_batched ? ghc_tensor_dim(b, -2) * rs_b : 0;
+    int64_t stride_lt_b = a_batched ? ghc_tensor_dim(a, -2) * rs_a : 0;
+    int64_t stride_c = M * rs_c;
 
     const void *bias = NULL;
     enum ghc_dtype bias_dt = GHC_DTYPE_F32;
@@ -403,21 +410,21 @@ extern "C" int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tens
         cublasLtEpilogue_t epi = !gelu ? CUBLASLT_EPILOGUE_BIAS : pre ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                                       : CUBLASLT_EPILOGUE_GELU_BIAS;
         rc = lt_matmul(core, ghc_tensor_device(c), st, lt_ta, lt_tb, N, Mg, K, bg, t_ab, t_c, ghc_tensor_cdata(b), lda,
-                       stride_lt_a, ghc_tensor_cdata(a), ldb, stride_lt_b, ghc_tensor_data(c), N, stride_c, alpha,
+                       stride_lt_a, ghc_tensor_cdata(a), ldb, stride_lt_b, ghc_tensor_data(c), rs_c, stride_c, alpha,
                        gelu ? 0.0f : beta, epi, bias, pre, N);
         if (rc >= 0)
             return rc;
     }
     if (fuse && g.epilogue == GHC_EPI_BIAS_GELU && !bias && !pre) {
         rc = lt_matmul(core, ghc_tensor_device(c), st, lt_ta, lt_tb, N, Mg, K, bg, t_ab, t_c, ghc_tensor_cdata(b), lda,
-                       stride_lt_a, ghc_tensor_cdata(a), ldb, stride_lt_b, ghc_tensor_data(c), N, stride_c, alpha, 0.0f,
+                       stride_lt_a, ghc_tensor_cdata(a), ldb, stride_lt_b, ghc_tensor_data(c), rs_c, stride_c, alpha, 0.0f,
                        CUBLASLT_EPILOGUE_GELU, NULL, NULL, 0);
         if (rc >= 0)
             return rc;
     }
     /* The plain product, then (when needed) the unfused epilogue. */
     rc = lt_matmul(core, ghc_tensor_device(c), st, lt_ta, lt_tb, N, Mg, K, bg, t_ab, t_c, ghc_tensor_cdata(b), lda,
-                   stride_lt_a, ghc_tensor_cdata(a), ldb, stride_lt_b, ghc_tensor_data(c), N, stride_c, alpha,
+                   stride_lt_a, ghc_tensor_cdata(a), ldb, stride_lt_b, ghc_tensor_data(c), rs_c, stride_c, alpha,
                    gelu ? 0.0f : beta, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
     if (rc < 0) {
         ghc_log(core, GHC_LOG_ERROR, "gemm: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld batch=%lld %s x %s -> %s "
