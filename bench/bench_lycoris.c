@@ -19,7 +19,11 @@
  * 4096 tokens (latent 2 x 64 x 128) and 32760 (21 x 60 x 104) with no network, LoRA r16 on the
  * 10 linears of every block (the default preset), the same with keep_h = false (H computed again
  * in the backward) and with fold; a block's time is the
- * difference of a 3-block and a 1-block model (what the blocks share cancels), median of N.
+ * difference of a 3-block and a 1-block model (what the blocks share cancels), median of N. The
+ * "paired" columns measure the adapter more directly: the 3-block model with the network runs
+ * its steps with and without the hook in turn (ghc_model_set_hook), and the median of the N
+ * differences over 3 is the adapter's time per block (no subtraction of separate runs; its share
+ * uses the no-network block time).
  *   bench_lycoris [--iters N] [--only linears|model]
  * Needs GHC_BUILD_PLUGINS pointing at plugins/.libs (the device policy, ghc_lycoris, ghc_wan22). */
 #include <stdio.h>
@@ -185,7 +189,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* Median seconds of a training step (forward keeping what backward needs, backward) of an
  * A14B-dims model with `layers` blocks on a latent [1, 16, f, h, w]; net_cfg NULL: no network. */
-static double time_model(int layers, const int64_t lat[3], const char *net_cfg)
+static double time_model(int layers, const int64_t lat[3], const char *net_cfg, double *paired)
 {
     char text[1024];
     snprintf(text, sizeof(text),
@@ -244,6 +248,34 @@ static double time_model(int layers, const int64_t lat[3], const char *net_cfg)
             t[it] = now() - t0;
     }
     qsort(t, (size_t)n, sizeof(double), cmp_double);
+    if (paired && net_cfg) {   /* the same model with and without the hook, step by step in turn */
+        struct ghc_adapter_hook h;
+        double d[64];
+        if (ghc_network_hook(ghc_network_get(c), 0, &h)) {
+            fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
+            exit(EXIT_FAILURE);
+        }
+        for (int it = 0; it < n; it++) {
+            double ts2[2];
+            for (int on = 1; on >= 0; on--) {
+                if (ghc_model_set_hook(m, on ? &h : NULL) || ghc_network_begin_step(ghc_network_get(c), 100 + it)) {
+                    fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
+                    exit(EXIT_FAILURE);
+                }
+                ghc_op_sync(c, 0, NULL);
+                double t0 = now();
+                if (ghc_model_forward(m, 0, &b, out, true, NULL) || ghc_model_backward(m, 0, dout, NULL, NULL)) {
+                    fprintf(stderr, "bench_lycoris: model step: %s\n", ghc_error_message(c));
+                    exit(EXIT_FAILURE);
+                }
+                ghc_op_sync(c, 0, NULL);
+                ts2[on] = now() - t0;
+            }
+            d[it] = ts2[1] - ts2[0];
+        }
+        qsort(d, (size_t)n, sizeof(double), cmp_double);
+        *paired = d[n / 2];
+    }
     ghc_tensor_t *all[] = { noisy, out, dout, txt, ts };
     for (int k = 0; k < 5; k++)
         ghc_tensor_free(all[k]);
@@ -260,17 +292,18 @@ static void bench_model(void)
         { "LoRA r16 keep_h = false", "algo = \"lora\"; rank = 16; keep_h = false;" },
         { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
     };
-    printf("tokens,what,step_1_block_ms,step_3_blocks_ms,block_ms,adapter_ms_per_block,share_of_block_step\n");
+    printf("tokens,what,step_1_block_ms,step_3_blocks_ms,block_ms,adapter_ms_per_block,share_of_block_step,"
+           "paired_adapter_ms_per_block,paired_share\n");
     for (int k = 0; k < 2; k++) {
         int64_t N = lats[k][0] * lats[k][1] / 2 * lats[k][2] / 2;
         double base = 0;
         for (size_t j = 0; j < sizeof(a) / sizeof(a[0]); j++) {
-            double t1 = time_model(1, lats[k], a[j].cfg), t3 = time_model(3, lats[k], a[j].cfg);
-            double blk = (t3 - t1) / 2;
+            double pd = 0, t1 = time_model(1, lats[k], a[j].cfg, NULL), t3 = time_model(3, lats[k], a[j].cfg, &pd);
+            double blk = (t3 - t1) / 2, pa = pd / 3;   /* paired: the adapter's time over the 3 blocks */
             if (j == 0)
                 base = blk;
-            printf("%lld,%s,%.3f,%.3f,%.3f,%.3f,%.2f%%\n", (long long)N, a[j].what, t1 * 1e3, t3 * 1e3, blk * 1e3,
-                   (blk - base) * 1e3, 100.0 * (blk - base) / blk);
+            printf("%lld,%s,%.3f,%.3f,%.3f,%.3f,%.2f%%,%.3f,%.2f%%\n", (long long)N, a[j].what, t1 * 1e3, t3 * 1e3,
+                   blk * 1e3, (blk - base) * 1e3, 100.0 * (blk - base) / blk, pa * 1e3, 100.0 * pa / (base + pa));
             fflush(stdout);
         }
     }
