@@ -676,23 +676,22 @@ GHC_D void am_thin_wide(const am_plan_dev &P, const ghc_automagic_args &a, const
 template <int K>
 GHC_D void am_thin_tall(const am_plan_dev &P, const ghc_automagic_args &a, const am_desc &t, int k, float *sw)
 {
-    constexpr int TU = AM_TU;   /* rows a thread */
     constexpr int LPR = K / 4, RPS = AM_T / LPR;   /* lanes a row, rows a step */
     const int b = k / t.cpm, j = k % t.cpm, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, R = t.R;
     const int cg = tid % LPR, r1 = min(R, (j + 1) * t.span);
     const float *g = (const float *)t.g + (int64_t)b * R * K;
     float *s0 = t.s0 + (int64_t)b * R;
-    float4 v[TU];
-    float old[TU];
+    float4 v[AM_TU];
+    float old[AM_TU];
 #pragma unroll
-    for (int u = 0; u < TU; u++) {
+    for (int u = 0; u < AM_TU; u++) {
         const int r = j * t.span + u * RPS + tid / LPR;
         v[u] = r < r1 ? *(const float4 *)(g + (int64_t)r * K + 4 * cg) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         old[u] = r < r1 ? s0[r] : 0.0f;
     }
     float pv[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, pq[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
-    for (int u = 0; u < TU; u++) {
+    for (int u = 0; u < AM_TU; u++) {
         const int r = j * t.span + u * RPS + tid / LPR;
         const float e[4] = { v[u].x, v[u].y, v[u].z, v[u].w };
         float sum = 0.0f;
@@ -1238,15 +1237,14 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
             own[n1 + (size_t)c] = i;
     }
     int32_t *list = own + n1 + nf, nthin = 0, k1 = 0;   /* the thin tensors' stats chunks first */
-    for (int32_t i = 0; i < n; i++)
-        if (d[(size_t)i].thin)
-            for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
-                list[k1++] = c;
-    nthin = k1;
-    for (int32_t i = 0; i < n; i++)
-        if (!d[(size_t)i].thin)
-            for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
-                list[k1++] = c;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            nthin = k1;
+        for (int32_t i = 0; i < n; i++)
+            if ((d[(size_t)i].thin != 0) == (pass == 0))
+                for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
+                    list[k1++] = c;
+    }
     void *buf = NULL;
     if ((e = cudaMalloc(&buf, bytes)) != cudaSuccess ||
         (e = cudaMemcpyAsync(buf, h.data(), hdr, cudaMemcpyHostToDevice, s)) != cudaSuccess) {
