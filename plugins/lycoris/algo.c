@@ -35,8 +35,22 @@ void lyc_ws_free(struct lycoris *net)
     memset(net->hk, 0, sizeof(net->hk));
 }
 
-/* A view of dtype/shape over scratch slot `slot`, grown when too small (after waiting for the
- * device: queued work may still read the old buffer). The caller frees the view (not the slot). */
+/* *buf grown to hold `bytes` when too small (after waiting for the device: queued work may
+ * still read the old buffer). false (error set) on failure. */
+static bool grow(struct lycoris *net, ghc_tensor_t **buf, size_t bytes)
+{
+    if (*buf && ghc_tensor_nbytes(*buf) >= bytes)
+        return true;
+    if (*buf && ghc_op_sync(net->core, net->device, NULL) < 0)
+        return false;
+    ghc_tensor_free(*buf);
+    int64_t want = (int64_t)(bytes + bytes / 4 + 256);
+    *buf = ghc_tensor_init(net->core, GHC_DTYPE_U8, 1, &want, net->device, GHC_ROLE_WORKSPACE);
+    return *buf != NULL;
+}
+
+/* A view of dtype/shape over scratch slot `slot`, grown when too small. The caller frees the view
+ * (not the slot). */
 static ghc_tensor_t *ws(struct lycoris *net, int slot, enum ghc_dtype dt, int ndim, const int64_t *shape)
 {
     int64_t n;
@@ -44,16 +58,8 @@ static ghc_tensor_t *ws(struct lycoris *net, int slot, enum ghc_dtype dt, int nd
         ghc_error_set(net->core, GHC_EINVAL, "lycoris: scratch shape overflow");
         return NULL;
     }
-    size_t bytes = (size_t)n * ghc_dtype_size(dt);
-    if (!net->ws[slot] || ghc_tensor_nbytes(net->ws[slot]) < bytes) {
-        if (net->ws[slot] && ghc_op_sync(net->core, net->device, NULL) < 0)
-            return NULL;
-        ghc_tensor_free(net->ws[slot]);
-        int64_t want = (int64_t)(bytes + bytes / 4 + 256);
-        net->ws[slot] = ghc_tensor_init(net->core, GHC_DTYPE_U8, 1, &want, net->device, GHC_ROLE_WORKSPACE);
-        if (!net->ws[slot])
-            return NULL;
-    }
+    if (!grow(net, &net->ws[slot], (size_t)n * ghc_dtype_size(dt)))
+        return NULL;
     return ghc_tensor_wrap(net->core, dt, ndim, shape, net->device, ghc_tensor_data(net->ws[slot]));
 }
 
@@ -65,7 +71,7 @@ static ghc_tensor_t *ws(struct lycoris *net, int slot, enum ghc_dtype dt, int nd
  * steps); otherwise the backward computes H. */
 
 /* The entry md's forward writes H of X [n, in] into: md's own, else the oldest; invalid until
- * hkeep_done. NULL (out of memory) after setting the error. */
+ * the forward sets `valid`. NULL (out of memory) after setting the error. */
 static struct lyc_hkeep *hkeep_put(struct lycoris *net, const struct lyc_module *md, const ghc_tensor_t *x2, int64_t n)
 {
     struct lyc_hkeep *k = NULL, *old = &net->hk[0];
@@ -79,15 +85,8 @@ static struct lyc_hkeep *hkeep_put(struct lycoris *net, const struct lyc_module 
         k = old;
     k->md = NULL;
     k->valid = false;
-    size_t bytes = (size_t)n * (size_t)md->rank * sizeof(float);
-    if (!k->buf || ghc_tensor_nbytes(k->buf) < bytes) {
-        if (k->buf && ghc_op_sync(net->core, net->device, NULL) < 0)   /* queued work may read it */
-            return NULL;
-        ghc_tensor_free(k->buf);
-        int64_t want = (int64_t)(bytes + bytes / 4 + 256);
-        if (!(k->buf = ghc_tensor_init(net->core, GHC_DTYPE_U8, 1, &want, net->device, GHC_ROLE_WORKSPACE)))
-            return NULL;
-    }
+    if (!grow(net, &k->buf, (size_t)n * (size_t)md->rank * sizeof(float)))
+        return NULL;
     k->md = md;
     k->x = ghc_tensor_cdata(x2);
     k->n = n;
@@ -96,11 +95,13 @@ static struct lyc_hkeep *hkeep_put(struct lycoris *net, const struct lyc_module 
     return k;
 }
 
-/* md's kept H for X [n, in] in this step, or NULL. */
+/* md's kept H for X [n, in] in this step, or NULL (also with keep_h off). */
 static struct lyc_hkeep *hkeep_get(struct lycoris *net, const struct lyc_module *md, const ghc_tensor_t *x2,
                                    int64_t n)
 {
-    for (int i = 0; i < LYC_HKEEP && net->keep_h; i++) {
+    if (!net->keep_h)
+        return NULL;
+    for (int i = 0; i < LYC_HKEEP; i++) {
         struct lyc_hkeep *k = &net->hk[i];
         if (k->md == md && k->valid && k->x == ghc_tensor_cdata(x2) && k->n == n && k->step == net->step)
             return k;
