@@ -84,6 +84,9 @@ static const char *dtypes_text(unsigned mask, char *buf, size_t len)
     return buf;
 }
 
+/* t's rows are its last dimension's size apart (not a column view). */
+static bool dense(const ghc_tensor_t *t) { return ghc_tensor_row_stride(t) == ghc_tensor_dim(t, -1); }
+
 /* t present (unless optional), on the op's device, with a dtype in `mask`. */
 static int check_tensor(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, unsigned mask,
                         bool optional)
@@ -98,7 +101,7 @@ static int check_tensor(const struct op_ctx *c, const char *name, const ghc_tens
     }
     if (!(mask & DT(ghc_tensor_dtype(t))))
         return bad(c, name, t, "dtype %s", dtypes_text(mask, buf, sizeof(buf)));
-    if (!c->views && ghc_tensor_row_stride(t) != ghc_tensor_dim(t, -1))
+    if (!c->views && !dense(t))
         return bad(c, name, t, "a dense tensor (%s takes no column views)", c->op);
     return 0;
 }
@@ -213,9 +216,9 @@ int ghc_op_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream)
     if (ghc_tensor_dtype(dst) != ghc_tensor_dtype(src) || ghc_tensor_numel(dst) != ghc_tensor_numel(src))
         return bad(&c, "dst", dst, "the dtype and element count of 'src' %s",
                    ghc_tensor_describe(src, buf, sizeof(buf)));
-    if (ghc_tensor_row_stride(dst) != ghc_tensor_dim(dst, -1))
+    if (!dense(dst))
         return bad(&c, "dst", dst, "a dense tensor (copy takes no column views)");
-    if (ghc_tensor_row_stride(src) != ghc_tensor_dim(src, -1))
+    if (!dense(src))
         return bad(&c, "src", src, "a dense tensor (copy takes no column views)");
     if (ghc_tensor_numel(dst) == 0)
         return 0;
@@ -316,7 +319,7 @@ int ghc_op_gemm(ghc_tensor_t *c_, const ghc_tensor_t *a, const ghc_tensor_t *b,
     const ghc_tensor_t *ops3[3] = { a, b, c_ };
     static const char *const names3[3] = { "a", "b", "c" };
     for (int k = 0; k < 3; k++)   /* column views: bf16 or f32, no epilogue */
-        if (ghc_tensor_row_stride(ops3[k]) != ghc_tensor_dim(ops3[k], -1) && (fp8 || args->epilogue != GHC_EPI_NONE))
+        if (!dense(ops3[k]) && (fp8 || args->epilogue != GHC_EPI_NONE))
             return bad(&c, names3[k], ops3[k], "a dense tensor (gemm takes column views only in bf16 or f32 without an "
                        "epilogue)");
     if (!fp8 && ((args->scale_a != 0.0f && args->scale_a != 1.0f) || (args->scale_b != 0.0f && args->scale_b != 1.0f)))
