@@ -189,6 +189,21 @@ static int cmp_double(const void *a, const void *b)
 
 /* Median seconds of a training step (forward keeping what backward needs, backward) of an
  * A14B-dims model with `layers` blocks on a latent [1, 16, f, h, w]; net_cfg NULL: no network. */
+/* One timed training step (forward with keep, backward), synchronised at both ends; exits on
+ * error. */
+static double model_step(ghc_core_t *c, ghc_model_t *m, const struct ghc_model_batch *b, ghc_tensor_t *out,
+                         const ghc_tensor_t *dout)
+{
+    ghc_op_sync(c, 0, NULL);
+    double t0 = now();
+    if (ghc_model_forward(m, 0, b, out, true, NULL) || ghc_model_backward(m, 0, dout, NULL, NULL)) {
+        fprintf(stderr, "bench_lycoris: model step: %s\n", ghc_error_message(c));
+        exit(EXIT_FAILURE);
+    }
+    ghc_op_sync(c, 0, NULL);
+    return now() - t0;
+}
+
 static double time_model(int layers, const int64_t lat[3], const char *net_cfg, double *paired)
 {
     char text[1024];
@@ -236,16 +251,13 @@ static double time_model(int layers, const int64_t lat[3], const char *net_cfg, 
     double t[64];
     int n = iters < 64 ? iters : 64;
     for (int it = -2; it < n; it++) {
-        ghc_op_sync(c, 0, NULL);
-        double t0 = now();
-        if ((net_cfg && ghc_network_begin_step(ghc_network_get(c), it + 2)) ||
-            ghc_model_forward(m, 0, &b, out, true, NULL) || ghc_model_backward(m, 0, dout, NULL, NULL)) {
-            fprintf(stderr, "bench_lycoris: model step: %s\n", ghc_error_message(c));
+        if (net_cfg && ghc_network_begin_step(ghc_network_get(c), it + 2)) {
+            fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
             exit(EXIT_FAILURE);
         }
-        ghc_op_sync(c, 0, NULL);
+        double dt = model_step(c, m, &b, out, dout);
         if (it >= 0)
-            t[it] = now() - t0;
+            t[it] = dt;
     }
     qsort(t, (size_t)n, sizeof(double), cmp_double);
     if (paired && net_cfg) {   /* the same model with and without the hook, step by step in turn */
@@ -262,14 +274,7 @@ static double time_model(int layers, const int64_t lat[3], const char *net_cfg, 
                     fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
                     exit(EXIT_FAILURE);
                 }
-                ghc_op_sync(c, 0, NULL);
-                double t0 = now();
-                if (ghc_model_forward(m, 0, &b, out, true, NULL) || ghc_model_backward(m, 0, dout, NULL, NULL)) {
-                    fprintf(stderr, "bench_lycoris: model step: %s\n", ghc_error_message(c));
-                    exit(EXIT_FAILURE);
-                }
-                ghc_op_sync(c, 0, NULL);
-                ts2[on] = now() - t0;
+                ts2[on] = model_step(c, m, &b, out, dout);
             }
             d[it] = ts2[1] - ts2[0];
         }
