@@ -121,20 +121,37 @@ int main(void)
     struct job copy = { .kind = 0, .src = src, .dst = dst, .bytes = cbytes };
     struct job jaw = { aw, n, 1, NULL, NULL, 0 }, jam = { am, n, 2, NULL, NULL, 0 };
     double copy_gbs = 2.0 * (double)cbytes / (time_ms(20, run_job, &copy) * 1e-3) / 1e9;
-    float ms_aw = time_ms(20, run_job, &jaw), ms_am = time_ms(20, run_job, &jam);
+    float ms_aw = time_ms(20, run_job, &jaw);
+    /* automagic as it runs (the thin tensors in one cluster each) and in the separate passes,
+     * in turn, twice: the better of each */
+    float ms_am = 1e30f, ms_ps = 1e30f, ms_late = 1e30f;
+    for (int rep = 0; rep < 6; rep++) {
+        const int mode = rep % 3 == 0 ? 1 : rep % 3 == 1 ? 0 : 2;
+        ghc_k_automagic_fused(mode);
+        float ms = time_ms(20, run_job, &jam);
+        float *best = mode == 1 ? &ms_am : mode == 0 ? &ms_ps : &ms_late;
+        if (ms < *best)
+            *best = ms;
+    }
+    ghc_k_automagic_fused(0);
     need(cudaGetLastError() == cudaSuccess, "launch", NULL);
-    double pass[3];   /* each pass's time over synchronised calls */
+    double pass[3];   /* each pass's time over synchronised calls, the separate passes */
     ghc_k_automagic_profile(1, NULL);
     for (int i = 0; i < 10; i++)
         run_job(&jam);
     ghc_k_automagic_profile(0, pass);
+    ghc_k_automagic_fused(1);
     double gbs_aw = 28.0 * (double)total / (ms_aw * 1e-3) / 1e9, gbs_am = 14.25 * (double)total / (ms_am * 1e-3) / 1e9;
+    double gbs_ps = 14.25 * (double)total / (ms_ps * 1e-3) / 1e9;
     printf("params: %lld in %d tensors (A14B expert, LoRA r%d)\n", (long long)total, (int)n, RANK);
     printf("cudaMemcpy D2D: %.1f GB/s (read + write)\n", copy_gbs);
     printf("adamw:     %.3f ms/step, %.1f GB/s state traffic, %.0f%% of copy\n", ms_aw, gbs_aw, 100.0 * gbs_aw / copy_gbs);
-    printf("automagic: %.3f ms/step, %.1f GB/s state traffic, %.0f%% of copy; per pass (synchronised calls): "
+    printf("automagic: %.3f ms/step, %.1f GB/s state traffic, %.0f%% of copy (a cluster a tensor; the new scale "
+           "after the update: %.3f ms)\n",
+           ms_am, gbs_am, 100.0 * gbs_am / copy_gbs, ms_late);
+    printf("automagic, separate passes: %.3f ms/step, %.1f GB/s, %.0f%% of copy; per pass (synchronised calls): "
            "stats and finish %.3f, update %.3f, mask %.3f ms\n",
-           ms_am, gbs_am, 100.0 * gbs_am / copy_gbs, pass[0], pass[1], pass[2]);
+           ms_ps, gbs_ps, 100.0 * gbs_ps / copy_gbs, pass[0], pass[1], pass[2]);
     cudaFree(src);
     cudaFree(dst);
     ghc_core_free(core);   /* the process exits: tensors go with the device context */

@@ -8,6 +8,7 @@
 #include "optim_cases.h"
 
 #include "../kernels/cuda/device.h"
+#include "../kernels/cuda/kernels.h"
 
 static ghc_core_t *oc_core(const char *section)
 {
@@ -45,12 +46,17 @@ END_TEST
 
 /* LoRA's thin A and B at ranks 4, 8, 16 and 32 (the register-resident stats), wide and tall
  * matrices past 32 rows or columns, one row or one column, odd sizes, 1-D over one and several
- * chunks, a batch of matrices ({0, 1, n}: 1-D). */
-#define FU_N 16
+ * chunks, a batch of matrices ({0, 1, n}: 1-D); from 15 on thin ones in whole groups of 128
+ * that the clusters take where their params are f32 (k_am_fused: wide and tall, ranks 4 to 32,
+ * clusters of 1 to 16 blocks, a last block shorter than the others). */
+#define FU_N 25
 static const int64_t fu_shape[FU_N][3] = { { 1, 16, 3000 }, { 1, 3000, 16 }, { 1, 40, 1000 }, { 1, 7, 33 },
                                            { 1, 1, 5000 }, { 1, 5000, 1 }, { 0, 1, 2500 }, { 0, 1, 9000 },
                                            { 3, 40, 24 }, { 1, 64, 64 }, { 1, 300, 300 }, { 1, 16, 20000 },
-                                           { 1, 2000, 8 }, { 1, 4, 4100 }, { 1, 32, 1500 }, { 1, 2500, 32 } };
+                                           { 1, 2000, 8 }, { 1, 4, 4100 }, { 1, 32, 1500 }, { 1, 2500, 32 },
+                                           { 1, 16, 5120 }, { 1, 8, 256 }, { 1, 13824, 16 }, { 1, 2048, 4 },
+                                           { 1, 6000, 8 }, { 1, 2048, 4 }, { 1, 8, 1024 }, { 1, 32, 1280 },
+                                           { 1, 4, 3968 } };
 
 /* A tensor of dtype dt on `dev` holding v (f32 values; raw bytes for U8 and I32). */
 static ghc_tensor_t *fu_tensor(ghc_core_t *core, int dev, enum ghc_dtype dt, int ndim, const int64_t *shape,
@@ -134,6 +140,8 @@ static void fu_free(struct ghc_optim_tensor *ts)
 
 /* got (on the device) against want (on the CPU): bytes equal (tol < 0), or as floats within
  * tol relative to max(|want|, floor). */
+static int fu_mode;   /* fu_run's: in the messages */
+
 static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t, double tol, double floor,
                      int tensor, int step, const char *what)
 {
@@ -143,7 +151,7 @@ static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t
     const int64_t n = ghc_tensor_numel(h);
     if (tol < 0) {
         ck_assert_msg(memcmp(ghc_tensor_data(h), ghc_tensor_data(want_t), ghc_tensor_nbytes(h)) == 0,
-                      "tensor %d, step %d: %s differs from the CPU's", tensor, step, what);
+                      "mode %d, tensor %d, step %d: %s differs from the CPU's", fu_mode, tensor, step, what);
     } else {
         ghc_tensor_t *a = ghc_tensor_init(core, GHC_DTYPE_F32, 1, &n, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
         ghc_tensor_t *b = ghc_tensor_init(core, GHC_DTYPE_F32, 1, &n, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
@@ -153,8 +161,8 @@ static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t
         const float *x = ghc_tensor_cdata(a), *y = ghc_tensor_cdata(b);
         for (int64_t e = 0; e < n; e++)
             ck_assert_msg(fabs((double)x[e] - y[e]) <= tol * fmax(fabs(y[e]), floor),
-                          "tensor %d, step %d: %s[%lld] = %.9g, the CPU's %.9g", tensor, step, what, (long long)e,
-                          x[e], y[e]);
+                          "mode %d, tensor %d, step %d: %s[%lld] = %.9g, the CPU's %.9g", fu_mode, tensor, step, what,
+                          (long long)e, x[e], y[e]);
         ghc_tensor_free(a);
         ghc_tensor_free(b);
     }
@@ -163,9 +171,14 @@ static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t
 
 /* Six steps of the same list on the GPU and on the CPU (random grads with exact zeros, bf16 grads
  * on some, weight decay): masks, scales, polarity and agreement bit for bit, second moments and
- * the mean lr within f32 sums' rounding, params within that too (bf16 ones within one ulp). */
-START_TEST(automagic_shapes_cuda)
+ * the mean lr within f32 sums' rounding, params within that too (bf16 ones within one ulp);
+ * fused: with the thin tensors' clusters (1, the default; 2: the clusters taking the new int8
+ * scale after the update, as they do where a u underflows) or every tensor in the separate
+ * passes (0). */
+static void fu_run(int fused)
 {
+    ghc_k_automagic_fused(fused);
+    fu_mode = fused;
     ghc_core_t *core = oc_core("");
     static const char *const what[6] = { "row state", "column state", "lr mask", "scale and mean", "polarity",
                                          "agreement" };
@@ -184,6 +197,16 @@ START_TEST(automagic_shapes_cuda)
             srand(1000u * (unsigned)step + (unsigned)i);
             for (int64_t e = 0; e < n; e++)
                 g[e] = rand() % 7 == 0 ? 0.0f : (float)(rand() % 2001 - 1000) * 1e-6f;
+            if (step == 3 && i == 16)   /* u underflowing to zero (the clusters' fallback): a huge and a */
+                for (int64_t c = 0; c < 5120; c += 97) {   /* tiny g in one column of A [16, 5120] */
+                    g[c] = 1e12f;
+                    g[5120 + c] = 1e-40f;
+                }
+            if (step == 3 && i == 18)   /* and in one row of B [13824, 16] */
+                for (int64_t r = 0; r < 13824; r += 89) {
+                    g[16 * r] = -1e12f;
+                    g[16 * r + 1] = 1e-40f;
+                }
             const enum ghc_dtype gt = i % 5 == 2 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
             ghc_tensor_free(gdg[i]);
             ghc_tensor_free(cpg[i]);
@@ -213,6 +236,14 @@ START_TEST(automagic_shapes_cuda)
         ghc_tensor_free(cpg[i]);
     }
     ghc_core_free(core);
+    ghc_k_automagic_fused(1);
+}
+
+START_TEST(automagic_shapes_cuda)
+{
+    fu_run(1);
+    fu_run(2);
+    fu_run(0);
 }
 END_TEST
 

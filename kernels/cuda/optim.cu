@@ -5,7 +5,9 @@
  *              cut into chunks of AW_CHUNK elements, one block each (a block finds its tensor by
  *              binary search of the chunk starts). The same roundings as kernels/cpu/optim.c
  *              (explicit _rn intrinsics, fmaf where the CPU has one): bit-identical to the CPU.
- *   automagic: three passes over all tensors of a call, whatever their number: the tensor
+ *   automagic: LoRA's A and B (thin, f32, int8 mask) in one launch per kind, a cluster of
+ *              blocks a tensor (k_am_fused, below: g read once); every other tensor in three
+ *              passes, whatever their number: the tensor
  *              table lives in device memory (a plan, cached per device, stream and list, so
  *              later steps copy nothing); (1) stats over chunks of every tensor (two launches:
  *              the thin tensors, LoRA's A and B, with g held in registers; the others staged
@@ -17,7 +19,9 @@
  *              against the new absmax. Reductions in f32 in a fixed order (deterministic;
  *              within float rounding of the CPU's f64 sums). A block finds its chunk's tensor
  *              in a table of the plan (one load). */
+#include <algorithm>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "common.cuh"
@@ -189,7 +193,9 @@ struct am_desc {
     int32_t     thin;        /* the short side's length K (4, 8, 16 or 32) where k_am_stats_thin
                               * takes the tensor (f32 g, 16-byte aligned, rows of whole 16-byte
                               * groups), else 0 */
-    int32_t     pad_;        /* no implicit padding (plans compare tables with memcmp) */
+    int32_t     fused;       /* blocks of the cluster that steps the tensor in k_am_fused (span: the
+                              * long side's lines a block), else 0 (no implicit padding: plans
+                              * compare tables with memcmp) */
 };
 
 static_assert(sizeof(am_desc) == 184, "am_desc has no padding");
@@ -204,23 +210,33 @@ struct am_plan_dev {
     const int32_t *own1, *ownf;   /* the tensor of each stats chunk and of each flat chunk */
     const int32_t *list1;         /* the stats chunks of k_am_stats_thin, then those of k_am_stats */
     int32_t       *done;          /* [n] stats chunks done per tensor (zero between calls) */
+    const int32_t *listf;         /* the flat chunks of the tensors k_am_fused does not take */
+    const int32_t *fl;            /* the tensors k_am_fused takes, by launch group */
 };
 
-/* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it. */
-template <bool MAX>
+/* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it.
+ * NT: the block's threads and its barriers (0: blockDim.x and __syncthreads; else the first NT
+ * threads and named barrier 1, as k_am_fused's compute warps). */
+template <bool MAX, int NT = 0>
 GHC_D float block_reduce(float x, float *sh)
 {
+    auto sync = [] {
+        if constexpr (NT > 0)
+            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+        else
+            __syncthreads();
+    };
     for (int o = 16; o > 0; o /= 2) {
         float y = __shfl_xor_sync(0xffffffffu, x, o);
         x = MAX ? fmaxf(x, y) : __fadd_rn(x, y);
     }
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    __syncthreads();
+    sync();
     if (l == 0)
         sh[w] = x;
-    __syncthreads();
+    sync();
     if (w == 0) {
-        x = l < (int)(blockDim.x / 32) ? sh[l] : (MAX ? -INFINITY : 0.0f);
+        x = l < (NT > 0 ? NT / 32 : (int)(blockDim.x / 32)) ? sh[l] : (MAX ? -INFINITY : 0.0f);
         for (int o = 16; o > 0; o /= 2) {
             float y = __shfl_xor_sync(0xffffffffu, x, o);
             x = MAX ? fmaxf(x, y) : __fadd_rn(x, y);
@@ -228,7 +244,7 @@ GHC_D float block_reduce(float x, float *sh)
         if (l == 0)
             sh[32] = x;
     }
-    __syncthreads();
+    sync();
     return sh[32];
 }
 
@@ -669,6 +685,45 @@ GHC_D void am_thin_wide(const am_plan_dev &P, const ghc_automagic_args &a, const
     am_thin_part(P, t, k, 2 * K, sw);
 }
 
+/* A tall thin row's 4 consecutive elements e of a lane, LPR lanes a row: the row's sum of
+ * v = g^2 + eps (every one of its lanes gets the same bits). */
+template <int LPR>
+GHC_D float am_row4(const float e[4], const ghc_automagic_args &a)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+        sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(e[q], e[q]), a.eps));
+#pragma unroll
+    for (int o = 1; o < LPR; o *= 2)
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+    return sum;
+}
+
+/* Adds e's column partials: v, and g^2 times rr (1 / the row's new state). */
+GHC_D void am_acc4(float pv[4], float pq[4], const float e[4], float rr, const ghc_automagic_args &a)
+{
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        float g2 = __fmul_rn(e[q], e[q]);
+        pv[q] = __fadd_rn(pv[q], __fadd_rn(g2, a.eps));
+        pq[q] = __fadd_rn(pq[q], __fmul_rn(g2, rr));
+    }
+}
+
+/* The column partials summed over the lanes that hold the same columns (fixed order). */
+template <int LPR>
+GHC_D void am_lanes4(float pv[4], float pq[4])
+{
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+        for (int o = LPR; o < 32; o *= 2) {
+            pv[q] = __fadd_rn(pv[q], __shfl_xor_sync(0xffffffffu, pv[q], o));
+            pq[q] = __fadd_rn(pq[q], __shfl_xor_sync(0xffffffffu, pq[q], o));
+        }
+}
+
 /* Stats of chunk k of a thin tall tensor t ([B][R][K], K <= 32): a row is K / 4 lanes' 16-byte
  * loads, AM_TU rows a thread all in flight; a row's sum by shuffles over its lanes (all of them
  * get the same bits), its new state and 1 / state; each thread sums its 4 columns' partials
@@ -694,32 +749,15 @@ GHC_D void am_thin_tall(const am_plan_dev &P, const ghc_automagic_args &a, const
     for (int u = 0; u < AM_TU; u++) {
         const int r = j * t.span + u * RPS + tid / LPR;
         const float e[4] = { v[u].x, v[u].y, v[u].z, v[u].w };
-        float sum = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-            sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(e[q], e[q]), a.eps));
-#pragma unroll
-        for (int o = 1; o < LPR; o *= 2)
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+        const float sum = am_row4<LPR>(e, a);
         if (r < r1) {
-            float nv = am_ema(old[u], __fdiv_rn(sum, (float)K), a), rr = __frcp_rn(nv);
+            float nv = am_ema(old[u], __fdiv_rn(sum, (float)K), a);
             if (cg == 0)
                 s0[r] = nv;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                float g2 = __fmul_rn(e[q], e[q]);
-                pv[q] = __fadd_rn(pv[q], __fadd_rn(g2, a.eps));
-                pq[q] = __fadd_rn(pq[q], __fmul_rn(g2, rr));
-            }
+            am_acc4(pv, pq, e, __frcp_rn(nv), a);
         }
     }
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-#pragma unroll
-        for (int o = LPR; o < 32; o *= 2) {
-            pv[q] = __fadd_rn(pv[q], __shfl_xor_sync(0xffffffffu, pv[q], o));
-            pq[q] = __fadd_rn(pq[q], __shfl_xor_sync(0xffffffffu, pq[q], o));
-        }
+    am_lanes4<LPR>(pv, pq);
     if (lane < LPR)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -773,6 +811,25 @@ GHC_D void am_ld4(const void *x, int bf16, int i0, int n, float v[4])
     }
     for (int e = 0; e < 4; e++)
         v[e] = i0 + e < n ? ld_f(x, bf16, i0 + e) : 0.0f;
+}
+
+/* A lane's 4 polarity and agreement bits (element i0 .. i0 + 3, i0 % 4 == 0, 8 lanes a 32-bit
+ * word) OR-ed into their words over the 8 lanes; the word's first lane stores them at pol[w],
+ * agree[w] (w = i0 / 32) where `store`. */
+GHC_D void am_bits4(uint32_t nu, uint32_t ns, int i0, uint32_t *pol, uint32_t *agree, bool store)
+{
+    const uint32_t sh = (uint32_t)i0 % 32u;
+    nu <<= sh;
+    ns <<= sh;
+#pragma unroll
+    for (int o = 1; o < 8; o *= 2) {
+        nu |= __shfl_xor_sync(0xffffffffu, nu, o);
+        ns |= __shfl_xor_sync(0xffffffffu, ns, o);
+    }
+    if (threadIdx.x % 8 == 0 && store) {
+        pol[i0 / 32] = nu;
+        agree[i0 / 32] = ns;
+    }
 }
 
 /* The update pass over chunk k of a tensor with t.vec: each lane takes 4 consecutive elements
@@ -882,17 +939,7 @@ GHC_D void am_update4(const am_desc &t, const ghc_automagic_args &a, float div, 
                             mf[i + e] = lr[v][e];
                 }
             }
-            nu <<= sh;
-            ns <<= sh;
-#pragma unroll
-            for (int o = 1; o < 8; o *= 2) {
-                nu |= __shfl_xor_sync(0xffffffffu, nu, o);
-                ns |= __shfl_xor_sync(0xffffffffu, ns, o);
-            }
-            if (lane % 8 == 0 && i < i1) {
-                t.pol[i / 32] = nu;
-                t.agree[i / 32] = ns;
-            }
+            am_bits4(nu, ns, i, t.pol, t.agree, i < i1);
         }
     }
 }
@@ -905,7 +952,7 @@ static __global__ void __launch_bounds__(AM_T, MINB) k_am_update(const am_plan_d
                                                           uint64_t off_delta, int32_t total)
 {
     __shared__ float red[33];
-    const int32_t blk = total - 1 - (int32_t)blockIdx.x;
+    const int32_t blk = P.listf[total - 1 - (int32_t)blockIdx.x];
     const int ti = P.ownf[blk];
     const am_desc t = P.t[ti];
     const int k = blk - P.startf[ti], lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = AM_T / 32;
@@ -995,9 +1042,10 @@ GHC_D uint32_t am_code(uint8_t q, bool same, float old_scale, float ns, const gh
 static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, const ghc_automagic_args a)
 {
     __shared__ float red[33];
-    const int ti = P.ownf[blockIdx.x];
+    const int32_t chunk = P.listf[blockIdx.x];
+    const int ti = P.ownf[chunk];
     const am_desc t = P.t[ti];
-    const int k = (int)blockIdx.x - P.startf[ti], tid = threadIdx.x;
+    const int k = chunk - P.startf[ti], tid = threadIdx.x;
     const float *lrp = P.scr + t.lrp;
     float mean = 0.0f;
     if (k == 0 && tid == 0) {
@@ -1060,6 +1108,718 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
     }
 }
 
+/* ---- automagic: thin tensors, a cluster of blocks a tensor, g read once --------------------- */
+
+/* A thin tensor (LoRA's A [K][C] or B [R][K], K = 4, 8, 16 or 32; f32 params and g, the int8
+ * mask, one matrix, the long side in whole groups of 128 elements, 16-byte aligned arrays) is
+ * stepped whole by one cluster of `fused` blocks (am_desc::fused), each holding `span` lines of
+ * the long side in shared memory. Each block has AF_C compute threads and one mover warp. The
+ * mover brings a tensor's g, codes, polarity words and long-side state in by bulk copies (the
+ * tensor memory accelerator: every byte in flight at once, no registers held) into one of two
+ * stages while the compute warps work on the other, and sends the finished stage's results back
+ * the same way; the params go through registers (prefetched into L2). The compute warps: the
+ * long side's state (complete in the block) and the short side's partials, pushed to every
+ * block of the cluster (st.async into their shared memory; summed in rank order:
+ * deterministic); then every block alike the short side's state and the clipping divisor; the
+ * update; the new int8 scale and the codes. The new scale (the max new lr) is known before the
+ * update: the sign of u is the sign of g unless u underflows to zero, and the new lr is
+ * monotone in the old code, so the extreme old codes of the agreeing and of the other elements,
+ * pushed with the partials, give it; the update then writes the codes. Where a u could
+ * underflow (a bound from the smallest |g| and factors says so), the cluster takes the scale
+ * from the lr max the update pushes and writes the codes after it (the fallback). So g is read
+ * once from HBM and every byte moves once: the counted 14.25 B a param plus the agreement bits.
+ * The clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
+ * resident). Per element the arithmetic is the flat passes' (the same bits for masks, polarity
+ * and agreement; the sums in another fixed order). */
+#define AF_C     736   /* compute threads a block (23 warps; H100, bench_optim: 480 0.694 ms, 608 0.670, 736 0.655) */
+#define AF_T     768   /* with the mover warp: one block an SM (at most 85 registers) */
+#define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
+#define AF_NEX   6     /* the extremes a block sends with its partials (k_am_fused, 1.) */
+#define AF_XW    72    /* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
+
+/* What a block keeps besides the tensor's slices. */
+struct af_small {
+    __align__(16) float sfac[32];       /* the short side's update factors (read as float4) */
+    float sold[2][32];                  /* [stage] the short side's old state (by bulk copy) */
+    __align__(16) float rx[2][AF_MAXNC][AF_XW];   /* [k % 2][block] the blocks' partials, pushed */
+    float rl[2][AF_MAXNC][2];           /* [k % 2][block] the blocks' lr max and sum, pushed */
+    am_desc desc[2];                    /* [stage] the tensor's table entry (the mover's copy) */
+    float oscale[2];                    /* [stage] its old int8 scale */
+    float misc[4];                      /* div, exact (1) or not (0), mean row, new scale */
+    float red[64];
+    float part[AF_C / 32][64];          /* tall: the warps' column partials */
+    uint32_t pex[AF_C / 32][AF_NEX];    /* the warps' extremes */
+    __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall) */
+    float lrt[256];                     /* old lr of each code: code * old scale */
+    unsigned long long full[2], done[2];   /* [stage] loaded (mover -> compute), finished (compute -> mover) */
+    unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
+    uint8_t code[512];                  /* new code of (agreement, old code) */
+};
+
+/* Byte offsets in a block's dynamic shared memory: two stages, each one tensor's slices (g,
+ * codes, polarity and agreement words, the long side's state at g + the offsets), then the rest. */
+struct af_layout {
+    uint32_t g, stage, mask, pol, agree, lst, lrc, lfac, small, bytes;
+};
+
+/* Where a block's pieces lie in its dynamic shared memory (at most span long-side lines of K). */
+static __host__ __device__ inline af_layout af_layout_of(int K, int span)
+{
+    const uint32_t E = (uint32_t)K * (uint32_t)span;
+    af_layout l;
+    uint32_t o = 0;
+    auto take = [&o](uint32_t b) {
+        uint32_t r = o;
+        o += (b + 15u) & ~15u;
+        return r;
+    };
+    l.small = take(sizeof(af_small));
+    l.g = take(4 * E);
+    l.mask = take(E) - l.g;
+    l.pol = take(E / 8) - l.g;
+    l.agree = take(E / 8) - l.g;
+    l.lst = take(4 * (uint32_t)span) - l.g;
+    l.stage = o - l.g;
+    o += l.stage;
+    l.lrc = take(4 * (uint32_t)span);
+    l.lfac = take(4 * (uint32_t)span);
+    l.bytes = o;
+    return l;
+}
+
+GHC_D uint32_t af_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+GHC_D void af_bar_init(unsigned long long *b)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(af_sa(b)));
+}
+
+GHC_D void af_bar_expect(unsigned long long *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(af_sa(b)), "r"(bytes) : "memory");
+}
+
+GHC_D void af_bar_arrive(unsigned long long *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(af_sa(b)) : "memory");
+}
+
+/* Waits for the phase of `parity` to complete (acquire at cluster scope: the pushes of other
+ * blocks' threads are seen). */
+GHC_D void af_bar_wait(unsigned long long *b, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "AF_WAIT:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra AF_WAIT;\n"
+                 "}" ::"r"(af_sa(b)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* bytes (a multiple of 16, both ends 16-byte aligned) from global src to shared dst */
+GHC_D void af_load(void *dst, const void *src, uint32_t bytes, unsigned long long *b)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     af_sa(dst)),
+                 "l"(src), "r"(bytes), "r"(af_sa(b))
+                 : "memory");
+}
+
+GHC_D void af_store(void *dst, const void *src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(af_sa(src)), "r"(bytes)
+                 : "memory");
+}
+
+GHC_D uint32_t af_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+GHC_D uint32_t af_nrank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+
+GHC_D void af_cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* The compute warps' barrier (named barrier 1, as block_reduce<., AF_C>: the mover warp goes its own way). */
+GHC_D void af_csync() { asm volatile("bar.sync 1, %0;" ::"n"(AF_C) : "memory"); }
+
+/* x (in this block's shared memory) as cluster block `rank` has it: its address there */
+GHC_D uint32_t af_map(const void *x, uint32_t rank)
+{
+    uint32_t a;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(af_sa(x)), "r"(rank));
+    return a;
+}
+
+/* 16 bytes into block `rank`'s shared memory at (our address of) dst, completing bytes on its
+ * barrier at (our address of) bar */
+GHC_D void af_push4(float *dst, float4 v, unsigned long long *bar, uint32_t rank)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                     af_map(dst, rank)),
+                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(af_map(bar, rank))
+                 : "memory");
+}
+
+GHC_D void af_push2(float *dst, float x, float y, unsigned long long *bar, uint32_t rank)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+                     af_map(dst, rank)),
+                 "f"(x), "f"(y), "r"(af_map(bar, rank))
+                 : "memory");
+}
+
+/* Block q's slice of tensor t: its first line and its lines. */
+GHC_D void af_slice(const am_desc &t, bool wide, uint32_t q, int *l0, int *nl)
+{
+    const int L = wide ? t.C : t.R;
+    *l0 = (int)q * t.span;
+    *nl = max(0, min(t.span, L - *l0));
+}
+
+/* The mover's lanes: tensor ti's table entry and old int8 scale into stage s's slots, then the
+ * bulk loads of block q's slice into stage s (for a wide tensor a lane a row): g, codes,
+ * polarity, the long side's state and the short side's old state, on barrier full[s]; and the
+ * slice's params into L2 (the update reads them into registers). */
+template <int K, bool WIDE>
+GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char *sm, const af_layout &lo, int s)
+{
+    const int lane = threadIdx.x % 32;
+    af_small &S = *(af_small *)(sm + lo.small);
+    {
+        const uint32_t *src = (const uint32_t *)(P.t + ti);
+        uint32_t *dst = (uint32_t *)&S.desc[s];
+        for (int w = lane; w < (int)(sizeof(am_desc) / 4); w += 32)
+            dst[w] = src[w];
+        __syncwarp();
+    }
+    const am_desc &t = S.desc[s];
+    int l0, nl;
+    af_slice(t, WIDE, q, &l0, &nl);
+    const int E = nl * K;
+    unsigned long long *bar = &S.full[s];
+    if (lane == 0) {   /* the entry, then the bytes (an empty slice completes the phase with none) */
+        S.oscale[s] = t.aux[0];
+        af_bar_expect(bar, nl > 0 ? (uint32_t)(4 * E + E + E / 8 + 4 * nl + 4 * K) : 0u);
+    }
+    if (nl == 0)
+        return;
+    const int64_t C = t.C;
+    unsigned char *st = sm + lo.g + s * lo.stage;
+    float *g = (float *)st, *lst = (float *)(st + lo.lst);
+    uint8_t *mq = st + lo.mask;
+    uint32_t *pol = (uint32_t *)(st + lo.pol);
+    if (WIDE) {
+        if (lane < K) {
+            const int r = lane;
+            af_load(g + r * nl, (const float *)t.g + r * C + l0, 4 * nl, bar);
+            af_load(mq + r * nl, (const uint8_t *)t.mask + r * C + l0, nl, bar);
+            af_load(pol + r * nl / 32, t.pol + (r * C + l0) / 32, nl / 8, bar);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + r * C + l0),
+                         "r"(4 * nl)
+                         : "memory");
+        }
+        if (lane == K % 32) {
+            af_load(lst, t.s1 + l0, 4 * nl, bar);
+            af_load(S.sold[s], t.s0, 4 * K, bar);
+        }
+    } else {
+        const int64_t e0 = (int64_t)l0 * K;
+        if (lane == 0)
+            af_load(g, (const float *)t.g + e0, 4 * E, bar);
+        else if (lane == 1)
+            af_load(mq, (const uint8_t *)t.mask + e0, E, bar);
+        else if (lane == 2)
+            af_load(pol, t.pol + e0 / 32, E / 8, bar);
+        else if (lane == 3)
+            af_load(lst, t.s0 + l0, 4 * nl, bar);
+        else if (lane == 4)
+            af_load(S.sold[s], t.s1, 4 * K, bar);
+        else if (lane == 5)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + e0), "r"(4 * E)
+                         : "memory");
+    }
+}
+
+/* The mover's lanes: stage s's results out (codes, polarity, agreement, the long side's state). */
+template <int K, bool WIDE>
+GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
+{
+    const int lane = threadIdx.x % 32;
+    af_small &S = *(af_small *)(sm + lo.small);
+    const am_desc &t = S.desc[s];
+    int l0, nl;
+    af_slice(t, WIDE, q, &l0, &nl);
+    if (nl == 0)
+        return;
+    const int E = nl * K;
+    const int64_t C = t.C;
+    unsigned char *st = sm + lo.g + s * lo.stage;
+    const float *lst = (const float *)(st + lo.lst);
+    const uint8_t *mq = st + lo.mask;
+    const uint32_t *pol = (const uint32_t *)(st + lo.pol), *agr = (const uint32_t *)(st + lo.agree);
+    if (WIDE) {
+        if (lane < K) {
+            const int r = lane;
+            af_store((uint8_t *)t.mask + r * C + l0, mq + r * nl, nl);
+            af_store(t.pol + (r * C + l0) / 32, pol + r * nl / 32, nl / 8);
+            af_store(t.agree + (r * C + l0) / 32, agr + r * nl / 32, nl / 8);
+        }
+        if (lane == K % 32)
+            af_store(t.s1 + l0, lst, 4 * nl);
+    } else {
+        const int64_t e0 = (int64_t)l0 * K;
+        if (lane == 0)
+            af_store((uint8_t *)t.mask + e0, mq, E);
+        else if (lane == 1)
+            af_store(t.pol + e0 / 32, pol, E / 8);
+        else if (lane == 2)
+            af_store(t.agree + e0 / 32, agr, E / 8);
+        else if (lane == 3)
+            af_store(t.s0 + l0, lst, 4 * nl);
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+/* The tensors P.fl[first .. first + count) (thin: K, wide or tall), cluster c of the launch's ncl
+ * taking c, c + ncl, ...; span: the largest of theirs (the shared-memory layout). */
+template <int K, bool WIDE>
+static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P, const ghc_automagic_args a,
+                                                             int32_t first, int32_t count, int32_t span,
+                                                             int32_t late)
+{
+    extern __shared__ __align__(16) unsigned char sm[];
+    const uint32_t q = af_rank(), nc = af_nrank();
+    const int cid = (int)(blockIdx.x / nc), ncl = (int)(gridDim.x / nc);
+    const int nk = cid < count ? (count - cid + ncl - 1) / ncl : 0;   /* this cluster's tensors */
+    const af_layout lo = af_layout_of(K, span);
+    af_small &S = *(af_small *)(sm + lo.small);
+    float *lrc = (float *)(sm + lo.lrc), *lfac = (float *)(sm + lo.lfac);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_C / 32;
+    if (tid == 0) {
+        for (int b = 0; b < 2; b++) {
+            af_bar_init(&S.full[b]);
+            af_bar_init(&S.done[b]);
+            af_bar_init(&S.xb[b][0]);
+            af_bar_init(&S.xb[b][1]);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    af_cluster_sync();   /* every block's barriers are set before any push */
+
+    if (warp == NW) {   /* the mover */
+        for (int k = 0; k < nk + 2; k++) {
+            const int s = k & 1;
+            if (k >= 2) {   /* tensor k - 2's results out, once computed; its stage then free */
+                af_bar_wait(&S.done[s], (uint32_t)((k - 2) >> 1) & 1u);
+                af_flush<K, WIDE>(q, sm, lo, s);
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            }
+            if (k < nk)
+                af_fetch<K, WIDE>(P, P.fl[first + cid + k * ncl], q, sm, lo, s);
+        }
+    } else {
+        float *prev_aux = NULL;   /* exact mode: the previous tensor's aux and size, its lr sums pending */
+        int32_t prev_n = 0;
+        for (int k = 0; k < nk; k++) {
+            const int s = k & 1, x = k & 1;
+            af_bar_wait(&S.full[s], (uint32_t)(k >> 1) & 1u);
+            const am_desc t = S.desc[s];
+            int l0, nl;
+            af_slice(t, WIDE, q, &l0, &nl);
+            const int E = nl * K;
+            unsigned char *st = sm + lo.g + s * lo.stage;
+            float *g = (float *)st, *lst = (float *)(st + lo.lst);
+            uint8_t *mq = st + lo.mask;
+            uint32_t *pol = (uint32_t *)(st + lo.pol), *agr = (uint32_t *)(st + lo.agree);
+
+            /* 1. the long side's lines (complete here) and this block's partials of the short
+             * side; and for the new int8 scale, known before the update: the extreme old codes
+             * of the elements whose sign agrees and of those whose sign does not (the sign of u
+             * is the sign of g unless u underflows: checked in 2), the smallest nonzero |g| and
+             * the largest long-side state. ex[]: all as maxima of order-preserving u32 */
+            uint32_t ex[AF_NEX] = { 0u, 0u, 0u, 0u, 0u, 0u };
+            auto track = [&](float gv, uint32_t code, uint32_t oldbit) {   /* code: the byte */
+                const int cs = (int)(int8_t)(uint8_t)code;
+                const bool same = (gv > 0.0f) == (bool)oldbit;
+                const uint32_t hi = (uint32_t)(cs + 128), lo_ = (uint32_t)(128 - cs);
+                ex[0] = max(ex[0], same ? hi : 0u);
+                ex[1] = max(ex[1], same ? lo_ : 0u);
+                ex[2] = max(ex[2], same ? 0u : hi);
+                ex[3] = max(ex[3], same ? 0u : lo_);
+                ex[4] = max(ex[4], ~((__float_as_uint(gv) & 0x7fffffffu) - 1u));   /* ~(|g| - 1): zeros give 0 */
+            };
+            if (WIDE) {
+                for (int c = tid; c < nl; c += AF_C) {   /* a column: its new state, 1 / state, the factor */
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int r = 0; r < K; r++) {
+                        const float v = g[r * nl + c];
+                        sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(v, v), a.eps));
+                    }
+                    const float nv = am_ema(lst[c], __fdiv_rn(sum, (float)K), a);
+                    lst[c] = nv;
+                    lrc[c] = __frcp_rn(nv);
+                    lfac[c] = __fdiv_rn(1.0f, __fsqrt_rn(nv));
+                    ex[5] = max(ex[5], __float_as_uint(nv));
+                }
+                af_csync();
+                for (int r = warp; r < K; r += NW) {   /* a row's partials: a warp over the columns, 4 a lane */
+                    float sv = 0.0f, sq = 0.0f;
+                    for (int c = 4 * lane; c < nl; c += 128) {
+                        const int i = r * nl + c;
+                        const float4 v = *(const float4 *)(g + i), rc = *(const float4 *)(lrc + c);
+                        const float e[4] = { v.x, v.y, v.z, v.w }, f[4] = { rc.x, rc.y, rc.z, rc.w };
+                        const uint32_t c4 = *(const uint32_t *)(mq + i), old = pol[i / 32] >> (i % 32);
+#pragma unroll
+                        for (int u = 0; u < 4; u++) {
+                            const float g2 = __fmul_rn(e[u], e[u]);
+                            sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
+                            sq = __fadd_rn(sq, __fmul_rn(g2, f[u]));
+                            track(e[u], (c4 >> (8 * u)) & 0xffu, (old >> u) & 1u);
+                        }
+                    }
+                    sv = ghc_warp_sum(sv);
+                    sq = ghc_warp_sum(sq);
+                    if (lane == 0) {
+                        S.xch[r] = sv;
+                        S.xch[K + r] = sq;
+                    }
+                }
+            } else {
+                constexpr int LPR = K / 4, RPS = AF_C / LPR;   /* lanes a row, rows a step */
+                const int cg = tid % LPR;
+                float pv[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, pq[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, rs = 0.0f;
+                /* a warp's rows are all in or all out: nl is a multiple of 128 / K = 32 / LPR */
+                for (int r = tid / LPR; r < nl; r += RPS) {
+                    const int i = r * K + 4 * cg;
+                    const float4 v = *(const float4 *)(g + i);
+                    const float e[4] = { v.x, v.y, v.z, v.w };
+                    const uint32_t c4 = *(const uint32_t *)(mq + i), old = pol[i / 32] >> (i % 32);
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        track(e[u], (c4 >> (8 * u)) & 0xffu, (old >> u) & 1u);
+                    const float nv = am_ema(lst[r], __fdiv_rn(am_row4<LPR>(e, a), (float)K), a);
+                    __syncwarp();
+                    if (cg == 0) {
+                        lst[r] = nv;
+                        rs = __fadd_rn(rs, nv);
+                    }
+                    ex[5] = max(ex[5], __float_as_uint(nv));
+                    am_acc4(pv, pq, e, __frcp_rn(nv), a);
+                }
+                am_lanes4<LPR>(pv, pq);
+                if (lane < LPR)
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        S.part[warp][4 * cg + u] = pv[u];
+                        S.part[warp][K + 4 * cg + u] = pq[u];
+                    }
+                rs = block_reduce<false, AF_C>(rs, S.red);   /* syncs: part[] is complete */
+                if (tid < 2 * K) {
+                    float sum = 0.0f;
+                    for (int w = 0; w < NW; w++)
+                        sum = __fadd_rn(sum, S.part[w][tid]);
+                    S.xch[tid] = sum;
+                }
+                if (tid == 0)
+                    S.xch[2 * K] = rs;
+            }
+#pragma unroll
+            for (int v = 0; v < AF_NEX; v++)   /* the extremes over the warp, then the block */
+                for (int o = 16; o > 0; o /= 2)
+                    ex[v] = max(ex[v], __shfl_xor_sync(0xffffffffu, ex[v], o));
+            if (lane == 0)
+#pragma unroll
+                for (int v = 0; v < AF_NEX; v++)
+                    S.pex[warp][v] = ex[v];
+            af_csync();
+            if (tid < AF_NEX) {
+                uint32_t m = 0u;
+                for (int w = 0; w < NW; w++)
+                    m = max(m, S.pex[w][tid]);
+                S.xch[2 * K + 1 + tid] = __uint_as_float(m);
+            }
+            af_csync();
+
+            /* 2. the partials to every block of the cluster (lane b to block b), then from all of
+             * them in rank order: the short side's state and factors, the clipping divisor, and
+             * (exact: no u can underflow to zero, so its sign is g's) the new int8 scale */
+            constexpr int NX = (2 * K + 1 + AF_NEX + 3) / 4;   /* 16-byte pushes a block */
+            if (warp == 0) {
+                if (lane == 0)
+                    af_bar_expect(&S.xb[x][0], (uint32_t)(16 * NX) * nc);
+                if (lane < (int)nc)
+                    for (int v = 0; v < NX; v++)
+                        af_push4(&S.rx[x][q][4 * v], *(const float4 *)&S.xch[4 * v], &S.xb[x][0], (uint32_t)lane);
+                if (prev_aux) {   /* the previous tensor's lr sums, if its scale was known early */
+                    af_bar_wait(&S.xb[x ^ 1][1], (uint32_t)((k - 1) >> 1) & 1u);
+                    if (q == 0 && lane == 0) {
+                        float sum = 0.0f;
+                        for (int b = 0; b < (int)nc; b++)
+                            sum = __fadd_rn(sum, S.rl[x ^ 1][b][1]);
+                        prev_aux[1] = __fdiv_rn(sum, (float)prev_n);
+                    }
+                    prev_aux = NULL;
+                }
+                af_bar_wait(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                float sv = 0.0f, sq = 0.0f, rsum = 0.0f;
+                uint32_t exv = 0u;
+                for (int b = 0; b < (int)nc; b++) {
+                    if (lane < K) {
+                        sv = __fadd_rn(sv, S.rx[x][b][lane]);
+                        sq = __fadd_rn(sq, S.rx[x][b][K + lane]);
+                    }
+                    if (!WIDE)
+                        rsum = __fadd_rn(rsum, S.rx[x][b][2 * K]);
+                    if (lane < AF_NEX)
+                        exv = max(exv, __float_as_uint(S.rx[x][b][2 * K + 1 + lane]));
+                }
+                float nv = 0.0f, w = 0.0f;
+                if (lane < K) {
+                    nv = am_ema(S.sold[s][lane], __fdiv_rn(sv, (float)(WIDE ? t.C : t.R)), a);
+                    w = __fdiv_rn(sq, nv);
+                }
+                float wsum = 0.0f, nsum = 0.0f, smin = INFINITY;   /* in line order */
+                for (int b = 0; b < K; b++) {
+                    wsum = __fadd_rn(wsum, __shfl_sync(0xffffffffu, w, b));
+                    nsum = __fadd_rn(nsum, __shfl_sync(0xffffffffu, nv, b));
+                }
+                const float rmean = WIDE ? __fdiv_rn(nsum, (float)K) : __fdiv_rn(rsum, (float)t.R);
+                float fac = 0.0f;
+                if (lane < K) {
+                    fac = WIDE ? __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(nv, rmean))) : __fdiv_rn(1.0f, __fsqrt_rn(nv));
+                    S.sfac[lane] = fac;
+                    if (q == 0)
+                        (WIDE ? t.s0 : t.s1)[lane] = nv;
+                }
+                for (int b = 0; b < K; b++)
+                    smin = fminf(smin, __shfl_sync(0xffffffffu, fac, b));
+                uint32_t ev[AF_NEX];
+#pragma unroll
+                for (int v = 0; v < AF_NEX; v++)
+                    ev[v] = __shfl_sync(0xffffffffu, exv, v);
+                if (lane == 0) {
+                    float div = __fdiv_rn(__fdiv_rn(sqrtf(__fmul_rn(rmean, wsum)), (float)sqrt((double)t.n)), a.clip);
+                    if (!(div >= 1.0f))
+                        div = 1.0f;
+                    S.misc[0] = div;
+                    S.misc[2] = rmean;
+                    /* the smallest |u| of a nonzero g, from below (half for the roundings): the
+                     * smallest |g| times the smallest factors of the short side and (from the
+                     * largest state) of the long side, over div */
+                    const double gmin = (double)__uint_as_float(~ev[4] + 1u);
+                    const double lmax = (double)__uint_as_float(ev[5]);
+                    const double lfmin = WIDE ? 1.0 / sqrt(lmax) : 1.0 / sqrt(lmax / (double)rmean);
+                    const double bound = 0.5 * gmin * (double)smin * lfmin / (double)div;
+                    const bool exact = !late && (ev[4] == 0u || bound >= 0x1p-100);
+                    float m = 0.0f;   /* the max |new lr|: from the extreme codes, am_lr being monotone */
+                    const float os = S.oscale[s];
+                    if (ev[0])
+                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)((int)ev[0] - 128), os), true, a)));
+                    if (ev[1])
+                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)(128 - (int)ev[1]), os), true, a)));
+                    if (ev[2])
+                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)((int)ev[2] - 128), os), false, a)));
+                    if (ev[3])
+                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)(128 - (int)ev[3]), os), false, a)));
+                    const float nsc = m > 0.0f ? (float)((double)m / 127.0) : 1.0f;
+                    S.misc[1] = exact ? 1.0f : 0.0f;
+                    S.misc[3] = nsc;
+                    if (exact && q == 0)
+                        t.aux[0] = nsc;
+                }
+            } else {
+                for (int e = tid - 32; e < 256; e += AF_C - 32)   /* the old lr of each code */
+                    S.lrt[e] = __fmul_rn((float)(int8_t)(uint8_t)e, S.oscale[s]);
+            }
+            af_csync();
+            const bool exact = S.misc[1] != 0.0f;
+            if (exact)   /* the new codes, for the update to write */
+                for (int e = tid; e < 512; e += AF_C)
+                    S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], S.misc[3], a);
+            if (!WIDE)   /* the rows' factors need the mean row */
+                for (int r = tid; r < nl; r += AF_C)
+                    lfac[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(lst[r], S.misc[2])));
+            af_csync();
+
+            /* 3. the update, 4 elements a lane (8 lanes a polarity word) */
+            const float div = S.misc[0];
+            float lr_max = 0.0f, lr_sum = 0.0f;
+            /* u / div as __fdiv_rn computes it: the reciprocal refined once here, the quotient and
+             * its correction per element (the fast path's bits; exact where nothing over- or
+             * underflows: div in (1, 2^60], |u| in [2^-60, 2^60)); otherwise __fdiv_rn (a zero is
+             * itself) */
+            const bool dfast = div != 1.0f && div <= 0x1p60f;
+            float rdiv;
+            asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rdiv) : "f"(div));   /* what the fast path starts from */
+            rdiv = __fmaf_rn(rdiv, __fmaf_rn(-div, rdiv, 1.0f), rdiv);
+            auto update = [&](auto wdc, auto onec, auto codesc) {
+                /* WD: weight decay; ONE: div == 1; CODES: the new codes written here (exact) */
+                constexpr bool WD = decltype(wdc)::value, ONE = decltype(onec)::value, CODES = decltype(codesc)::value;
+                /* this thread's first group: row r, column c of the slice (wide); per step of
+                 * 4 AF_C elements dr rows and dc columns further */
+                int r = 0, c = 0, dr = 0, dc = 0;
+                if (WIDE && nl > 0) {
+                    r = 4 * tid / nl, c = 4 * tid % nl, dr = 4 * AF_C / nl, dc = 4 * AF_C % nl;
+                }
+                float *pb = (float *)t.p + (WIDE ? (int64_t)l0 : (int64_t)l0 * K);
+                auto at = [&](int i0, int rr, int cc) -> float4 * {
+                    return (float4 *)(WIDE ? pb + (int64_t)rr * t.C + cc : pb + i0);
+                };
+                float4 xn = 4 * tid < E ? __ldcg(at(4 * tid, r, c)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int i0 = 4 * tid; i0 < E; i0 += 4 * AF_C) {   /* E is a multiple of 128: whole warps */
+                    float4 *pg = at(i0, r, c), xv = xn;   /* the params from L2, one group ahead */
+                    float rf, cf[4];
+                    if (WIDE) {
+                        rf = S.sfac[r];
+                        const float4 f = *(const float4 *)(lfac + c);
+                        cf[0] = f.x, cf[1] = f.y, cf[2] = f.z, cf[3] = f.w;
+                        c += dc;
+                        r += dr;
+                        if (c >= nl) {
+                            c -= nl;
+                            r++;
+                        }
+                    } else {
+                        rf = lfac[i0 / K];
+                        const float4 f = *(const float4 *)(S.sfac + i0 % K);
+                        cf[0] = f.x, cf[1] = f.y, cf[2] = f.z, cf[3] = f.w;
+                    }
+                    if (i0 + 4 * AF_C < E)
+                        xn = __ldcg(at(i0 + 4 * AF_C, r, c));
+                    const float4 gv = *(const float4 *)(g + i0);
+                    const float ge[4] = { gv.x, gv.y, gv.z, gv.w };
+                    float xe[4] = { xv.x, xv.y, xv.z, xv.w }, u[4];
+                    bool slow = false;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        u[e] = __fmul_rn(__fmul_rn(rf, cf[e]), ge[e]);
+                        if (!ONE) {
+                            slow = slow || (__float_as_uint(u[e]) & 0x7fffffffu) - 0x21800000u >= 0x3c000000u;
+                            const float q0 = __fmaf_rn(u[e], rdiv, 0.0f);
+                            u[e] = __fmaf_rn(rdiv, __fmaf_rn(-div, q0, u[e]), q0);
+                        }
+                    }
+                    if (!ONE && (slow || !dfast))
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float v = __fmul_rn(__fmul_rn(rf, cf[e]), ge[e]);
+                            u[e] = v == 0.0f ? v : __fdiv_rn(v, div);
+                        }
+                    const uint32_t c4 = *(const uint32_t *)(mq + i0), sh = (uint32_t)i0 % 32u;
+                    const uint32_t old = pol[i0 / 32] >> sh;
+                    uint32_t nu = 0u, nc4 = 0u;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const bool up = u[e] > 0.0f, same = up == (bool)((old >> e) & 1u);
+                        nu |= (uint32_t)up << e;
+                        const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e);
+                        float l = __fadd_rn(S.lrt[b], same ? a.lr_bump : -a.lr_bump);
+                        l = fminf(fmaxf(l, a.min_lr), a.max_lr);
+                        if (CODES)
+                            nc4 |= (uint32_t)S.code[(same ? 256u : 0u) | b] << (8 * e);
+                        else
+                            lr_max = fmaxf(lr_max, fabsf(l));
+                        lr_sum = __fadd_rn(lr_sum, l);
+                        float xx = xe[e];
+                        if (WD)
+                            xx = __fadd_rn(xx, __fmul_rn(__fmul_rn(xx, -a.weight_decay), l));
+                        xe[e] = __fadd_rn(xx, -__fmul_rn(u[e], l));
+                    }
+                    __stcg(pg, make_float4(xe[0], xe[1], xe[2], xe[3]));
+                    if (CODES)
+                        *(uint32_t *)(mq + i0) = nc4;
+                    am_bits4(nu, ~(nu ^ old) & 0xfu, i0, pol, agr, true);   /* polarity, agreement */
+                }
+            };
+            auto update2 = [&](auto wdc, auto onec) {
+                if (exact)
+                    update(wdc, onec, std::true_type());
+                else
+                    update(wdc, onec, std::false_type());
+            };
+            if (a.weight_decay != 0.0f)
+                div == 1.0f ? update2(std::true_type(), std::true_type()) : update2(std::true_type(), std::false_type());
+            else
+                div == 1.0f ? update2(std::false_type(), std::true_type()) : update2(std::false_type(), std::false_type());
+            lr_sum = block_reduce<false, AF_C>(lr_sum, S.red);
+            if (!exact)
+                lr_max = block_reduce<true, AF_C>(lr_max, S.red);
+
+            /* 4. the lr max and sum to every block. Exact: only rank 0 needs them (the mean lr),
+             * with the next tensor's partials; else now: the new scale (the cluster's max lr:
+             * exact in any order), the mean lr (rank order), then the codes */
+            if (warp == 0) {
+                if (lane == 0)
+                    af_bar_expect(&S.xb[x][1], 8u * nc);
+                if (lane < (int)nc)
+                    af_push2(&S.rl[x][q][0], lr_max, lr_sum, &S.xb[x][1], (uint32_t)lane);
+                if (exact) {
+                    prev_aux = t.aux;
+                    prev_n = t.n;
+                } else {
+                    af_bar_wait(&S.xb[x][1], (uint32_t)(k >> 1) & 1u);
+                    float m = lane < (int)nc ? S.rl[x][lane][0] : 0.0f, sum = 0.0f;
+                    for (int b = 0; b < (int)nc; b++)
+                        sum = __fadd_rn(sum, S.rl[x][b][1]);
+                    for (int o = 16; o > 0; o /= 2)
+                        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                    if (lane == 0) {
+                        const float nsc = m > 0.0f ? (float)((double)m / 127.0) : 1.0f;
+                        S.misc[3] = nsc;
+                        if (q == 0) {
+                            t.aux[0] = nsc;
+                            t.aux[1] = __fdiv_rn(sum, (float)t.n);
+                        }
+                    }
+                }
+            }
+            if (!exact) {
+                af_csync();
+                for (int e = tid; e < 512; e += AF_C)
+                    S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], S.misc[3], a);
+                af_csync();
+                for (int i = 4 * tid; i < E; i += 4 * AF_C) {
+                    const uint32_t c4 = *(const uint32_t *)(mq + i), ag = agr[i / 32] >> (i % 32);
+                    uint32_t o = 0;
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        o |= (uint32_t)S.code[((ag >> e) & 1u) << 8 | ((c4 >> (8 * e)) & 0xffu)] << (8 * e);
+                    *(uint32_t *)(mq + i) = o;
+                }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* for the mover's bulk stores */
+            af_csync();
+            if (tid == 0)
+                af_bar_arrive(&S.done[s]);
+        }
+        if (warp == 0 && prev_aux) {   /* the last tensor's lr sums */
+            af_bar_wait(&S.xb[(nk - 1) & 1][1], (uint32_t)((nk - 1) >> 1) & 1u);
+            if (q == 0 && lane == 0) {
+                float sum = 0.0f;
+                for (int b = 0; b < (int)nc; b++)
+                    sum = __fadd_rn(sum, S.rl[(nk - 1) & 1][b][1]);
+                prev_aux[1] = __fdiv_rn(sum, (float)prev_n);
+            }
+        }
+    }
+    __syncwarp();
+    af_cluster_sync();   /* no block leaves while its stores or another's pushes may be in flight */
+}
+
 /* ---- automagic plans: the device table, made once per (device, stream, tensor list) -------- */
 
 struct am_plan {
@@ -1068,8 +1828,14 @@ struct am_plan {
     std::vector<am_desc> desc;   /* as uploaded (offsets of the first call) */
     void                *buf;
     am_plan_dev          d;
-    int32_t              total1, totalf;
+    int32_t              total1, totalf;   /* totalf: the flat chunks listed in d.listf */
     int32_t              thin1;   /* the first thin1 chunks of d.list1 go to k_am_stats_thin */
+    struct group {
+        int32_t  K, wide, nc, first, count;   /* d.fl[first ..] */
+        int32_t  span, ncl;                   /* the largest span; clusters resident (launched) */
+        uint32_t smem;
+    };
+    std::vector<group>   fused;   /* the launches of k_am_fused */
     uint64_t             used;
 };
 
@@ -1094,9 +1860,101 @@ static void am_magic(int64_t d, uint32_t *m, int32_t *l)
     *m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << k) - (uint64_t)d)) / (uint64_t)d + 1);
 }
 
+typedef void (*af_fn)(const am_plan_dev, const ghc_automagic_args, int32_t, int32_t, int32_t, int32_t);
+
+static af_fn af_kernel(int K, bool wide)
+{
+    switch (K * (wide ? 1 : -1)) {
+    case 4: return k_am_fused<4, true>;
+    case 8: return k_am_fused<8, true>;
+    case 16: return k_am_fused<16, true>;
+    case 32: return k_am_fused<32, true>;
+    case -4: return k_am_fused<4, false>;
+    case -8: return k_am_fused<8, false>;
+    case -16: return k_am_fused<16, false>;
+    default: return k_am_fused<32, false>;
+    }
+}
+
+/* What k_am_fused may do on each device, found once: the largest cluster (0: not yet asked,
+ * -1: none: no cluster launch, too little shared memory, or switched off) and the shared
+ * memory a block may have. */
+#define AF_DEVS 64
+static struct {
+    int max_nc, optin;
+} g_af_dev[AF_DEVS];
+static bool g_af_off;   /* ghc_k_automagic_fused(0) or GHC_AUTOMAGIC_FUSED=0 */
+static int  g_af_late;  /* ghc_k_automagic_fused(2): the new scale always after the update */
+
+static void af_device(int dev)
+{
+    if (dev < 0 || dev >= AF_DEVS || g_af_dev[dev].max_nc)
+        return;
+    int cl = 0, optin = 0;
+    const char *env = getenv("GHC_AUTOMAGIC_FUSED");
+    g_af_dev[dev].max_nc = -1;
+    if ((env && strcmp(env, "0") == 0) || cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || !cl ||
+        optin < 64 * 1024) {
+        cudaGetLastError();
+        return;
+    }
+    for (int k = 0; k < 8; k++) {
+        af_fn f = af_kernel(4 << (k % 4), k < 4);
+        if (cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess ||
+            cudaFuncSetAttribute((const void *)f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+    }
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = AF_MAXNC;
+    at.val.clusterDim.y = at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(AF_MAXNC);
+    cfg.blockDim = dim3(AF_T);
+    cfg.dynamicSmemBytes = (size_t)optin;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int num = 0;
+    bool big = cudaOccupancyMaxActiveClusters(&num, k_am_fused<16, true>, &cfg) == cudaSuccess && num > 0;
+    cudaGetLastError();
+    g_af_dev[dev].optin = optin;
+    g_af_dev[dev].max_nc = big ? AF_MAXNC : 8;
+}
+
+/* The cluster size k_am_fused takes t with on device dev and the long side's lines a block
+ * (*span), or 0: t must be thin (f32 g), one matrix, f32 params, the int8 mask, every array
+ * 16-byte aligned and the long side in groups of 128 elements (whole bulk copies and polarity
+ * words per block); the smallest power of two (clusters pack into the GPCs) whose blocks fit
+ * in an SM's shared memory. */
+static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
+{
+    if (g_af_off || !t.thin || t.B != 1 || t.p_bf16 || !t.m8 || (t.wide ? t.C : t.n) % 128 != 0)
+        return 0;
+    uintptr_t al = (uintptr_t)t.p | (uintptr_t)t.g | (uintptr_t)t.s0 | (uintptr_t)t.s1 | (uintptr_t)t.mask |
+                   (uintptr_t)t.pol | (uintptr_t)t.agree;
+    if (al % 16 != 0)
+        return 0;
+    af_device(dev);
+    if (dev < 0 || dev >= AF_DEVS || g_af_dev[dev].max_nc < 1)
+        return 0;
+    const int K = t.thin, L = t.wide ? t.C : t.R, unit = t.wide ? 128 : 128 / K;
+    for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
+        int sp = (L + nc - 1) / nc;
+        sp = (sp + unit - 1) / unit * unit;
+        if (af_layout_of(K, sp).bytes <= (uint32_t)g_af_dev[dev].optin) {
+            *span = sp;
+            return nc;
+        }
+    }
+    return 0;
+}
+
 /* The table of a call (zeroed padding, so that tables compare with memcmp), the chunk starts
  * and the scratch size in floats. */
-static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vector<am_desc> &d,
+static cudaError_t am_describe(int dev, const ghc_optim_tensor *ts, int32_t n, std::vector<am_desc> &d,
                                std::vector<int32_t> &s1, std::vector<int32_t> &sf, int64_t *floats)
 {
     d.resize((size_t)n);
@@ -1147,6 +2005,8 @@ static cudaError_t am_describe(const ghc_optim_tensor *ts, int32_t n, std::vecto
             t.span = (int32_t)span;
             t.cpm = (int32_t)((L + span - 1) / span);
             nch1 = (int64_t)t.B * t.cpm;
+            if ((t.fused = af_fit(t, dev, &t.span)) != 0)
+                nch1 = 0;   /* k_am_fused takes it all */
             off += nch1 * 2 * K;
             t.rmean = off;
             off += t.B;
@@ -1182,7 +2042,7 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
     std::vector<am_desc> d;
     std::vector<int32_t> s1, sf;
     int64_t floats = 0;
-    cudaError_t e = am_describe(ts, n, d, s1, sf, &floats);
+    cudaError_t e = am_describe(dev, ts, n, d, s1, sf, &floats);
     if (e != cudaSuccess)
         return e;
     for (int k = 0; k < g_am_count; k++) {
@@ -1222,8 +2082,8 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
     am_plan &p = g_am[slot];
     const size_t n1 = (size_t)s1[(size_t)n], nf = (size_t)sf[(size_t)n];
     size_t tb = (sizeof(am_desc) * (size_t)n + 255) & ~(size_t)255, sb = sizeof(int32_t) * ((size_t)n + 1);
-    /* ..., own1, ownf, list1 [n1], done [n] (zero) */
-    size_t hdr = tb + 2 * sb + sizeof(int32_t) * (2 * n1 + nf + (size_t)n);
+    /* ..., own1, ownf, list1 [n1], done [n] (zero), listf [nf], fl [n] */
+    size_t hdr = tb + 2 * sb + sizeof(int32_t) * (2 * n1 + 2 * nf + 2 * (size_t)n);
     size_t bytes = ((hdr + 255) & ~(size_t)255) + sizeof(float) * (2 * (size_t)n + (size_t)floats);
     std::vector<char> h(hdr);
     memcpy(h.data(), d.data(), sizeof(am_desc) * (size_t)n);
@@ -1245,6 +2105,52 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
                 for (int32_t c = s1[(size_t)i]; c < s1[(size_t)i + 1]; c++)
                     list[k1++] = c;
     }
+    int32_t *listf = list + n1 + n, *fl = listf + nf, kf = 0, nfl = 0;
+    for (int32_t i = 0; i < n; i++)   /* the flat chunks of the tensors k_am_fused does not take */
+        if (!d[(size_t)i].fused)
+            for (int32_t c = sf[(size_t)i]; c < sf[(size_t)i + 1]; c++)
+                listf[kf++] = c;
+    std::vector<am_plan::group> groups;   /* k_am_fused's tensors by (K, wide, cluster size) */
+    for (int32_t i = 0; i < n; i++) {
+        const am_desc &t = d[(size_t)i];
+        if (!t.fused)
+            continue;
+        bool seen = false;
+        for (const am_plan::group &g : groups)
+            seen = seen || (g.K == t.thin && g.wide == t.wide && g.nc == t.fused);
+        if (seen)
+            continue;
+        am_plan::group g = { t.thin, t.wide, t.fused, nfl, 0, 0, 0, 0 };
+        for (int32_t j = i; j < n; j++) {
+            const am_desc &u = d[(size_t)j];
+            if (u.fused == g.nc && u.thin == g.K && u.wide == g.wide) {
+                fl[nfl++] = j;
+                g.count++;
+                g.span = std::max(g.span, u.span);
+            }
+        }
+        g.smem = af_layout_of(g.K, g.span).bytes;
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = (unsigned)g.nc;
+        at.val.clusterDim.y = at.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)g.nc);
+        cfg.blockDim = dim3(AF_T);
+        cfg.dynamicSmemBytes = g.smem;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        int act = 0;
+        e = cudaOccupancyMaxActiveClusters(&act, af_kernel(g.K, g.wide), &cfg);
+        if (e == cudaSuccess && act < 1)
+            e = cudaErrorInvalidConfiguration;   /* af_fit admitted only what fits */
+        if (e != cudaSuccess) {
+            g_am[slot] = g_am[--g_am_count];   /* drop the slot (the last one moves in) */
+            return e;
+        }
+        g.ncl = std::min(act, g.count);
+        groups.push_back(g);
+    }
     void *buf = NULL;
     if ((e = cudaMalloc(&buf, bytes)) != cudaSuccess ||
         (e = cudaMemcpyAsync(buf, h.data(), hdr, cudaMemcpyHostToDevice, s)) != cudaSuccess) {
@@ -1261,10 +2167,11 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
     const int32_t *own_d = (const int32_t *)(c + tb + 2 * sb);
     p.d = am_plan_dev{ (const am_desc *)c, (const int32_t *)(c + tb), (const int32_t *)(c + tb + sb), scal,
                        scal + 2 * (size_t)n, n, own_d, own_d + n1, own_d + n1 + nf,
-                       (int32_t *)(own_d + 2 * n1 + nf) };
+                       (int32_t *)(own_d + 2 * n1 + nf), own_d + 2 * n1 + nf + n, own_d + 2 * n1 + 2 * nf + n };
     p.total1 = s1[(size_t)n];
     p.thin1 = nthin;
-    p.totalf = sf[(size_t)n];
+    p.totalf = kf;
+    p.fused.swap(groups);
     p.used = ++g_am_clock;
     *out = &p;
     *delta = 0;
@@ -1286,6 +2193,20 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
         GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
     if (prof)
         cudaEventRecord(g_am_prof.ev[0], s);
+    for (const am_plan::group &g : p->fused) {   /* one cluster a tensor */
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = (unsigned)g.nc;
+        at.val.clusterDim.y = at.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)(g.ncl * g.nc));
+        cfg.blockDim = dim3(AF_T);
+        cfg.dynamicSmemBytes = g.smem;
+        cfg.stream = s;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late));
+    }
     if (p->thin1 > 0)
         k_am_stats_thin<<<p->thin1, AM_T, 0, s>>>(p->d, *args);
     if (p->total1 > p->thin1)
@@ -1320,4 +2241,11 @@ extern "C" void ghc_k_automagic_profile(int on, double ms[3])
     memset(g_am_prof.ms, 0, sizeof(g_am_prof.ms));
     g_am_prof.calls = 0;
     g_am_prof.on = on != 0;
+}
+
+extern "C" void ghc_k_automagic_fused(int on)
+{
+    std::lock_guard<std::mutex> lk(g_am_lock);
+    g_af_off = on == 0;
+    g_af_late = on == 2;
 }
