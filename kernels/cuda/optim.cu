@@ -1134,7 +1134,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 #define AF_C     736   /* compute threads a block (23 warps; H100, bench_optim: 480 0.694 ms, 608 0.670, 736 0.655) */
 #define AF_T     768   /* with the mover warp: one block an SM (at most 85 registers) */
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
-#define AF_NEX   6     /* the extremes a block sends with its partials (k_am_fused, 1.) */
+#define AF_NEX   3     /* the extremes a block sends with its partials (k_am_fused, 1.) */
 #define AF_XW    72    /* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
 
 /* What a block keeps besides the tensor's slices. */
@@ -1150,7 +1150,7 @@ struct af_small {
     float part[AF_C / 32][64];          /* tall: the warps' column partials */
     uint32_t pex[AF_C / 32][AF_NEX];    /* the warps' extremes */
     __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall) */
-    float lrt[256];                     /* old lr of each code: code * old scale */
+    float lrn[512];                     /* the new lr of (agreement, old code) */
     unsigned long long full[2], done[2];   /* [stage] loaded (mover -> compute), finished (compute -> mover) */
     unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
     uint8_t code[512];                  /* new code of (agreement, old code) */
@@ -1444,22 +1444,19 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             float *g = (float *)st, *lst = (float *)(st + lo.lst);
             uint8_t *mq = st + lo.mask;
             uint32_t *pol = (uint32_t *)(st + lo.pol), *agr = (uint32_t *)(st + lo.agree);
+            for (int e = tid; e < 512; e += AF_C)   /* the new lr of (agreement, old code): exact, a lookup */
+                S.lrn[e] = am_lr(__fmul_rn((float)(int8_t)(uint8_t)e, S.oscale[s]), e >> 8, a);
+            af_csync();
 
             /* 1. the long side's lines (complete here) and this block's partials of the short
-             * side; and for the new int8 scale, known before the update: the extreme old codes
-             * of the elements whose sign agrees and of those whose sign does not (the sign of u
-             * is the sign of g unless u underflows: checked in 2), the smallest nonzero |g| and
-             * the largest long-side state. ex[]: all as maxima of order-preserving u32 */
-            uint32_t ex[AF_NEX] = { 0u, 0u, 0u, 0u, 0u, 0u };
+             * side; and for the new int8 scale, known before the update: the max |new lr|
+             * (the sign of u is the sign of g unless u underflows: checked in 2), the smallest
+             * nonzero |g| and the largest long-side state. ex[]: maxima of order-preserving u32 */
+            uint32_t ex[AF_NEX] = { 0u, 0u, 0u };
             auto track = [&](float gv, uint32_t code, uint32_t oldbit) {   /* code: the byte */
-                const int cs = (int)(int8_t)(uint8_t)code;
                 const bool same = (gv > 0.0f) == (bool)oldbit;
-                const uint32_t hi = (uint32_t)(cs + 128), lo_ = (uint32_t)(128 - cs);
-                ex[0] = max(ex[0], same ? hi : 0u);
-                ex[1] = max(ex[1], same ? lo_ : 0u);
-                ex[2] = max(ex[2], same ? 0u : hi);
-                ex[3] = max(ex[3], same ? 0u : lo_);
-                ex[4] = max(ex[4], ~((__float_as_uint(gv) & 0x7fffffffu) - 1u));   /* ~(|g| - 1): zeros give 0 */
+                ex[0] = max(ex[0], __float_as_uint(S.lrn[(same ? 256u : 0u) | code]) & 0x7fffffffu);
+                ex[1] = max(ex[1], ~((__float_as_uint(gv) & 0x7fffffffu) - 1u));   /* ~(|g| - 1): zeros give 0 */
             };
             if (WIDE) {
                 for (int c = tid; c < nl; c += AF_C) {   /* a column: its new state, 1 / state, the factor */
@@ -1473,7 +1470,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     lst[c] = nv;
                     lrc[c] = __frcp_rn(nv);
                     lfac[c] = __fdiv_rn(1.0f, __fsqrt_rn(nv));
-                    ex[5] = max(ex[5], __float_as_uint(nv));
+                    ex[2] = max(ex[2], __float_as_uint(nv));
                 }
                 af_csync();
                 for (int r = warp; r < K; r += NW) {   /* a row's partials: a warp over the columns, 4 a lane */
@@ -1517,7 +1514,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         lst[r] = nv;
                         rs = __fadd_rn(rs, nv);
                     }
-                    ex[5] = max(ex[5], __float_as_uint(nv));
+                    ex[2] = max(ex[2], __float_as_uint(nv));
                     am_acc4(pv, pq, e, __frcp_rn(nv), a);
                 }
                 am_lanes4<LPR>(pv, pq);
@@ -1620,30 +1617,18 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     /* the smallest |u| of a nonzero g, from below (half for the roundings): the
                      * smallest |g| times the smallest factors of the short side and (from the
                      * largest state) of the long side, over div */
-                    const double gmin = (double)__uint_as_float(~ev[4] + 1u);
-                    const double lmax = (double)__uint_as_float(ev[5]);
+                    const double gmin = (double)__uint_as_float(~ev[1] + 1u);
+                    const double lmax = (double)__uint_as_float(ev[2]);
                     const double lfmin = WIDE ? 1.0 / sqrt(lmax) : 1.0 / sqrt(lmax / (double)rmean);
                     const double bound = 0.5 * gmin * (double)smin * lfmin / (double)div;
-                    const bool exact = !late && (ev[4] == 0u || bound >= 0x1p-100);
-                    float m = 0.0f;   /* the max |new lr|: from the extreme codes, am_lr being monotone */
-                    const float os = S.oscale[s];
-                    if (ev[0])
-                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)((int)ev[0] - 128), os), true, a)));
-                    if (ev[1])
-                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)(128 - (int)ev[1]), os), true, a)));
-                    if (ev[2])
-                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)((int)ev[2] - 128), os), false, a)));
-                    if (ev[3])
-                        m = fmaxf(m, fabsf(am_lr(__fmul_rn((float)(128 - (int)ev[3]), os), false, a)));
+                    const bool exact = !late && (ev[1] == 0u || bound >= 0x1p-100);
+                    const float m = __uint_as_float(ev[0]);   /* the max |new lr| */
                     const float nsc = m > 0.0f ? (float)((double)m / 127.0) : 1.0f;
                     S.misc[1] = exact ? 1.0f : 0.0f;
                     S.misc[3] = nsc;
                     if (exact && q == 0)
                         t.aux[0] = nsc;
                 }
-            } else {
-                for (int e = tid - 32; e < 256; e += AF_C - 32)   /* the old lr of each code */
-                    S.lrt[e] = __fmul_rn((float)(int8_t)(uint8_t)e, S.oscale[s]);
             }
             af_csync();
             const bool exact = S.misc[1] != 0.0f;
@@ -1726,11 +1711,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     for (int e = 0; e < 4; e++) {
                         const bool up = u[e] > 0.0f, same = up == (bool)((old >> e) & 1u);
                         nu |= (uint32_t)up << e;
-                        const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e);
-                        float l = __fadd_rn(S.lrt[b], same ? a.lr_bump : -a.lr_bump);
-                        l = fminf(fmaxf(l, a.min_lr), a.max_lr);
+                        const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e) | (same ? 256u : 0u);
+                        const float l = S.lrn[b];   /* am_lr(old lr, same) */
                         if (CODES)
-                            nc4 |= (uint32_t)S.code[(same ? 256u : 0u) | b] << (8 * e);
+                            nc4 |= (uint32_t)S.code[b] << (8 * e);
                         else
                             lr_max = fmaxf(lr_max, fabsf(l));
                         lr_sum = __fadd_rn(lr_sum, l);
