@@ -1706,15 +1706,18 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         }
                     const uint32_t c4 = *(const uint32_t *)(mq + i0), sh = (uint32_t)i0 % 32u;
                     const uint32_t old = pol[i0 / 32] >> sh;
-                    uint32_t nu = 0u, nc4 = 0u;
+                    uint32_t nu = 0u, nc[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        nu |= (uint32_t)(u[e] > 0.0f) << e;
+                    const uint32_t sb = ~(nu ^ old);   /* bit e: element e's sign agrees */
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const bool up = u[e] > 0.0f, same = up == (bool)((old >> e) & 1u);
-                        nu |= (uint32_t)up << e;
-                        const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e) | (same ? 256u : 0u);
+                        /* (agreement, old code): the tables' index */
+                        const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e) | ((sb << (8 - e)) & 0x100u);
                         const float l = S.lrn[b];   /* am_lr(old lr, same) */
                         if (CODES)
-                            nc4 |= (uint32_t)S.code[b] << (8 * e);
+                            nc[e] = S.code[b];
                         else
                             lr_max = fmaxf(lr_max, fabsf(l));
                         lr_sum = __fadd_rn(lr_sum, l);
@@ -1725,7 +1728,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     }
                     __stcg(pg, make_float4(xe[0], xe[1], xe[2], xe[3]));
                     if (CODES)
-                        *(uint32_t *)(mq + i0) = nc4;
+                        *(uint32_t *)(mq + i0) =
+                            __byte_perm(__byte_perm(nc[0], nc[1], 0x0040u), __byte_perm(nc[2], nc[3], 0x0040u), 0x5410u);
                     am_bits4(nu, ~(nu ^ old) & 0xfu, i0, pol, agr, true);   /* polarity, agreement */
                 }
             };
