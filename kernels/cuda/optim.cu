@@ -1452,11 +1452,20 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
              * side; and for the new int8 scale, known before the update: the max |new lr|
              * (the sign of u is the sign of g unless u underflows: checked in 2), the smallest
              * nonzero |g| and the largest long-side state. ex[]: maxima of order-preserving u32 */
-            uint32_t ex[AF_NEX] = { 0u, 0u, 0u };
-            auto track = [&](float gv, uint32_t code, uint32_t oldbit) {   /* code: the byte */
-                const bool same = (gv > 0.0f) == (bool)oldbit;
-                ex[0] = max(ex[0], __float_as_uint(S.lrn[(same ? 256u : 0u) | code]) & 0x7fffffffu);
-                ex[1] = max(ex[1], ~((__float_as_uint(gv) & 0x7fffffffu) - 1u));   /* ~(|g| - 1): zeros give 0 */
+            uint32_t ex[AF_NEX] = { 0u, 0u, 0u }, gmn = 0xffffffffu;   /* gmn: min of 2 |g| - 1 (bits) */
+            float lm = 0.0f;   /* the max |new lr| */
+            /* 4 consecutive elements e, their codes c4 and old polarity bits (low 4 of old) */
+            auto track4 = [&](const float e[4], uint32_t c4, uint32_t old) {
+                uint32_t gp = 0u;
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    gp |= (uint32_t)(e[u] > 0.0f) << u;
+                const uint32_t sb = ~(gp ^ old);   /* bit u: its sign agrees (the sign of u is g's) */
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    lm = fmaxf(lm, fabsf(S.lrn[__byte_perm(c4, 0u, 0x4440u + (uint32_t)u) | ((sb << (8 - u)) & 0x100u)]));
+                    gmn = min(gmn, (__float_as_uint(e[u]) << 1) - 1u);   /* zeros wrap to the max */
+                }
             };
             if (WIDE) {
                 for (int c = tid; c < nl; c += AF_C) {   /* a column: its new state, 1 / state, the factor */
@@ -1485,8 +1494,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                             const float g2 = __fmul_rn(e[u], e[u]);
                             sv = __fadd_rn(sv, __fadd_rn(g2, a.eps));
                             sq = __fadd_rn(sq, __fmul_rn(g2, f[u]));
-                            track(e[u], (c4 >> (8 * u)) & 0xffu, (old >> u) & 1u);
                         }
+                        track4(e, c4, old);
                     }
                     sv = ghc_warp_sum(sv);
                     sq = ghc_warp_sum(sq);
@@ -1505,9 +1514,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     const float4 v = *(const float4 *)(g + i);
                     const float e[4] = { v.x, v.y, v.z, v.w };
                     const uint32_t c4 = *(const uint32_t *)(mq + i), old = pol[i / 32] >> (i % 32);
-#pragma unroll
-                    for (int u = 0; u < 4; u++)
-                        track(e[u], (c4 >> (8 * u)) & 0xffu, (old >> u) & 1u);
+                    track4(e, c4, old);
                     const float nv = am_ema(lst[r], __fdiv_rn(am_row4<LPR>(e, a), (float)K), a);
                     __syncwarp();
                     if (cg == 0) {
@@ -1534,6 +1541,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 if (tid == 0)
                     S.xch[2 * K] = rs;
             }
+            ex[0] = __float_as_uint(lm);   /* >= 0: ordered as its bits */
+            ex[1] = ~gmn;                  /* all zeros: 0 */
 #pragma unroll
             for (int v = 0; v < AF_NEX; v++)   /* the extremes over the warp, then the block */
                 for (int o = 16; o > 0; o /= 2)
@@ -1617,7 +1626,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     /* the smallest |u| of a nonzero g, from below (half for the roundings): the
                      * smallest |g| times the smallest factors of the short side and (from the
                      * largest state) of the long side, over div */
-                    const double gmin = (double)__uint_as_float(~ev[1] + 1u);
+                    const double gmin = (double)__uint_as_float((~ev[1] + 1u) >> 1);
                     const double lmax = (double)__uint_as_float(ev[2]);
                     const double lfmin = WIDE ? 1.0 / sqrt(lmax) : 1.0 / sqrt(lmax / (double)rmean);
                     const double bound = 0.5 * gmin * (double)smin * lfmin / (double)div;
