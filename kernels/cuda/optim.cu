@@ -1598,10 +1598,11 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     nv = am_ema(S.sold[s][lane], __fdiv_rn(sv, (float)(WIDE ? t.C : t.R)), a);
                     w = __fdiv_rn(sq, nv);
                 }
-                float wsum = 0.0f, nsum = 0.0f, smin = INFINITY;   /* in line order */
-                for (int b = 0; b < K; b++) {
-                    wsum = __fadd_rn(wsum, __shfl_sync(0xffffffffu, w, b));
-                    nsum = __fadd_rn(nsum, __shfl_sync(0xffffffffu, nv, b));
+                float wsum = w, nsum = nv, smin;   /* over the lines: a fixed tree (every block the same bits) */
+#pragma unroll
+                for (int o = 16; o > 0; o /= 2) {
+                    wsum = __fadd_rn(wsum, __shfl_xor_sync(0xffffffffu, wsum, o));
+                    nsum = __fadd_rn(nsum, __shfl_xor_sync(0xffffffffu, nsum, o));
                 }
                 const float rmean = WIDE ? __fdiv_rn(nsum, (float)K) : __fdiv_rn(rsum, (float)t.R);
                 float fac = 0.0f;
@@ -1611,8 +1612,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     if (q == 0)
                         (WIDE ? t.s0 : t.s1)[lane] = nv;
                 }
-                for (int b = 0; b < K; b++)
-                    smin = fminf(smin, __shfl_sync(0xffffffffu, fac, b));
+                smin = lane < K ? fac : INFINITY;
+#pragma unroll
+                for (int o = 16; o > 0; o /= 2)
+                    smin = fminf(smin, __shfl_xor_sync(0xffffffffu, smin, o));
                 uint32_t ev[AF_NEX];
 #pragma unroll
                 for (int v = 0; v < AF_NEX; v++)
@@ -1626,11 +1629,11 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     /* the smallest |u| of a nonzero g, from below (half for the roundings): the
                      * smallest |g| times the smallest factors of the short side and (from the
                      * largest state) of the long side, over div */
-                    const double gmin = (double)__uint_as_float((~ev[1] + 1u) >> 1);
-                    const double lmax = (double)__uint_as_float(ev[2]);
-                    const double lfmin = WIDE ? 1.0 / sqrt(lmax) : 1.0 / sqrt(lmax / (double)rmean);
-                    const double bound = 0.5 * gmin * (double)smin * lfmin / (double)div;
-                    const bool exact = !late && (ev[1] == 0u || bound >= 0x1p-100);
+                    const float gmin = __uint_as_float((~ev[1] + 1u) >> 1), lmax = __uint_as_float(ev[2]);
+                    const float lfmin = WIDE ? rsqrtf(lmax) : rsqrtf(lmax / rmean);
+                    /* (f32: an underflow or a NaN here only sends the cluster to the fallback) */
+                    const float bound = 0.5f * gmin * smin * lfmin / div;
+                    const bool exact = !late && (ev[1] == 0u || bound >= 0x1p-100f);
                     const float m = __uint_as_float(ev[0]);   /* the max |new lr| */
                     const float nsc = m > 0.0f ? (float)((double)m / 127.0) : 1.0f;
                     S.misc[1] = exact ? 1.0f : 0.0f;
