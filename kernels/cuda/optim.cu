@@ -1131,7 +1131,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * The clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
  * resident). Per element the arithmetic is the flat passes' (the same bits for masks, polarity
  * and agreement; the sums in another fixed order). */
-#define AF_C     736   /* compute threads a block (23 warps; H100, bench_optim: 480 0.694 ms, 608 0.670, 736 0.655) */
+#define AF_C     736   /* compute threads a block (23 warps; H100, bench_optim, last: 512 0.62 ms, 640 0.605, 736 0.600) */
 #define AF_T     768   /* with the mover warp: one block an SM (at most 85 registers) */
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
 #define AF_NEX   3     /* the extremes a block sends with its partials (k_am_fused, 1.) */
