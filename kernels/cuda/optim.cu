@@ -1122,9 +1122,10 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * block of the cluster (st.async into their shared memory; summed in rank order:
  * deterministic); then every block alike the short side's state and the clipping divisor; the
  * update; the new int8 scale and the codes. The new scale (the max new lr) is known before the
- * update: the sign of u is the sign of g unless u underflows to zero, and the new lr is
- * monotone in the old code, so the extreme old codes of the agreeing and of the other elements,
- * pushed with the partials, give it; the update then writes the codes. Where a u could
+ * update: the sign of u is the sign of g unless u underflows to zero, so each element's new lr
+ * is known from g, its old code and polarity (a 512-entry table of (agreement, old code) made
+ * once a tensor), and the block's max |new lr|, pushed with the partials, gives it; the update
+ * then takes each lr and new code from the tables and writes the codes. Where a u could
  * underflow (a bound from the smallest |g| and factors says so), the cluster takes the scale
  * from the lr max the update pushes and writes the codes after it (the fallback). So g is read
  * once from HBM and every byte moves once: the counted 14.25 B a param plus the agreement bits.
