@@ -1028,6 +1028,9 @@ static __global__ void __launch_bounds__(AM_T, MINB) k_am_update(const am_plan_d
     }
 }
 
+/* The int8 scale of a mask whose largest |lr| is m (upstream's Auto8bitTensor: absmax / 127). */
+GHC_D float am_scale(float m) { return m > 0.0f ? (float)((double)m / 127.0) : 1.0f; }
+
 /* The new int8 code of an element from its old code and agreement bit. */
 GHC_D uint32_t am_code(uint8_t q, bool same, float old_scale, float ns, const ghc_automagic_args &a)
 {
@@ -1063,7 +1066,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
     for (int j = tid; j < t.nf; j += AM_T)
         m = fmaxf(m, lrp[2 * j]);
     m = block_reduce<true>(m, red);
-    const float ns = m > 0.0f ? (float)((double)m / 127.0) : 1.0f, old_scale = P.scal[2 * ti + 1];
+    const float ns = am_scale(m), old_scale = P.scal[2 * ti + 1];
     __shared__ uint8_t code[512];   /* am_code of (agreement << 8 | old code): one lookup an element */
     for (int e = tid; e < 512; e += AM_T)
         code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, old_scale, ns, a);
@@ -1150,7 +1153,7 @@ struct af_small {
     float red[64];
     float part[AF_C / 32][64];          /* tall: the warps' column partials */
     uint32_t pex[AF_C / 32][AF_NEX];    /* the warps' extremes */
-    __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall) */
+    __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall), then the AF_NEX extremes */
     float lrn[512];                     /* the new lr of (agreement, old code) */
     unsigned long long full[2], done[2];   /* [stage] loaded (mover -> compute), finished (compute -> mover) */
     unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
@@ -1282,6 +1285,20 @@ GHC_D void af_push2(float *dst, float x, float y, unsigned long long *bar, uint3
                  : "memory");
 }
 
+/* Stage s's slices of a block: g, the long side's state, the codes, polarity and agreement. */
+struct af_stage {
+    float    *g, *lst;
+    uint8_t  *mq;
+    uint32_t *pol, *agr;
+};
+
+GHC_D af_stage af_stage_at(unsigned char *sm, const af_layout &lo, int s)
+{
+    unsigned char *st = sm + lo.g + s * lo.stage;
+    return af_stage{ (float *)st, (float *)(st + lo.lst), st + lo.mask, (uint32_t *)(st + lo.pol),
+                     (uint32_t *)(st + lo.agree) };
+}
+
 /* Block q's slice of tensor t: its first line and its lines. */
 GHC_D void af_slice(const am_desc &t, bool wide, uint32_t q, int *l0, int *nl)
 {
@@ -1318,10 +1335,10 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
     if (nl == 0)
         return;
     const int64_t C = t.C;
-    unsigned char *st = sm + lo.g + s * lo.stage;
-    float *g = (float *)st, *lst = (float *)(st + lo.lst);
-    uint8_t *mq = st + lo.mask;
-    uint32_t *pol = (uint32_t *)(st + lo.pol);
+    const af_stage sl = af_stage_at(sm, lo, s);
+    float *g = sl.g, *lst = sl.lst;
+    uint8_t *mq = sl.mq;
+    uint32_t *pol = sl.pol;
     if (WIDE) {
         if (lane < K) {
             const int r = lane;
@@ -1367,10 +1384,10 @@ GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
         return;
     const int E = nl * K;
     const int64_t C = t.C;
-    unsigned char *st = sm + lo.g + s * lo.stage;
-    const float *lst = (const float *)(st + lo.lst);
-    const uint8_t *mq = st + lo.mask;
-    const uint32_t *pol = (const uint32_t *)(st + lo.pol), *agr = (const uint32_t *)(st + lo.agree);
+    const af_stage sl = af_stage_at(sm, lo, s);
+    const float *lst = sl.lst;
+    const uint8_t *mq = sl.mq;
+    const uint32_t *pol = sl.pol, *agr = sl.agr;
     if (WIDE) {
         if (lane < K) {
             const int r = lane;
@@ -1434,6 +1451,21 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
     } else {
         float *prev_aux = NULL;   /* exact mode: the previous tensor's aux and size, its lr sums pending */
         int32_t prev_n = 0;
+        /* warp 0: waits for tensor kk's lr pushes; rank 0 writes its mean lr (the sums in rank order) */
+        auto mean_lr = [&](int kk, float *aux, int32_t n) {
+            af_bar_wait(&S.xb[kk & 1][1], (uint32_t)(kk >> 1) & 1u);
+            if (q == 0 && lane == 0) {
+                float sum = 0.0f;
+                for (int b = 0; b < (int)nc; b++)
+                    sum = __fadd_rn(sum, S.rl[kk & 1][b][1]);
+                aux[1] = __fdiv_rn(sum, (float)n);
+            }
+        };
+        /* the new code of every (agreement, old code) against the new scale S.misc[3] */
+        auto code_table = [&](int s) {
+            for (int e = tid; e < 512; e += AF_C)
+                S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], S.misc[3], a);
+        };
         for (int k = 0; k < nk; k++) {
             const int s = k & 1, x = k & 1;
             af_bar_wait(&S.full[s], (uint32_t)(k >> 1) & 1u);
@@ -1441,10 +1473,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             int l0, nl;
             af_slice(t, WIDE, q, &l0, &nl);
             const int E = nl * K;
-            unsigned char *st = sm + lo.g + s * lo.stage;
-            float *g = (float *)st, *lst = (float *)(st + lo.lst);
-            uint8_t *mq = st + lo.mask;
-            uint32_t *pol = (uint32_t *)(st + lo.pol), *agr = (uint32_t *)(st + lo.agree);
+            const af_stage sl = af_stage_at(sm, lo, s);
+            float *g = sl.g, *lst = sl.lst;
+            uint8_t *mq = sl.mq;
+            uint32_t *pol = sl.pol, *agr = sl.agr;
             for (int e = tid; e < 512; e += AF_C)   /* the new lr of (agreement, old code): exact, a lookup */
                 S.lrn[e] = am_lr(__fmul_rn((float)(int8_t)(uint8_t)e, S.oscale[s]), e >> 8, a);
             af_csync();
@@ -1572,13 +1604,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     for (int v = 0; v < NX; v++)
                         af_push4(&S.rx[x][q][4 * v], *(const float4 *)&S.xch[4 * v], &S.xb[x][0], (uint32_t)lane);
                 if (prev_aux) {   /* the previous tensor's lr sums, if its scale was known early */
-                    af_bar_wait(&S.xb[x ^ 1][1], (uint32_t)((k - 1) >> 1) & 1u);
-                    if (q == 0 && lane == 0) {
-                        float sum = 0.0f;
-                        for (int b = 0; b < (int)nc; b++)
-                            sum = __fadd_rn(sum, S.rl[x ^ 1][b][1]);
-                        prev_aux[1] = __fdiv_rn(sum, (float)prev_n);
-                    }
+                    mean_lr(k - 1, prev_aux, prev_n);
                     prev_aux = NULL;
                 }
                 af_bar_wait(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
@@ -1636,7 +1662,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     const float bound = 0.5f * gmin * smin * lfmin / div;
                     const bool exact = !late && (ev[1] == 0u || bound >= 0x1p-100f);
                     const float m = __uint_as_float(ev[0]);   /* the max |new lr| */
-                    const float nsc = m > 0.0f ? (float)((double)m / 127.0) : 1.0f;
+                    const float nsc = am_scale(m);
                     S.misc[1] = exact ? 1.0f : 0.0f;
                     S.misc[3] = nsc;
                     if (exact && q == 0)
@@ -1646,8 +1672,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             af_csync();
             const bool exact = S.misc[1] != 0.0f;
             if (exact)   /* the new codes, for the update to write */
-                for (int e = tid; e < 512; e += AF_C)
-                    S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], S.misc[3], a);
+                code_table(s);
             if (!WIDE)   /* the rows' factors need the mean row */
                 for (int r = tid; r < nl; r += AF_C)
                     lfac[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(lst[r], S.misc[2])));
@@ -1700,23 +1725,21 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         xn = __ldcg(at(i0 + 4 * AF_C, r, c));
                     const float4 gv = *(const float4 *)(g + i0);
                     const float ge[4] = { gv.x, gv.y, gv.z, gv.w };
-                    float xe[4] = { xv.x, xv.y, xv.z, xv.w }, u[4];
+                    float xe[4] = { xv.x, xv.y, xv.z, xv.w }, v[4], u[4];   /* v: u before the division */
                     bool slow = false;
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        u[e] = __fmul_rn(__fmul_rn(rf, cf[e]), ge[e]);
+                        u[e] = v[e] = __fmul_rn(__fmul_rn(rf, cf[e]), ge[e]);
                         if (!ONE) {
-                            slow = slow || (__float_as_uint(u[e]) & 0x7fffffffu) - 0x21800000u >= 0x3c000000u;
-                            const float q0 = __fmaf_rn(u[e], rdiv, 0.0f);
-                            u[e] = __fmaf_rn(rdiv, __fmaf_rn(-div, q0, u[e]), q0);
+                            slow = slow || (__float_as_uint(v[e]) & 0x7fffffffu) - 0x21800000u >= 0x3c000000u;
+                            const float q0 = __fmaf_rn(v[e], rdiv, 0.0f);
+                            u[e] = __fmaf_rn(rdiv, __fmaf_rn(-div, q0, v[e]), q0);
                         }
                     }
                     if (!ONE && (slow || !dfast))
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const float v = __fmul_rn(__fmul_rn(rf, cf[e]), ge[e]);
-                            u[e] = v == 0.0f ? v : __fdiv_rn(v, div);
-                        }
+                        for (int e = 0; e < 4; e++)
+                            u[e] = v[e] == 0.0f ? v[e] : __fdiv_rn(v[e], div);
                     const uint32_t c4 = *(const uint32_t *)(mq + i0), sh = (uint32_t)i0 % 32u;
                     const uint32_t old = pol[i0 / 32] >> sh;
                     uint32_t nu = 0u, nc[4];
@@ -1743,7 +1766,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     if (CODES)
                         *(uint32_t *)(mq + i0) =
                             __byte_perm(__byte_perm(nc[0], nc[1], 0x0040u), __byte_perm(nc[2], nc[3], 0x0040u), 0x5410u);
-                    am_bits4(nu, ~(nu ^ old) & 0xfu, i0, pol, agr, true);   /* polarity, agreement */
+                    am_bits4(nu, sb & 0xfu, i0, pol, agr, true);   /* polarity, agreement */
                 }
             };
             auto update2 = [&](auto wdc, auto onec) {
@@ -1772,26 +1795,20 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     prev_aux = t.aux;
                     prev_n = t.n;
                 } else {
-                    af_bar_wait(&S.xb[x][1], (uint32_t)(k >> 1) & 1u);
-                    float m = lane < (int)nc ? S.rl[x][lane][0] : 0.0f, sum = 0.0f;
-                    for (int b = 0; b < (int)nc; b++)
-                        sum = __fadd_rn(sum, S.rl[x][b][1]);
+                    mean_lr(k, t.aux, t.n);
+                    float m = lane < (int)nc ? S.rl[x][lane][0] : 0.0f;
                     for (int o = 16; o > 0; o /= 2)
                         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
                     if (lane == 0) {
-                        const float nsc = m > 0.0f ? (float)((double)m / 127.0) : 1.0f;
-                        S.misc[3] = nsc;
-                        if (q == 0) {
-                            t.aux[0] = nsc;
-                            t.aux[1] = __fdiv_rn(sum, (float)t.n);
-                        }
+                        S.misc[3] = am_scale(m);
+                        if (q == 0)
+                            t.aux[0] = S.misc[3];
                     }
                 }
             }
             if (!exact) {
                 af_csync();
-                for (int e = tid; e < 512; e += AF_C)
-                    S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], S.misc[3], a);
+                code_table(s);
                 af_csync();
                 for (int i = 4 * tid; i < E; i += 4 * AF_C) {
                     const uint32_t c4 = *(const uint32_t *)(mq + i), ag = agr[i / 32] >> (i % 32);
@@ -1807,15 +1824,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             if (tid == 0)
                 af_bar_arrive(&S.done[s]);
         }
-        if (warp == 0 && prev_aux) {   /* the last tensor's lr sums */
-            af_bar_wait(&S.xb[(nk - 1) & 1][1], (uint32_t)((nk - 1) >> 1) & 1u);
-            if (q == 0 && lane == 0) {
-                float sum = 0.0f;
-                for (int b = 0; b < (int)nc; b++)
-                    sum = __fadd_rn(sum, S.rl[(nk - 1) & 1][b][1]);
-                prev_aux[1] = __fdiv_rn(sum, (float)prev_n);
-            }
-        }
+        if (warp == 0 && prev_aux)   /* the last tensor's lr sums */
+            mean_lr(nk - 1, prev_aux, prev_n);
     }
     __syncwarp();
     af_cluster_sync();   /* no block leaves while its stores or another's pushes may be in flight */
@@ -1877,6 +1887,23 @@ static af_fn af_kernel(int K, bool wide)
     }
 }
 
+/* A launch of k_am_fused: grid blocks of AF_T threads in clusters of nc, smem bytes of dynamic
+ * shared memory, on stream s (at: the cluster attribute, which cfg points to). */
+static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, unsigned grid, size_t smem, cudaStream_t s)
+{
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = (unsigned)nc;
+    at->val.clusterDim.y = at->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(AF_T);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 /* What k_am_fused may do on each device, found once: the largest cluster (0: not yet asked,
  * -1: none: no cluster launch, too little shared memory, or switched off) and the shared
  * memory a block may have. */
@@ -1909,15 +1936,7 @@ static void af_device(int dev)
         }
     }
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = AF_MAXNC;
-    at.val.clusterDim.y = at.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(AF_MAXNC);
-    cfg.blockDim = dim3(AF_T);
-    cfg.dynamicSmemBytes = (size_t)optin;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = af_config(&at, AF_MAXNC, AF_MAXNC, (size_t)optin, 0);
     int num = 0;
     bool big = cudaOccupancyMaxActiveClusters(&num, k_am_fused<16, true>, &cfg) == cudaSuccess && num > 0;
     cudaGetLastError();
@@ -2132,15 +2151,7 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
         }
         g.smem = af_layout_of(g.K, g.span).bytes;
         cudaLaunchAttribute at;
-        at.id = cudaLaunchAttributeClusterDimension;
-        at.val.clusterDim.x = (unsigned)g.nc;
-        at.val.clusterDim.y = at.val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)g.nc);
-        cfg.blockDim = dim3(AF_T);
-        cfg.dynamicSmemBytes = g.smem;
-        cfg.attrs = &at;
-        cfg.numAttrs = 1;
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)g.nc, g.smem, s);
         int act = 0;
         e = cudaOccupancyMaxActiveClusters(&act, af_kernel(g.K, g.wide), &cfg);
         if (e == cudaSuccess && act < 1)
@@ -2196,16 +2207,7 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
         cudaEventRecord(g_am_prof.ev[0], s);
     for (const am_plan::group &g : p->fused) {   /* one cluster a tensor */
         cudaLaunchAttribute at;
-        at.id = cudaLaunchAttributeClusterDimension;
-        at.val.clusterDim.x = (unsigned)g.nc;
-        at.val.clusterDim.y = at.val.clusterDim.z = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)(g.ncl * g.nc));
-        cfg.blockDim = dim3(AF_T);
-        cfg.dynamicSmemBytes = g.smem;
-        cfg.stream = s;
-        cfg.attrs = &at;
-        cfg.numAttrs = 1;
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)(g.ncl * g.nc), g.smem, s);
         GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late));
     }
     if (p->thin1 > 0)
