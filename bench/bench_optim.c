@@ -20,6 +20,7 @@
 
 #define BLOCKS 40
 #define RANK 16
+#define SHAPES 4   /* the clusters' block shapes (ghc_k_automagic_fused(3 + v)) */
 
 static void need(bool ok, const char *what, ghc_core_t *core)
 {
@@ -124,15 +125,17 @@ int main(void)
     float ms_aw = time_ms(20, run_job, &jaw);
     /* automagic as it runs (the thin tensors in one cluster each) and in the separate passes,
      * in turn, twice: the better of each */
-    float ms_am = 1e30f, ms_ps = 1e30f, ms_late = 1e30f;
-    for (int rep = 0; rep < 6; rep++) {
-        const int mode = rep % 3 == 0 ? 1 : rep % 3 == 1 ? 0 : 2;
+    float best[3 + SHAPES];   /* by mode of ghc_k_automagic_fused: default, passes, fallback, shape v */
+    for (int m = 0; m < 3 + SHAPES; m++)
+        best[m] = 1e30f;
+    for (int rep = 0; rep < 2 * (3 + SHAPES); rep++) {
+        const int m = rep % (3 + SHAPES), mode = m == 0 ? 1 : m == 1 ? 0 : m;
         ghc_k_automagic_fused(mode);
         float ms = time_ms(20, run_job, &jam);
-        float *best = mode == 1 ? &ms_am : mode == 0 ? &ms_ps : &ms_late;
-        if (ms < *best)
-            *best = ms;
+        if (ms < best[m])
+            best[m] = ms;
     }
+    const float ms_am = best[0], ms_ps = best[1], ms_late = best[2];
     ghc_k_automagic_fused(0);
     need(cudaGetLastError() == cudaSuccess, "launch", NULL);
     double pass[3];   /* each pass's time over synchronised calls, the separate passes */
@@ -149,6 +152,10 @@ int main(void)
     printf("automagic: %.3f ms/step, %.1f GB/s state traffic, %.0f%% of copy (a cluster a tensor; the new scale "
            "after the update: %.3f ms)\n",
            ms_am, gbs_am, 100.0 * gbs_am / copy_gbs, ms_late);
+    printf("automagic clusters by block shape (kernels/cuda/optim.cu af_v):");
+    for (int v = 0; v < SHAPES; v++)
+        printf(" %d: %.3f ms (%.0f%%)", v, best[3 + v], 100.0 * 14.25 * (double)total / (best[3 + v] * 1e-3) / 1e9 / copy_gbs);
+    printf("\n");
     printf("automagic, separate passes: %.3f ms/step, %.1f GB/s, %.0f%% of copy; per pass (synchronised calls): "
            "stats and finish %.3f, update %.3f, mask %.3f ms\n",
            ms_ps, gbs_ps, 100.0 * gbs_ps / copy_gbs, pass[0], pass[1], pass[2]);

@@ -193,8 +193,8 @@ struct am_desc {
     int32_t     thin;        /* the short side's length K (4, 8, 16 or 32) where k_am_stats_thin
                               * takes the tensor (f32 g, 16-byte aligned, rows of whole 16-byte
                               * groups), else 0 */
-    int32_t     fused;       /* blocks of the cluster that steps the tensor in k_am_fused (span: the
-                              * long side's lines a block), else 0 (no implicit padding: plans
+    int32_t     fused;       /* blocks of the cluster that steps the tensor in k_am_fused plus 256
+                              * times the block shape (span: the long side's lines a block), else 0 (no implicit padding: plans
                               * compare tables with memcmp) */
 };
 
@@ -1116,7 +1116,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 /* A thin tensor (LoRA's A [K][C] or B [R][K], K = 4, 8, 16 or 32; f32 params and g, the int8
  * mask, one matrix, the long side in whole groups of 128 elements, 16-byte aligned arrays) is
  * stepped whole by one cluster of `fused` blocks (am_desc::fused), each holding `span` lines of
- * the long side in shared memory. Each block has AF_C compute threads and one mover warp. The
+ * the long side in shared memory. Each block has compute warps (af_v) and one mover warp. The
  * mover brings a tensor's g, codes, polarity words and long-side state in by bulk copies (the
  * tensor memory accelerator: every byte in flight at once, no registers held) into one of two
  * stages while the compute warps work on the other, and sends the finished stage's results back
@@ -1135,8 +1135,17 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * The clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
  * resident). Per element the arithmetic is the flat passes' (the same bits for masks, polarity
  * and agreement; the sums in another fixed order). */
-#define AF_C     736   /* compute threads a block (23 warps; H100, bench_optim, last: 512 0.62 ms, 640 0.605, 736 0.600) */
-#define AF_T     768   /* with the mover warp: one block an SM (at most 85 registers) */
+#define AF_MAXW  23    /* compute warps a block at most */
+/* The block shapes k_am_fused is built in (V): compute warps (besides the mover), stages and
+ * blocks an SM; every shape at most 85 registers a thread. Shape 0: 23 warps (H100, bench_optim,
+ * last: 16 warps 0.62 ms, 20 0.605, 23 0.600), two stages, one block an SM. */
+template <int V> struct af_v;
+template <> struct af_v<0> { static constexpr int NW = 23, NS = 2, MB = 1; };
+template <> struct af_v<1> { static constexpr int NW = 11, NS = 1, MB = 2; };
+template <> struct af_v<2> { static constexpr int NW = 7, NS = 1, MB = 3; };
+template <> struct af_v<3> { static constexpr int NW = 11, NS = 2, MB = 2; };
+#define AF_NV 4
+static const struct { int nw, ns, mb; } af_shapes[AF_NV] = { { 23, 2, 1 }, { 11, 1, 2 }, { 7, 1, 3 }, { 11, 2, 2 } };
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
 #define AF_NEX   3     /* the extremes a block sends with its partials (k_am_fused, 1.) */
 #define AF_XW    72    /* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
@@ -1151,10 +1160,14 @@ struct af_small {
     float oscale[2];                    /* [stage] its old int8 scale */
     float misc[4];                      /* div, exact (1) or not (0), mean row, new scale */
     float red[64];
-    float part[AF_C / 32][64];          /* tall: the warps' column partials */
-    uint32_t pex[AF_C / 32][AF_NEX];    /* the warps' extremes */
+    float part[AF_MAXW][64];            /* tall: the warps' column partials */
+    uint32_t pex[AF_MAXW][AF_NEX];      /* the warps' extremes */
+    float prs[AF_MAXW];                 /* tall: the warps' sums of their rows' states */
+    float plr[AF_MAXW][2];              /* the warps' lr max and sum (the update) */
     __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall), then the AF_NEX extremes */
-    float lrn[512];                     /* the new lr of (agreement, old code) */
+    float lrn[2][512];                  /* [k % 2] the new lr of (agreement, old code) */
+    int32_t pre[2];                     /* [k % 2] k: tensor k's lr table and columns were made during k - 1's exchange */
+    int32_t pf;                         /* the next tensor is in (the prologue's test) */
     unsigned long long full[2], done[2];   /* [stage] loaded (mover -> compute), finished (compute -> mover) */
     unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
     uint8_t code[512];                  /* new code of (agreement, old code) */
@@ -1167,7 +1180,7 @@ struct af_layout {
 };
 
 /* Where a block's pieces lie in its dynamic shared memory (at most span long-side lines of K). */
-static __host__ __device__ inline af_layout af_layout_of(int K, int span)
+static __host__ __device__ inline af_layout af_layout_of(int K, int span, int ns)
 {
     const uint32_t E = (uint32_t)K * (uint32_t)span;
     af_layout l;
@@ -1184,9 +1197,9 @@ static __host__ __device__ inline af_layout af_layout_of(int K, int span)
     l.agree = take(E / 8) - l.g;
     l.lst = take(4 * (uint32_t)span) - l.g;
     l.stage = o - l.g;
-    o += l.stage;
-    l.lrc = take(4 * (uint32_t)span);
-    l.lfac = take(4 * (uint32_t)span);
+    o += l.stage * (uint32_t)(ns - 1);
+    l.lrc = take(8 * (uint32_t)span);   /* [k % 2][span] */
+    l.lfac = take(8 * (uint32_t)span);
     l.bytes = o;
     return l;
 }
@@ -1208,18 +1221,45 @@ GHC_D void af_bar_arrive(unsigned long long *b)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(af_sa(b)) : "memory");
 }
 
-/* Waits for the phase of `parity` to complete (acquire at cluster scope: the pushes of other
- * blocks' threads are seen). */
+/* Waits for the phase of `parity` to complete: acquire at CTA scope (the bulk copies and the
+ * block's own threads) or, CLUSTER, at cluster scope (the pushes of other blocks' threads are
+ * seen; it costs an L1 invalidation). */
+template <bool CLUSTER = false>
 GHC_D void af_bar_wait(unsigned long long *b, uint32_t parity)
 {
+    if (CLUSTER)
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "AF_WAIT:\n"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+                     "@!p bra AF_WAIT;\n"
+                     "}" ::"r"(af_sa(b)),
+                     "r"(parity)
+                     : "memory");
+    else
+        asm volatile("{\n"
+                     ".reg .pred p;\n"
+                     "AF_WAITC:\n"
+                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
+                     "@!p bra AF_WAITC;\n"
+                     "}" ::"r"(af_sa(b)),
+                     "r"(parity)
+                     : "memory");
+}
+
+/* Whether the phase of `parity` has completed (not waiting; acquire at CTA scope). */
+GHC_D bool af_bar_test(unsigned long long *b, uint32_t parity)
+{
+    uint32_t r;
     asm volatile("{\n"
                  ".reg .pred p;\n"
-                 "AF_WAIT:\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra AF_WAIT;\n"
-                 "}" ::"r"(af_sa(b)),
-                 "r"(parity)
+                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n"
+                 "}"
+                 : "=r"(r)
+                 : "r"(af_sa(b)), "r"(parity)
                  : "memory");
+    return r != 0u;
 }
 
 /* bytes (a multiple of 16, both ends 16-byte aligned) from global src to shared dst */
@@ -1256,8 +1296,12 @@ GHC_D void af_cluster_sync()
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-/* The compute warps' barrier (named barrier 1, as block_reduce<., AF_C>: the mover warp goes its own way). */
-GHC_D void af_csync() { asm volatile("bar.sync 1, %0;" ::"n"(AF_C) : "memory"); }
+/* The compute warps' barrier (named barrier 1, as block_reduce<., FC>: the mover warp goes its own way). */
+template <int FC>
+GHC_D void af_csync()
+{
+    asm volatile("bar.sync 1, %0;" ::"n"(FC) : "memory");
+}
 
 /* x (in this block's shared memory) as cluster block `rank` has it: its address there */
 GHC_D uint32_t af_map(const void *x, uint32_t rank)
@@ -1413,8 +1457,8 @@ GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 
 /* The tensors P.fl[first .. first + count) (thin: K, wide or tall), cluster c of the launch's ncl
  * taking c, c + ncl, ...; span: the largest of theirs (the shared-memory layout). */
-template <int K, bool WIDE>
-static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P, const ghc_automagic_args a,
+template <int K, bool WIDE, int V>
+static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_am_fused(const am_plan_dev P, const ghc_automagic_args a,
                                                              int32_t first, int32_t count, int32_t span,
                                                              int32_t late)
 {
@@ -1422,12 +1466,14 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
     const uint32_t q = af_rank(), nc = af_nrank();
     const int cid = (int)(blockIdx.x / nc), ncl = (int)(gridDim.x / nc);
     const int nk = cid < count ? (count - cid + ncl - 1) / ncl : 0;   /* this cluster's tensors */
-    const af_layout lo = af_layout_of(K, span);
+    constexpr int FC = af_v<V>::NW * 32, NS = af_v<V>::NS;
+    const af_layout lo = af_layout_of(K, span, NS);
     af_small &S = *(af_small *)(sm + lo.small);
-    float *lrc = (float *)(sm + lo.lrc), *lfac = (float *)(sm + lo.lfac);
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_C / 32;
+    float *const lrcb = (float *)(sm + lo.lrc), *const lfacb = (float *)(sm + lo.lfac);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = af_v<V>::NW;
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
+            S.pre[b] = -1;
             af_bar_init(&S.full[b]);
             af_bar_init(&S.done[b]);
             af_bar_init(&S.xb[b][0]);
@@ -1438,10 +1484,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
     af_cluster_sync();   /* every block's barriers are set before any push */
 
     if (warp == NW) {   /* the mover */
-        for (int k = 0; k < nk + 2; k++) {
-            const int s = k & 1;
-            if (k >= 2) {   /* tensor k - 2's results out, once computed; its stage then free */
-                af_bar_wait(&S.done[s], (uint32_t)((k - 2) >> 1) & 1u);
+        for (int k = 0; k < nk + NS; k++) {
+            const int s = k % NS;
+            if (k >= NS) {   /* tensor k - NS's results out, once computed; its stage then free */
+                af_bar_wait(&S.done[s], (uint32_t)((k - NS) / NS) & 1u);
                 af_flush<K, WIDE>(q, sm, lo, s);
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             }
@@ -1453,7 +1499,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
         int32_t prev_n = 0;
         /* warp 0: waits for tensor kk's lr pushes; rank 0 writes its mean lr (the sums in rank order) */
         auto mean_lr = [&](int kk, float *aux, int32_t n) {
-            af_bar_wait(&S.xb[kk & 1][1], (uint32_t)(kk >> 1) & 1u);
+            af_bar_wait<true>(&S.xb[kk & 1][1], (uint32_t)(kk >> 1) & 1u);
             if (q == 0 && lane == 0) {
                 float sum = 0.0f;
                 for (int b = 0; b < (int)nc; b++)
@@ -1461,14 +1507,41 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 aux[1] = __fdiv_rn(sum, (float)n);
             }
         };
-        /* the new code of every (agreement, old code) against the new scale S.misc[3] */
-        auto code_table = [&](int s) {
-            for (int e = tid; e < 512; e += AF_C)
-                S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], S.misc[3], a);
+        /* the new code of every (agreement, old code) against the new scale nsc, the threads
+         * from i0 in steps of n */
+        auto code_table = [&](int s, float nsc, int i0, int n) {
+            for (int e = i0; e < 512; e += n)
+                S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], nsc, a);
         };
+        /* the new lr of (agreement, old code) against the old scale os (exact, a lookup), the
+         * threads from i0 in steps of n */
+        auto lr_table = [&](float *lrn, float os, int i0, int n) {
+            for (int e = i0; e < 512; e += n)
+                lrn[e] = am_lr(__fmul_rn((float)(int8_t)(uint8_t)e, os), e >> 8, a);
+        };
+        /* wide: the nl columns' new state (in lst), 1 / state and factor, the threads from i0
+         * in steps of n; returns the largest state (bits) */
+        auto columns = [&](const float *g, float *lst, int nl, float *lrc, float *lfac, int i0, int n) {
+            uint32_t mx = 0u;
+            for (int c = i0; c < nl; c += n) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int r = 0; r < K; r++) {
+                    const float v = g[r * nl + c];
+                    sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(v, v), a.eps));
+                }
+                const float nv = am_ema(lst[c], __fdiv_rn(sum, (float)K), a);
+                lst[c] = nv;
+                lrc[c] = __frcp_rn(nv);
+                lfac[c] = __fdiv_rn(1.0f, __fsqrt_rn(nv));
+                mx = max(mx, __float_as_uint(nv));
+            }
+            return mx;
+        };
+        uint32_t ex2n = 0u;   /* the prologue's largest column state (for the next tensor) */
         for (int k = 0; k < nk; k++) {
-            const int s = k & 1, x = k & 1;
-            af_bar_wait(&S.full[s], (uint32_t)(k >> 1) & 1u);
+            const int s = k % NS, x = k & 1;
+            af_bar_wait(&S.full[s], (uint32_t)(k / NS) & 1u);
             const am_desc t = S.desc[s];
             int l0, nl;
             af_slice(t, WIDE, q, &l0, &nl);
@@ -1477,15 +1550,19 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             float *g = sl.g, *lst = sl.lst;
             uint8_t *mq = sl.mq;
             uint32_t *pol = sl.pol, *agr = sl.agr;
-            for (int e = tid; e < 512; e += AF_C)   /* the new lr of (agreement, old code): exact, a lookup */
-                S.lrn[e] = am_lr(__fmul_rn((float)(int8_t)(uint8_t)e, S.oscale[s]), e >> 8, a);
-            af_csync();
+            float *lrc = lrcb + (k & 1) * span, *lfac = lfacb + (k & 1) * span, *lrn = S.lrn[k & 1];
+            const bool pre = S.pre[k & 1] == k;   /* made in the previous tensor's exchange */
+            if (!pre)
+                lr_table(lrn, S.oscale[s], tid, FC);
 
             /* 1. the long side's lines (complete here) and this block's partials of the short
              * side; and for the new int8 scale, known before the update: the max |new lr|
              * (the sign of u is the sign of g unless u underflows: checked in 2), the smallest
              * nonzero |g| and the largest long-side state. ex[]: maxima of order-preserving u32 */
-            uint32_t ex[AF_NEX] = { 0u, 0u, 0u }, gmn = 0xffffffffu;   /* gmn: min of 2 |g| - 1 (bits) */
+            uint32_t ex[AF_NEX] = { 0u, 0u, pre ? ex2n : 0u }, gmn = 0xffffffffu;   /* gmn: min of 2 |g| - 1 (bits) */
+            if (WIDE && !pre)   /* a column: its new state, 1 / state, the factor */
+                ex[2] = columns(g, lst, nl, lrc, lfac, tid, FC);
+            af_csync<FC>();
             float lm = 0.0f;   /* the max |new lr| */
             /* 4 consecutive elements e, their codes c4 and old polarity bits (low 4 of old) */
             auto track4 = [&](const float e[4], uint32_t c4, uint32_t old) {
@@ -1496,25 +1573,11 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 const uint32_t sb = ~(gp ^ old);   /* bit u: its sign agrees (the sign of u is g's) */
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    lm = fmaxf(lm, fabsf(S.lrn[__byte_perm(c4, 0u, 0x4440u + (uint32_t)u) | ((sb << (8 - u)) & 0x100u)]));
+                    lm = fmaxf(lm, fabsf(lrn[__byte_perm(c4, 0u, 0x4440u + (uint32_t)u) | ((sb << (8 - u)) & 0x100u)]));
                     gmn = min(gmn, (__float_as_uint(e[u]) << 1) - 1u);   /* zeros wrap to the max */
                 }
             };
             if (WIDE) {
-                for (int c = tid; c < nl; c += AF_C) {   /* a column: its new state, 1 / state, the factor */
-                    float sum = 0.0f;
-#pragma unroll
-                    for (int r = 0; r < K; r++) {
-                        const float v = g[r * nl + c];
-                        sum = __fadd_rn(sum, __fadd_rn(__fmul_rn(v, v), a.eps));
-                    }
-                    const float nv = am_ema(lst[c], __fdiv_rn(sum, (float)K), a);
-                    lst[c] = nv;
-                    lrc[c] = __frcp_rn(nv);
-                    lfac[c] = __fdiv_rn(1.0f, __fsqrt_rn(nv));
-                    ex[2] = max(ex[2], __float_as_uint(nv));
-                }
-                af_csync();
                 for (int r = warp; r < K; r += NW) {   /* a row's partials: a warp over the columns, 4 a lane */
                     float sv = 0.0f, sq = 0.0f;
                     for (int c = 4 * lane; c < nl; c += 128) {
@@ -1538,7 +1601,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     }
                 }
             } else {
-                constexpr int LPR = K / 4, RPS = AF_C / LPR;   /* lanes a row, rows a step */
+                constexpr int LPR = K / 4, RPS = FC / LPR;   /* lanes a row, rows a step */
                 const int cg = tid % LPR;
                 float pv[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, pq[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, rs = 0.0f;
                 /* a warp's rows are all in or all out: nl is a multiple of 128 / K = 32 / LPR */
@@ -1564,15 +1627,9 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         S.part[warp][4 * cg + u] = pv[u];
                         S.part[warp][K + 4 * cg + u] = pq[u];
                     }
-                rs = block_reduce<false, AF_C>(rs, S.red);   /* syncs: part[] is complete */
-                if (tid < 2 * K) {
-                    float sum = 0.0f;
-                    for (int w = 0; w < NW; w++)
-                        sum = __fadd_rn(sum, S.part[w][tid]);
-                    S.xch[tid] = sum;
-                }
-                if (tid == 0)
-                    S.xch[2 * K] = rs;
+                rs = ghc_warp_sum(rs);
+                if (lane == 0)
+                    S.prs[warp] = rs;
             }
             ex[0] = __float_as_uint(lm);   /* >= 0: ordered as its bits */
             ex[1] = ~gmn;                  /* all zeros: 0 */
@@ -1584,20 +1641,42 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
 #pragma unroll
                 for (int v = 0; v < AF_NEX; v++)
                     S.pex[warp][v] = ex[v];
-            af_csync();
-            if (tid < AF_NEX) {
-                uint32_t m = 0u;
-                for (int w = 0; w < NW; w++)
-                    m = max(m, S.pex[w][tid]);
-                S.xch[2 * K + 1 + tid] = __uint_as_float(m);
-            }
-            af_csync();
+            af_csync<FC>();
+
+            /* this thread's first params of the update (the mover prefetched them into L2): in
+             * flight while the partials cross the cluster */
+            const float4 xfirst =
+                4 * tid < E ? __ldcg((const float4 *)((const float *)t.p +
+                                                      (WIDE ? (int64_t)l0 + (int64_t)(4 * tid / nl) * t.C + 4 * tid % nl
+                                                            : (int64_t)l0 * K + 4 * tid)))
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
             /* 2. the partials to every block of the cluster (lane b to block b), then from all of
              * them in rank order: the short side's state and factors, the clipping divisor, and
              * (exact: no u can underflow to zero, so its sign is g's) the new int8 scale */
             constexpr int NX = (2 * K + 1 + AF_NEX + 3) / 4;   /* 16-byte pushes a block */
             if (warp == 0) {
+                /* the block's partials from the warps' (tall) and its extremes */
+                if (!WIDE)
+                    for (int i = lane; i < 2 * K; i += 32) {
+                        float sum = 0.0f;
+                        for (int w = 0; w < NW; w++)
+                            sum = __fadd_rn(sum, S.part[w][i]);
+                        S.xch[i] = sum;
+                    }
+                if (!WIDE && lane == 0) {
+                    float sum = 0.0f;
+                    for (int w = 0; w < NW; w++)
+                        sum = __fadd_rn(sum, S.prs[w]);
+                    S.xch[2 * K] = sum;
+                }
+                if (lane < AF_NEX) {
+                    uint32_t m = 0u;
+                    for (int w = 0; w < NW; w++)
+                        m = max(m, S.pex[w][lane]);
+                    S.xch[2 * K + 1 + lane] = __uint_as_float(m);
+                }
+                __syncwarp();
                 if (lane == 0)
                     af_bar_expect(&S.xb[x][0], (uint32_t)(16 * NX) * nc);
                 if (lane < (int)nc)
@@ -1607,7 +1686,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     mean_lr(k - 1, prev_aux, prev_n);
                     prev_aux = NULL;
                 }
-                af_bar_wait(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                af_bar_wait<true>(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
                 float sv = 0.0f, sq = 0.0f, rsum = 0.0f;
                 uint32_t exv = 0u;
                 for (int b = 0; b < (int)nc; b++) {
@@ -1668,15 +1747,43 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     if (exact && q == 0)
                         t.aux[0] = nsc;
                 }
+            } else {
+                /* the other compute warps meanwhile: the next tensor's lr table and (wide) its
+                 * columns if its stage is in, then the new codes against the scale the
+                 * partials give (the update writes them if exact) */
+                constexpr int NP = FC - 32;
+                const int pt = tid - 32;
+                if (NS == 2 && k + 1 < nk) {
+                    const int s1 = (k + 1) % NS, k1 = (k + 1) & 1;
+                    const uint32_t par = (uint32_t)((k + 1) / NS) & 1u;
+                    if (pt == 0)
+                        S.pf = af_bar_test(&S.full[s1], par);
+                    asm volatile("bar.sync 2, %0;" ::"n"(NP) : "memory");
+                    if (S.pf) {
+                        af_bar_wait(&S.full[s1], par);   /* complete: each thread's acquire */
+                        lr_table(S.lrn[k1], S.oscale[s1], pt, NP);
+                        if (WIDE) {
+                            int l1, nl1;
+                            af_slice(S.desc[s1], WIDE, q, &l1, &nl1);
+                            const af_stage sn = af_stage_at(sm, lo, s1);
+                            ex2n = columns(sn.g, sn.lst, nl1, lrcb + k1 * span, lfacb + k1 * span, pt, NP);
+                        }
+                        if (pt == 0)
+                            S.pre[k1] = k + 1;
+                    }
+                }
+                af_bar_wait<true>(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                uint32_t m = 0u;   /* the max |new lr| as warp 0 takes it */
+                for (int b = 0; b < (int)nc; b++)
+                    m = max(m, __float_as_uint(S.rx[x][b][2 * K + 1]));
+                code_table(s, am_scale(__uint_as_float(m)), pt, NP);
             }
-            af_csync();
+            af_csync<FC>();
             const bool exact = S.misc[1] != 0.0f;
-            if (exact)   /* the new codes, for the update to write */
-                code_table(s);
             if (!WIDE)   /* the rows' factors need the mean row */
-                for (int r = tid; r < nl; r += AF_C)
+                for (int r = tid; r < nl; r += FC)
                     lfac[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(lst[r], S.misc[2])));
-            af_csync();
+            af_csync<FC>();
 
             /* 3. the update, 4 elements a lane (8 lanes a polarity word) */
             const float div = S.misc[0];
@@ -1693,17 +1800,17 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 /* WD: weight decay; ONE: div == 1; CODES: the new codes written here (exact) */
                 constexpr bool WD = decltype(wdc)::value, ONE = decltype(onec)::value, CODES = decltype(codesc)::value;
                 /* this thread's first group: row r, column c of the slice (wide); per step of
-                 * 4 AF_C elements dr rows and dc columns further */
+                 * 4 FC elements dr rows and dc columns further */
                 int r = 0, c = 0, dr = 0, dc = 0;
                 if (WIDE && nl > 0) {
-                    r = 4 * tid / nl, c = 4 * tid % nl, dr = 4 * AF_C / nl, dc = 4 * AF_C % nl;
+                    r = 4 * tid / nl, c = 4 * tid % nl, dr = 4 * FC / nl, dc = 4 * FC % nl;
                 }
                 float *pb = (float *)t.p + (WIDE ? (int64_t)l0 : (int64_t)l0 * K);
                 auto at = [&](int i0, int rr, int cc) -> float4 * {
                     return (float4 *)(WIDE ? pb + (int64_t)rr * t.C + cc : pb + i0);
                 };
-                float4 xn = 4 * tid < E ? __ldcg(at(4 * tid, r, c)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                for (int i0 = 4 * tid; i0 < E; i0 += 4 * AF_C) {   /* E is a multiple of 128: whole warps */
+                float4 xn = xfirst;
+                for (int i0 = 4 * tid; i0 < E; i0 += 4 * FC) {   /* E is a multiple of 128: whole warps */
                     float4 *pg = at(i0, r, c), xv = xn;   /* the params from L2, one group ahead */
                     float rf, cf[4];
                     if (WIDE) {
@@ -1721,8 +1828,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         const float4 f = *(const float4 *)(S.sfac + i0 % K);
                         cf[0] = f.x, cf[1] = f.y, cf[2] = f.z, cf[3] = f.w;
                     }
-                    if (i0 + 4 * AF_C < E)
-                        xn = __ldcg(at(i0 + 4 * AF_C, r, c));
+                    if (i0 + 4 * FC < E)
+                        xn = __ldcg(at(i0 + 4 * FC, r, c));
                     const float4 gv = *(const float4 *)(g + i0);
                     const float ge[4] = { gv.x, gv.y, gv.z, gv.w };
                     float xe[4] = { xv.x, xv.y, xv.z, xv.w }, v[4], u[4];   /* v: u before the division */
@@ -1751,7 +1858,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     for (int e = 0; e < 4; e++) {
                         /* (agreement, old code): the tables' index */
                         const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e) | ((sb << (8 - e)) & 0x100u);
-                        const float l = S.lrn[b];   /* am_lr(old lr, same) */
+                        const float l = lrn[b];   /* am_lr(old lr, same) */
                         if (CODES)
                             nc[e] = S.code[b];
                         else
@@ -1779,22 +1886,34 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 div == 1.0f ? update2(std::true_type(), std::true_type()) : update2(std::true_type(), std::false_type());
             else
                 div == 1.0f ? update2(std::false_type(), std::true_type()) : update2(std::false_type(), std::false_type());
-            lr_sum = block_reduce<false, AF_C>(lr_sum, S.red);
-            if (!exact)
-                lr_max = block_reduce<true, AF_C>(lr_max, S.red);
+            lr_sum = ghc_warp_sum(lr_sum);   /* the warps' lr max and sum */
+            for (int o = 16; o > 0; o /= 2)
+                lr_max = fmaxf(lr_max, __shfl_xor_sync(0xffffffffu, lr_max, o));
+            if (lane == 0) {
+                S.plr[warp][0] = lr_max;
+                S.plr[warp][1] = lr_sum;
+            }
 
-            /* 4. the lr max and sum to every block. Exact: only rank 0 needs them (the mean lr),
-             * with the next tensor's partials; else now: the new scale (the cluster's max lr:
-             * exact in any order), the mean lr (rank order), then the codes */
-            if (warp == 0) {
+            /* 4. the block's lr max and sum (warp 0, once a barrier completed plr) to every
+             * block. Exact: only rank 0 needs them (the mean lr, with the next tensor's
+             * partials), so they go after the stage is handed back; else now: the new scale
+             * (the cluster's max lr: exact in any order), the mean lr (rank order), then the
+             * codes */
+            auto push_lr = [&]() {
+                float mx = 0.0f, sum = 0.0f;
+                for (int w = 0; w < NW; w++) {
+                    mx = fmaxf(mx, S.plr[w][0]);
+                    sum = __fadd_rn(sum, S.plr[w][1]);
+                }
                 if (lane == 0)
                     af_bar_expect(&S.xb[x][1], 8u * nc);
                 if (lane < (int)nc)
-                    af_push2(&S.rl[x][q][0], lr_max, lr_sum, &S.xb[x][1], (uint32_t)lane);
-                if (exact) {
-                    prev_aux = t.aux;
-                    prev_n = t.n;
-                } else {
+                    af_push2(&S.rl[x][q][0], mx, sum, &S.xb[x][1], (uint32_t)lane);
+            };
+            if (!exact) {
+                af_csync<FC>();
+                if (warp == 0) {
+                    push_lr();
                     mean_lr(k, t.aux, t.n);
                     float m = lane < (int)nc ? S.rl[x][lane][0] : 0.0f;
                     for (int o = 16; o > 0; o /= 2)
@@ -1805,12 +1924,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                             t.aux[0] = S.misc[3];
                     }
                 }
-            }
-            if (!exact) {
-                af_csync();
-                code_table(s);
-                af_csync();
-                for (int i = 4 * tid; i < E; i += 4 * AF_C) {
+                af_csync<FC>();
+                code_table(s, S.misc[3], tid, FC);
+                af_csync<FC>();
+                for (int i = 4 * tid; i < E; i += 4 * FC) {
                     const uint32_t c4 = *(const uint32_t *)(mq + i), ag = agr[i / 32] >> (i % 32);
                     uint32_t o = 0;
 #pragma unroll
@@ -1820,9 +1937,14 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 }
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* for the mover's bulk stores */
-            af_csync();
+            af_csync<FC>();
             if (tid == 0)
                 af_bar_arrive(&S.done[s]);
+            if (exact && warp == 0) {
+                push_lr();
+                prev_aux = t.aux;
+                prev_n = t.n;
+            }
         }
         if (warp == 0 && prev_aux)   /* the last tensor's lr sums */
             mean_lr(nk - 1, prev_aux, prev_n);
@@ -1842,7 +1964,7 @@ struct am_plan {
     int32_t              total1, totalf;   /* totalf: the flat chunks listed in d.listf */
     int32_t              thin1;   /* the first thin1 chunks of d.list1 go to k_am_stats_thin */
     struct group {
-        int32_t  K, wide, nc, first, count;   /* d.fl[first ..] */
+        int32_t  K, wide, fu, nc, v, first, count;   /* fu: as am_desc::fused (nc, shape v); d.fl[first ..] */
         int32_t  span, ncl;                   /* the largest span; clusters resident (launched) */
         uint32_t smem;
     };
@@ -1873,30 +1995,43 @@ static void am_magic(int64_t d, uint32_t *m, int32_t *l)
 
 typedef void (*af_fn)(const am_plan_dev, const ghc_automagic_args, int32_t, int32_t, int32_t, int32_t);
 
-static af_fn af_kernel(int K, bool wide)
+template <int V>
+static af_fn af_kernel_v(int K, bool wide)
 {
     switch (K * (wide ? 1 : -1)) {
-    case 4: return k_am_fused<4, true>;
-    case 8: return k_am_fused<8, true>;
-    case 16: return k_am_fused<16, true>;
-    case 32: return k_am_fused<32, true>;
-    case -4: return k_am_fused<4, false>;
-    case -8: return k_am_fused<8, false>;
-    case -16: return k_am_fused<16, false>;
-    default: return k_am_fused<32, false>;
+    case 4: return k_am_fused<4, true, V>;
+    case 8: return k_am_fused<8, true, V>;
+    case 16: return k_am_fused<16, true, V>;
+    case 32: return k_am_fused<32, true, V>;
+    case -4: return k_am_fused<4, false, V>;
+    case -8: return k_am_fused<8, false, V>;
+    case -16: return k_am_fused<16, false, V>;
+    default: return k_am_fused<32, false, V>;
+    }
+}
+
+/* k_am_fused for K, wide or tall, in shape v */
+static af_fn af_kernel(int K, bool wide, int v)
+{
+    switch (v) {
+    case 0: return af_kernel_v<0>(K, wide);
+    case 1: return af_kernel_v<1>(K, wide);
+    case 2: return af_kernel_v<2>(K, wide);
+    default: return af_kernel_v<3>(K, wide);
     }
 }
 
 /* A launch of k_am_fused: grid blocks of AF_T threads in clusters of nc, smem bytes of dynamic
  * shared memory, on stream s (at: the cluster attribute, which cfg points to). */
-static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, unsigned grid, size_t smem, cudaStream_t s)
+static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, int v, unsigned grid, size_t smem,
+                                     cudaStream_t s)
 {
     at->id = cudaLaunchAttributeClusterDimension;
     at->val.clusterDim.x = (unsigned)nc;
     at->val.clusterDim.y = at->val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(AF_T);
+    cfg.blockDim = dim3((unsigned)(32 * af_shapes[v].nw + 32));
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
@@ -1905,30 +2040,33 @@ static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, unsigned gr
 }
 
 /* What k_am_fused may do on each device, found once: the largest cluster (0: not yet asked,
- * -1: none: no cluster launch, too little shared memory, or switched off) and the shared
- * memory a block may have. */
+ * -1: none: no cluster launch, too little shared memory, or switched off), the shared memory a
+ * block may have and an SM has. */
 #define AF_DEVS 64
 static struct {
-    int max_nc, optin;
+    int max_nc, optin, smsm;
 } g_af_dev[AF_DEVS];
-static bool g_af_off;   /* ghc_k_automagic_fused(0) or GHC_AUTOMAGIC_FUSED=0 */
-static int  g_af_late;  /* ghc_k_automagic_fused(2): the new scale always after the update */
+static bool g_af_off;        /* ghc_k_automagic_fused(0) or GHC_AUTOMAGIC_FUSED=0 */
+static int  g_af_late;       /* ghc_k_automagic_fused(2): the new scale always after the update */
+static int  g_af_shape = -1; /* ghc_k_automagic_fused(3 + v): shape v only (else the first that fits of AF_ORDER) */
+static const int AF_ORDER[AF_NV] = { 0, 1, 2, 3 };
 
 static void af_device(int dev)
 {
     if (dev < 0 || dev >= AF_DEVS || g_af_dev[dev].max_nc)
         return;
-    int cl = 0, optin = 0;
+    int cl = 0, optin = 0, smsm = 0;
     const char *env = getenv("GHC_AUTOMAGIC_FUSED");
     g_af_dev[dev].max_nc = -1;
     if ((env && strcmp(env, "0") == 0) || cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || !cl ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smsm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess || !cl ||
         optin < 64 * 1024) {
         cudaGetLastError();
         return;
     }
-    for (int k = 0; k < 8; k++) {
-        af_fn f = af_kernel(4 << (k % 4), k < 4);
+    for (int k = 0; k < 8 * AF_NV; k++) {
+        af_fn f = af_kernel(4 << (k % 4), k % 8 < 4, k / 8);
         if (cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess ||
             cudaFuncSetAttribute((const void *)f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
             cudaGetLastError();
@@ -1936,19 +2074,21 @@ static void af_device(int dev)
         }
     }
     cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = af_config(&at, AF_MAXNC, AF_MAXNC, (size_t)optin, 0);
+    const cudaLaunchConfig_t cfg = af_config(&at, AF_MAXNC, 0, AF_MAXNC, (size_t)optin, 0);
     int num = 0;
-    bool big = cudaOccupancyMaxActiveClusters(&num, k_am_fused<16, true>, &cfg) == cudaSuccess && num > 0;
+    bool big = cudaOccupancyMaxActiveClusters(&num, k_am_fused<16, true, 0>, &cfg) == cudaSuccess && num > 0;
     cudaGetLastError();
     g_af_dev[dev].optin = optin;
+    g_af_dev[dev].smsm = smsm;
     g_af_dev[dev].max_nc = big ? AF_MAXNC : 8;
 }
 
-/* The cluster size k_am_fused takes t with on device dev and the long side's lines a block
- * (*span), or 0: t must be thin (f32 g), one matrix, f32 params, the int8 mask, every array
- * 16-byte aligned and the long side in groups of 128 elements (whole bulk copies and polarity
- * words per block); the smallest power of two (clusters pack into the GPCs) whose blocks fit
- * in an SM's shared memory. */
+/* How k_am_fused takes t on device dev: the cluster size nc plus 256 times the block shape,
+ * and the long side's lines a block (*span); or 0: t must be thin (f32 g), one matrix, f32
+ * params, the int8 mask, every array 16-byte aligned and the long side in groups of 128
+ * elements (whole bulk copies and polarity words per block). The first shape of AF_ORDER with a
+ * cluster size that lets its blocks an SM fit in the SM's shared memory, the smallest such
+ * power of two (clusters pack into the GPCs). */
 static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
 {
     if (g_af_off || !t.thin || t.B != 1 || t.p_bf16 || !t.m8 || (t.wide ? t.C : t.n) % 128 != 0)
@@ -1961,13 +2101,21 @@ static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
     if (dev < 0 || dev >= AF_DEVS || g_af_dev[dev].max_nc < 1)
         return 0;
     const int K = t.thin, L = t.wide ? t.C : t.R, unit = t.wide ? 128 : 128 / K;
-    for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
-        int sp = (L + nc - 1) / nc;
-        sp = (sp + unit - 1) / unit * unit;
-        if (af_layout_of(K, sp).bytes <= (uint32_t)g_af_dev[dev].optin) {
-            *span = sp;
-            return nc;
+    for (int o = 0; o < AF_NV; o++) {
+        const int v = g_af_shape >= 0 ? g_af_shape : AF_ORDER[o];
+        const int mb = af_shapes[v].mb;
+        /* an SM's blocks: their shared memory and 1 KiB each the system keeps */
+        const uint32_t room = (uint32_t)std::min(g_af_dev[dev].optin, g_af_dev[dev].smsm / mb - 1024);
+        for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
+            int sp = (L + nc - 1) / nc;
+            sp = (sp + unit - 1) / unit * unit;
+            if (af_layout_of(K, sp, af_shapes[v].ns).bytes <= room) {
+                *span = sp;
+                return nc | v << 8;
+            }
         }
+        if (g_af_shape >= 0)
+            break;
     }
     return 0;
 }
@@ -2137,23 +2285,23 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
             continue;
         bool seen = false;
         for (const am_plan::group &g : groups)
-            seen = seen || (g.K == t.thin && g.wide == t.wide && g.nc == t.fused);
+            seen = seen || (g.K == t.thin && g.wide == t.wide && g.fu == t.fused);
         if (seen)
             continue;
-        am_plan::group g = { t.thin, t.wide, t.fused, nfl, 0, 0, 0, 0 };
+        am_plan::group g = { t.thin, t.wide, t.fused, t.fused & 255, t.fused >> 8, nfl, 0, 0, 0, 0 };
         for (int32_t j = i; j < n; j++) {
             const am_desc &u = d[(size_t)j];
-            if (u.fused == g.nc && u.thin == g.K && u.wide == g.wide) {
+            if (u.fused == g.fu && u.thin == g.K && u.wide == g.wide) {
                 fl[nfl++] = j;
                 g.count++;
                 g.span = std::max(g.span, u.span);
             }
         }
-        g.smem = af_layout_of(g.K, g.span).bytes;
+        g.smem = af_layout_of(g.K, g.span, af_shapes[g.v].ns).bytes;
         cudaLaunchAttribute at;
-        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)g.nc, g.smem, s);
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, g.v, (unsigned)g.nc, g.smem, s);
         int act = 0;
-        e = cudaOccupancyMaxActiveClusters(&act, af_kernel(g.K, g.wide), &cfg);
+        e = cudaOccupancyMaxActiveClusters(&act, af_kernel(g.K, g.wide, g.v), &cfg);
         if (e == cudaSuccess && act < 1)
             e = cudaErrorInvalidConfiguration;   /* af_fit admitted only what fits */
         if (e != cudaSuccess) {
@@ -2207,8 +2355,8 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
         cudaEventRecord(g_am_prof.ev[0], s);
     for (const am_plan::group &g : p->fused) {   /* one cluster a tensor */
         cudaLaunchAttribute at;
-        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)(g.ncl * g.nc), g.smem, s);
-        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late));
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, g.v, (unsigned)(g.ncl * g.nc), g.smem, s);
+        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide, g.v), p->d, *args, g.first, g.count, g.span, g_af_late));
     }
     if (p->thin1 > 0)
         k_am_stats_thin<<<p->thin1, AM_T, 0, s>>>(p->d, *args);
@@ -2251,4 +2399,5 @@ extern "C" void ghc_k_automagic_fused(int on)
     std::lock_guard<std::mutex> lk(g_am_lock);
     g_af_off = on == 0;
     g_af_late = on == 2;
+    g_af_shape = on >= 3 && on < 3 + AF_NV ? on - 3 : -1;
 }
