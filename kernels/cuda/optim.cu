@@ -1158,7 +1158,7 @@ struct af_small {
     float rl[2][AF_MAXNC][2];           /* [k % 2][block] the blocks' lr max and sum, pushed */
     am_desc desc[2];                    /* [stage] the tensor's table entry (the mover's copy) */
     float oscale[2];                    /* [stage] its old int8 scale */
-    float misc[4];                      /* div, exact (1) or not (0), mean row, new scale */
+    float misc[4];                      /* div, exact (1) or not (0), -, new scale */
     float red[64];
     float part[AF_MAXW][64];            /* tall: the warps' column partials */
     uint32_t pex[AF_MAXW][AF_NEX];      /* the warps' extremes */
@@ -1682,6 +1682,7 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 if (lane < (int)nc)
                     for (int v = 0; v < NX; v++)
                         af_push4(&S.rx[x][q][4 * v], *(const float4 *)&S.xch[4 * v], &S.xb[x][0], (uint32_t)lane);
+                const float sqn = (float)sqrt((double)t.n);
                 if (prev_aux) {   /* the previous tensor's lr sums, if its scale was known early */
                     mean_lr(k - 1, prev_aux, prev_n);
                     prev_aux = NULL;
@@ -1704,11 +1705,14 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     nv = am_ema(S.sold[s][lane], __fdiv_rn(sv, (float)(WIDE ? t.C : t.R)), a);
                     w = __fdiv_rn(sq, nv);
                 }
-                float wsum = w, nsum = nv, smin;   /* over the lines: a fixed tree (every block the same bits) */
+                /* over the lines: fixed trees (every block the same bits); the largest state
+                 * gives the smallest factor (each step of the factor is monotone) */
+                float wsum = w, nsum = nv, nmax = nv;
 #pragma unroll
                 for (int o = 16; o > 0; o /= 2) {
                     wsum = __fadd_rn(wsum, __shfl_xor_sync(0xffffffffu, wsum, o));
                     nsum = __fadd_rn(nsum, __shfl_xor_sync(0xffffffffu, nsum, o));
+                    nmax = fmaxf(nmax, __shfl_xor_sync(0xffffffffu, nmax, o));
                 }
                 const float rmean = WIDE ? __fdiv_rn(nsum, (float)K) : __fdiv_rn(rsum, (float)t.R);
                 float fac = 0.0f;
@@ -1718,20 +1722,17 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     if (q == 0)
                         (WIDE ? t.s0 : t.s1)[lane] = nv;
                 }
-                smin = lane < K ? fac : INFINITY;
-#pragma unroll
-                for (int o = 16; o > 0; o /= 2)
-                    smin = fminf(smin, __shfl_xor_sync(0xffffffffu, smin, o));
                 uint32_t ev[AF_NEX];
 #pragma unroll
                 for (int v = 0; v < AF_NEX; v++)
                     ev[v] = __shfl_sync(0xffffffffu, exv, v);
                 if (lane == 0) {
-                    float div = __fdiv_rn(__fdiv_rn(sqrtf(__fmul_rn(rmean, wsum)), (float)sqrt((double)t.n)), a.clip);
+                    const float smin = WIDE ? __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(nmax, rmean)))
+                                            : __fdiv_rn(1.0f, __fsqrt_rn(nmax));   /* the smallest factor */
+                    float div = __fdiv_rn(__fdiv_rn(sqrtf(__fmul_rn(rmean, wsum)), sqn), a.clip);
                     if (!(div >= 1.0f))
                         div = 1.0f;
                     S.misc[0] = div;
-                    S.misc[2] = rmean;
                     /* the smallest |u| of a nonzero g, from below (half for the roundings): the
                      * smallest |g| times the smallest factors of the short side and (from the
                      * largest state) of the long side, over div */
@@ -1777,13 +1778,17 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 for (int b = 0; b < (int)nc; b++)
                     m = max(m, __float_as_uint(S.rx[x][b][2 * K + 1]));
                 code_table(s, am_scale(__uint_as_float(m)), pt, NP);
+                if (!WIDE) {   /* the rows' factors: the mean row as warp 0 takes it */
+                    float rsum = 0.0f;
+                    for (int b = 0; b < (int)nc; b++)
+                        rsum = __fadd_rn(rsum, S.rx[x][b][2 * K]);
+                    const float rmean = __fdiv_rn(rsum, (float)t.R);
+                    for (int r = pt; r < nl; r += NP)
+                        lfac[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(lst[r], rmean)));
+                }
             }
             af_csync<FC>();
             const bool exact = S.misc[1] != 0.0f;
-            if (!WIDE)   /* the rows' factors need the mean row */
-                for (int r = tid; r < nl; r += FC)
-                    lfac[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(lst[r], S.misc[2])));
-            af_csync<FC>();
 
             /* 3. the update, 4 elements a lane (8 lanes a polarity word) */
             const float div = S.misc[0];
