@@ -173,8 +173,8 @@ static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t
  * on some, weight decay): masks, scales, polarity and agreement bit for bit, second moments and
  * the mean lr within f32 sums' rounding, params within that too (bf16 ones within one ulp);
  * fused: with the thin tensors' clusters (1, the default; 2: the clusters taking the new int8
- * scale after the update, as they do where a u underflows), every tensor in the separate
- * passes (0) or the clusters in one block shape only (3 + v). */
+ * scale after the update, as they do where a u underflows) or every tensor in the separate
+ * passes (0). */
 static void fu_run(int fused)
 {
     ghc_k_automagic_fused(fused);
@@ -244,8 +244,6 @@ START_TEST(automagic_shapes_cuda)
     fu_run(1);
     fu_run(2);
     fu_run(0);
-    for (int v = 0; v < 4; v++)   /* each block shape of the clusters alone */
-        fu_run(3 + v);
 }
 END_TEST
 

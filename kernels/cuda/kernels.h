@@ -58,9 +58,8 @@ void ghc_k_automagic_profile(int on, double ms[3]);
 /* Whether automagic steps thin tensors (LoRA's A and B) in one thread-block cluster each
  * (k_am_fused; on = 1, the default where the device has clusters; off with
  * GHC_AUTOMAGIC_FUSED=0) or in the separate passes (on = 0); on = 2: the clusters, taking the
- * new int8 scale after the update always (their fallback); on = 3 + v: the clusters in block
- * shape v only (0 to 3; optim.cu's af_v). For benchmarks and tests comparing them; later calls
- * make new plans. */
+ * new int8 scale after the update always (their fallback). For benchmarks and tests comparing
+ * them; later calls make new plans. */
 void ghc_k_automagic_fused(int on);
 
 GHC_END_DECLS

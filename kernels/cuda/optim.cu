@@ -193,8 +193,8 @@ struct am_desc {
     int32_t     thin;        /* the short side's length K (4, 8, 16 or 32) where k_am_stats_thin
                               * takes the tensor (f32 g, 16-byte aligned, rows of whole 16-byte
                               * groups), else 0 */
-    int32_t     fused;       /* blocks of the cluster that steps the tensor in k_am_fused plus 256
-                              * times the block shape (span: the long side's lines a block), else 0 (no implicit padding: plans
+    int32_t     fused;       /* blocks of the cluster that steps the tensor in k_am_fused (span: the
+                              * long side's lines a block), else 0 (no implicit padding: plans
                               * compare tables with memcmp) */
 };
 
@@ -1116,7 +1116,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 /* A thin tensor (LoRA's A [K][C] or B [R][K], K = 4, 8, 16 or 32; f32 params and g, the int8
  * mask, one matrix, the long side in whole groups of 128 elements, 16-byte aligned arrays) is
  * stepped whole by one cluster of `fused` blocks (am_desc::fused), each holding `span` lines of
- * the long side in shared memory. Each block has compute warps (af_v) and one mover warp. The
+ * the long side in shared memory. Each block has AF_MAXW compute warps and one mover warp. The
  * mover brings a tensor's g, codes, polarity words and long-side state in by bulk copies (the
  * tensor memory accelerator: every byte in flight at once, no registers held) into one of two
  * stages while the compute warps work on the other, and sends the finished stage's results back
@@ -1135,17 +1135,9 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * The clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
  * resident). Per element the arithmetic is the flat passes' (the same bits for masks, polarity
  * and agreement; the sums in another fixed order). */
-#define AF_MAXW  23    /* compute warps a block at most */
-/* The block shapes k_am_fused is built in (V): compute warps (besides the mover), stages and
- * blocks an SM; every shape at most 85 registers a thread. Shape 0: 23 warps (H100, bench_optim,
- * last: 16 warps 0.62 ms, 20 0.605, 23 0.600), two stages, one block an SM. */
-template <int V> struct af_v;
-template <> struct af_v<0> { static constexpr int NW = 23, NS = 2, MB = 1; };
-template <> struct af_v<1> { static constexpr int NW = 11, NS = 1, MB = 2; };
-template <> struct af_v<2> { static constexpr int NW = 7, NS = 1, MB = 3; };
-template <> struct af_v<3> { static constexpr int NW = 11, NS = 2, MB = 2; };
-#define AF_NV 4
-static const struct { int nw, ns, mb; } af_shapes[AF_NV] = { { 23, 2, 1 }, { 11, 1, 2 }, { 7, 1, 3 }, { 11, 2, 2 } };
+#define AF_MAXW  23    /* compute warps a block (H100, bench_optim, once: 16 warps 0.62 ms, 20 0.605, 23 0.600) */
+#define AF_T     (32 * AF_MAXW + 32)   /* with the mover warp: one block an SM (at most 85 registers) */
+#define AF_NS    2     /* stages (one tensor each) */
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
 #define AF_NEX   3     /* the extremes a block sends with its partials (k_am_fused, 1.) */
 #define AF_XW    72    /* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
@@ -1165,12 +1157,11 @@ struct af_small {
     float prs[AF_MAXW];                 /* tall: the warps' sums of their rows' states */
     float plr[AF_MAXW][2];              /* the warps' lr max and sum (the update) */
     __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall), then the AF_NEX extremes */
-    float lrn[2][512];                  /* [k % 2] the new lr of (agreement, old code) */
+    float2 lc[2][512];                  /* [k % 2] the new lr (x) and new code (y, its bits) of (agreement, old code) */
     int32_t pre[2];                     /* [k % 2] k: tensor k's lr table and columns were made during k - 1's exchange */
     int32_t pf;                         /* the next tensor is in (the prologue's test) */
     unsigned long long full[2], done[2];   /* [stage] loaded (mover -> compute), finished (compute -> mover) */
     unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
-    uint8_t code[512];                  /* new code of (agreement, old code) */
 };
 
 /* Byte offsets in a block's dynamic shared memory: two stages, each one tensor's slices (g,
@@ -1455,10 +1446,30 @@ GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
+#ifdef AF_TRACE
+/* A timing aid (build with -DAF_TRACE; bench_optim prints the phases): thread 0 of the first
+ * 8 blocks records clock64() per tensor k < 32 (wide, K = 16) at 0 the loop's top, 1 the stage
+ * in, 2 the stats done, 6 the partials in (warp 0), 7 their sums, 8 the trees, 9 lane 0's
+ * scalars, 3 after the exchange's barrier, 4 its update done, 5 the stage handed back; thread
+ * 32 at 11 its prologue done and 10 the partials in. */
+__device__ long long af_trace[8][32][12];
+#define AF_TR(j)                                                                                        \
+    do {                                                                                                \
+        if (WIDE && K == 16 && blockIdx.x < 8 && (tid == 0 || (tid == 32 && (j) >= 10)) && k < 32)      \
+            af_trace[blockIdx.x][k][j] = clock64();                                                     \
+    } while (0)
+extern "C" void ghc_k_automagic_trace(long long *out)
+{
+    cudaMemcpyFromSymbol(out, af_trace, sizeof(af_trace));
+}
+#else
+#define AF_TR(j) (void)0
+#endif
+
 /* The tensors P.fl[first .. first + count) (thin: K, wide or tall), cluster c of the launch's ncl
  * taking c, c + ncl, ...; span: the largest of theirs (the shared-memory layout). */
-template <int K, bool WIDE, int V>
-static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_am_fused(const am_plan_dev P, const ghc_automagic_args a,
+template <int K, bool WIDE>
+static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P, const ghc_automagic_args a,
                                                              int32_t first, int32_t count, int32_t span,
                                                              int32_t late)
 {
@@ -1466,11 +1477,11 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
     const uint32_t q = af_rank(), nc = af_nrank();
     const int cid = (int)(blockIdx.x / nc), ncl = (int)(gridDim.x / nc);
     const int nk = cid < count ? (count - cid + ncl - 1) / ncl : 0;   /* this cluster's tensors */
-    constexpr int FC = af_v<V>::NW * 32, NS = af_v<V>::NS;
+    constexpr int FC = AF_MAXW * 32, NS = AF_NS;
     const af_layout lo = af_layout_of(K, span, NS);
     af_small &S = *(af_small *)(sm + lo.small);
     float *const lrcb = (float *)(sm + lo.lrc), *const lfacb = (float *)(sm + lo.lfac);
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = af_v<V>::NW;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_MAXW;
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
             S.pre[b] = -1;
@@ -1497,9 +1508,10 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
     } else {
         float *prev_aux = NULL;   /* exact mode: the previous tensor's aux and size, its lr sums pending */
         int32_t prev_n = 0;
-        /* warp 0: waits for tensor kk's lr pushes; rank 0 writes its mean lr (the sums in rank order) */
+        /* a warp (0 for the fallback, else 1, off warp 0's path): waits for tensor kk's lr pushes;
+         * rank 0 writes its mean lr (the sums in rank order) */
         auto mean_lr = [&](int kk, float *aux, int32_t n) {
-            af_bar_wait<true>(&S.xb[kk & 1][1], (uint32_t)(kk >> 1) & 1u);
+            af_bar_wait(&S.xb[kk & 1][1], (uint32_t)(kk >> 1) & 1u);
             if (q == 0 && lane == 0) {
                 float sum = 0.0f;
                 for (int b = 0; b < (int)nc; b++)
@@ -1507,17 +1519,17 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 aux[1] = __fdiv_rn(sum, (float)n);
             }
         };
-        /* the new code of every (agreement, old code) against the new scale nsc, the threads
+        /* the new code of every (agreement, old code) against the new scale nsc (into lc[].y), the threads
          * from i0 in steps of n */
-        auto code_table = [&](int s, float nsc, int i0, int n) {
+        auto code_table = [&](float2 *lc, int s, float nsc, int i0, int n) {
             for (int e = i0; e < 512; e += n)
-                S.code[e] = (uint8_t)am_code((uint8_t)e, e >> 8, S.oscale[s], nsc, a);
+                lc[e].y = __uint_as_float(am_code((uint8_t)e, e >> 8, S.oscale[s], nsc, a) & 0xffu);
         };
         /* the new lr of (agreement, old code) against the old scale os (exact, a lookup), the
          * threads from i0 in steps of n */
-        auto lr_table = [&](float *lrn, float os, int i0, int n) {
+        auto lr_table = [&](float2 *lc, float os, int i0, int n) {
             for (int e = i0; e < 512; e += n)
-                lrn[e] = am_lr(__fmul_rn((float)(int8_t)(uint8_t)e, os), e >> 8, a);
+                lc[e].x = am_lr(__fmul_rn((float)(int8_t)(uint8_t)e, os), e >> 8, a);
         };
         /* wide: the nl columns' new state (in lst), 1 / state and factor, the threads from i0
          * in steps of n; returns the largest state (bits) */
@@ -1541,7 +1553,9 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
         uint32_t ex2n = 0u;   /* the prologue's largest column state (for the next tensor) */
         for (int k = 0; k < nk; k++) {
             const int s = k % NS, x = k & 1;
+            AF_TR(0);
             af_bar_wait(&S.full[s], (uint32_t)(k / NS) & 1u);
+            AF_TR(1);
             const am_desc t = S.desc[s];
             int l0, nl;
             af_slice(t, WIDE, q, &l0, &nl);
@@ -1550,10 +1564,11 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
             float *g = sl.g, *lst = sl.lst;
             uint8_t *mq = sl.mq;
             uint32_t *pol = sl.pol, *agr = sl.agr;
-            float *lrc = lrcb + (k & 1) * span, *lfac = lfacb + (k & 1) * span, *lrn = S.lrn[k & 1];
+            float *lrc = lrcb + (k & 1) * span, *lfac = lfacb + (k & 1) * span;
+            float2 *lc = S.lc[k & 1];
             const bool pre = S.pre[k & 1] == k;   /* made in the previous tensor's exchange */
             if (!pre)
-                lr_table(lrn, S.oscale[s], tid, FC);
+                lr_table(lc, S.oscale[s], tid, FC);
 
             /* 1. the long side's lines (complete here) and this block's partials of the short
              * side; and for the new int8 scale, known before the update: the max |new lr|
@@ -1573,7 +1588,7 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 const uint32_t sb = ~(gp ^ old);   /* bit u: its sign agrees (the sign of u is g's) */
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    lm = fmaxf(lm, fabsf(lrn[__byte_perm(c4, 0u, 0x4440u + (uint32_t)u) | ((sb << (8 - u)) & 0x100u)]));
+                    lm = fmaxf(lm, fabsf(lc[__byte_perm(c4, 0u, 0x4440u + (uint32_t)u) | ((sb << (8 - u)) & 0x100u)].x));
                     gmn = min(gmn, (__float_as_uint(e[u]) << 1) - 1u);   /* zeros wrap to the max */
                 }
             };
@@ -1645,6 +1660,7 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
 
             /* this thread's first params of the update (the mover prefetched them into L2): in
              * flight while the partials cross the cluster */
+            AF_TR(2);
             const float4 xfirst =
                 4 * tid < E ? __ldcg((const float4 *)((const float *)t.p +
                                                       (WIDE ? (int64_t)l0 + (int64_t)(4 * tid / nl) * t.C + 4 * tid % nl
@@ -1679,15 +1695,12 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 __syncwarp();
                 if (lane == 0)
                     af_bar_expect(&S.xb[x][0], (uint32_t)(16 * NX) * nc);
-                if (lane < (int)nc)
-                    for (int v = 0; v < NX; v++)
-                        af_push4(&S.rx[x][q][4 * v], *(const float4 *)&S.xch[4 * v], &S.xb[x][0], (uint32_t)lane);
+                for (int i = lane; i < NX * (int)nc; i += 32)   /* piece i / nc to block i % nc */
+                    af_push4(&S.rx[x][q][4 * (i / nc)], *(const float4 *)&S.xch[4 * (i / nc)], &S.xb[x][0],
+                             (uint32_t)i % nc);
                 const float sqn = (float)sqrt((double)t.n);
-                if (prev_aux) {   /* the previous tensor's lr sums, if its scale was known early */
-                    mean_lr(k - 1, prev_aux, prev_n);
-                    prev_aux = NULL;
-                }
-                af_bar_wait<true>(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                af_bar_wait(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                AF_TR(6);
                 float sv = 0.0f, sq = 0.0f, rsum = 0.0f;
                 uint32_t exv = 0u;
                 for (int b = 0; b < (int)nc; b++) {
@@ -1700,6 +1713,7 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     if (lane < AF_NEX)
                         exv = max(exv, __float_as_uint(S.rx[x][b][2 * K + 1 + lane]));
                 }
+                AF_TR(7);
                 float nv = 0.0f, w = 0.0f;
                 if (lane < K) {
                     nv = am_ema(S.sold[s][lane], __fdiv_rn(sv, (float)(WIDE ? t.C : t.R)), a);
@@ -1714,10 +1728,30 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     nsum = __fadd_rn(nsum, __shfl_xor_sync(0xffffffffu, nsum, o));
                     nmax = fmaxf(nmax, __shfl_xor_sync(0xffffffffu, nmax, o));
                 }
-                const float rmean = WIDE ? __fdiv_rn(nsum, (float)K) : __fdiv_rn(rsum, (float)t.R);
-                float fac = 0.0f;
-                if (lane < K) {
+                AF_TR(8);
+                /* (wide: K is a power of two, so the division is this product, exactly) */
+                const float rmean = WIDE ? __fmul_rn(nsum, 1.0f / K) : __fdiv_rn(rsum, (float)t.R);
+                /* the factors 1 / sqrt(nv / rmean) (tall: 1 / sqrt(nv)) in the lanes < K, the
+                 * smallest (of nmax) in lane 30 and the divisor sqrt(rmean wsum) / sqrt(n) / clip
+                 * in lane 31: the same steps in every lane (a division by 1 is exact) */
+                float fac, smin, div;
+                if constexpr (K <= 16) {
+                    const bool dl = lane == 31;
+                    const float xin = dl ? __fmul_rn(rmean, wsum) : lane < K ? nv : nmax;
+                    const float y1 = __fsqrt_rn(WIDE ? __fdiv_rn(xin, dl ? 1.0f : rmean) : xin);
+                    const float z1 = __fdiv_rn(dl ? y1 : 1.0f, dl ? sqn : y1);
+                    fac = __fdiv_rn(z1, dl ? a.clip : 1.0f);
+                    smin = __shfl_sync(0xffffffffu, fac, 30);
+                    div = __shfl_sync(0xffffffffu, fac, 31);
+                } else {   /* K = 32: every lane a factor, the divisor alike in all */
                     fac = WIDE ? __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(nv, rmean))) : __fdiv_rn(1.0f, __fsqrt_rn(nv));
+                    smin = fac;
+#pragma unroll
+                    for (int o = 16; o > 0; o /= 2)
+                        smin = fminf(smin, __shfl_xor_sync(0xffffffffu, smin, o));
+                    div = __fdiv_rn(__fdiv_rn(__fsqrt_rn(__fmul_rn(rmean, wsum)), sqn), a.clip);
+                }
+                if (lane < K) {
                     S.sfac[lane] = fac;
                     if (q == 0)
                         (WIDE ? t.s0 : t.s1)[lane] = nv;
@@ -1727,33 +1761,29 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 for (int v = 0; v < AF_NEX; v++)
                     ev[v] = __shfl_sync(0xffffffffu, exv, v);
                 if (lane == 0) {
-                    const float smin = WIDE ? __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(nmax, rmean)))
-                                            : __fdiv_rn(1.0f, __fsqrt_rn(nmax));   /* the smallest factor */
-                    float div = __fdiv_rn(__fdiv_rn(sqrtf(__fmul_rn(rmean, wsum)), sqn), a.clip);
                     if (!(div >= 1.0f))
                         div = 1.0f;
                     S.misc[0] = div;
-                    /* the smallest |u| of a nonzero g, from below (half for the roundings): the
-                     * smallest |g| times the smallest factors of the short side and (from the
+                    /* the smallest |u| of a nonzero g, from below (a quarter for the roundings and the fast
+                     * reciprocal): the smallest |g| times the smallest factors of the short side and (from the
                      * largest state) of the long side, over div */
                     const float gmin = __uint_as_float((~ev[1] + 1u) >> 1), lmax = __uint_as_float(ev[2]);
                     const float lfmin = WIDE ? rsqrtf(lmax) : rsqrtf(lmax / rmean);
                     /* (f32: an underflow or a NaN here only sends the cluster to the fallback) */
-                    const float bound = 0.5f * gmin * smin * lfmin / div;
+                    const float bound = 0.25f * gmin * smin * lfmin * __fdividef(1.0f, div);   /* (within 2 ulp) */
                     const bool exact = !late && (ev[1] == 0u || bound >= 0x1p-100f);
-                    const float m = __uint_as_float(ev[0]);   /* the max |new lr| */
-                    const float nsc = am_scale(m);
-                    S.misc[1] = exact ? 1.0f : 0.0f;
-                    S.misc[3] = nsc;
-                    if (exact && q == 0)
-                        t.aux[0] = nsc;
+                    S.misc[1] = exact ? 1.0f : 0.0f;   /* (the new scale: the other warps) */
+                    AF_TR(9);
                 }
-            } else {
-                /* the other compute warps meanwhile: the next tensor's lr table and (wide) its
-                 * columns if its stage is in, then the new codes against the scale the
-                 * partials give (the update writes them if exact) */
-                constexpr int NP = FC - 32;
-                const int pt = tid - 32;
+            } else if (warp % 4 != 0) {
+                /* the compute warps off warp 0's scheduler (warp w issues on sub-partition
+                 * w % 4: warp 0's chain keeps its own) meanwhile: the next tensor's lr table
+                 * and (wide) its columns if its stage is in, then the new codes against the
+                 * scale the partials give (the update writes them if exact) */
+                constexpr int NP = 32 * ((FC / 32 - 1) - (FC / 32 - 1) / 4);
+                const int pt = 32 * (warp - 1 - (warp - 1) / 4) + lane;
+                if (warp == 1 && prev_aux)   /* the previous tensor's lr sums, if its scale was known early */
+                    mean_lr(k - 1, prev_aux, prev_n);
                 if (NS == 2 && k + 1 < nk) {
                     const int s1 = (k + 1) % NS, k1 = (k + 1) & 1;
                     const uint32_t par = (uint32_t)((k + 1) / NS) & 1u;
@@ -1762,7 +1792,7 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     asm volatile("bar.sync 2, %0;" ::"n"(NP) : "memory");
                     if (S.pf) {
                         af_bar_wait(&S.full[s1], par);   /* complete: each thread's acquire */
-                        lr_table(S.lrn[k1], S.oscale[s1], pt, NP);
+                        lr_table(S.lc[k1], S.oscale[s1], pt, NP);
                         if (WIDE) {
                             int l1, nl1;
                             af_slice(S.desc[s1], WIDE, q, &l1, &nl1);
@@ -1773,11 +1803,16 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                             S.pre[k1] = k + 1;
                     }
                 }
-                af_bar_wait<true>(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                AF_TR(11);
+                af_bar_wait(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
+                AF_TR(10);
                 uint32_t m = 0u;   /* the max |new lr| as warp 0 takes it */
                 for (int b = 0; b < (int)nc; b++)
                     m = max(m, __float_as_uint(S.rx[x][b][2 * K + 1]));
-                code_table(s, am_scale(__uint_as_float(m)), pt, NP);
+                const float nsc = am_scale(__uint_as_float(m));
+                if (pt == 0)
+                    S.misc[3] = nsc;
+                code_table(lc, s, nsc, pt, NP);
                 if (!WIDE) {   /* the rows' factors: the mean row as warp 0 takes it */
                     float rsum = 0.0f;
                     for (int b = 0; b < (int)nc; b++)
@@ -1788,7 +1823,11 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 }
             }
             af_csync<FC>();
+            prev_aux = NULL;
             const bool exact = S.misc[1] != 0.0f;
+            if (exact && q == 0 && tid == 32)
+                t.aux[0] = S.misc[3];
+            AF_TR(3);
 
             /* 3. the update, 4 elements a lane (8 lanes a polarity word) */
             const float div = S.misc[0];
@@ -1810,13 +1849,13 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 if (WIDE && nl > 0) {
                     r = 4 * tid / nl, c = 4 * tid % nl, dr = 4 * FC / nl, dc = 4 * FC % nl;
                 }
-                float *pb = (float *)t.p + (WIDE ? (int64_t)l0 : (int64_t)l0 * K);
-                auto at = [&](int i0, int rr, int cc) -> float4 * {
-                    return (float4 *)(WIDE ? pb + (int64_t)rr * t.C + cc : pb + i0);
-                };
+                /* the group's params; the step to the next group's (wide: dr rows and dc
+                 * columns on, one row more where the columns wrap) */
+                float *pp = (float *)t.p + (WIDE ? (int64_t)l0 + (int64_t)r * t.C + c : (int64_t)l0 * K + 4 * tid);
+                const int64_t d1 = WIDE ? (int64_t)dr * t.C + dc : 4 * FC, d2 = d1 + t.C - nl;
                 float4 xn = xfirst;
                 for (int i0 = 4 * tid; i0 < E; i0 += 4 * FC) {   /* E is a multiple of 128: whole warps */
-                    float4 *pg = at(i0, r, c), xv = xn;   /* the params from L2, one group ahead */
+                    float4 *pg = (float4 *)pp, xv = xn;   /* the params from L2, one group ahead */
                     float rf, cf[4];
                     if (WIDE) {
                         rf = S.sfac[r];
@@ -1824,17 +1863,20 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                         cf[0] = f.x, cf[1] = f.y, cf[2] = f.z, cf[3] = f.w;
                         c += dc;
                         r += dr;
-                        if (c >= nl) {
+                        const bool wrap = c >= nl;
+                        if (wrap) {
                             c -= nl;
                             r++;
                         }
+                        pp += wrap ? d2 : d1;
                     } else {
                         rf = lfac[i0 / K];
                         const float4 f = *(const float4 *)(S.sfac + i0 % K);
                         cf[0] = f.x, cf[1] = f.y, cf[2] = f.z, cf[3] = f.w;
+                        pp += d1;
                     }
                     if (i0 + 4 * FC < E)
-                        xn = __ldcg(at(i0 + 4 * FC, r, c));
+                        xn = __ldcg((const float4 *)pp);
                     const float4 gv = *(const float4 *)(g + i0);
                     const float ge[4] = { gv.x, gv.y, gv.z, gv.w };
                     float xe[4] = { xv.x, xv.y, xv.z, xv.w }, v[4], u[4];   /* v: u before the division */
@@ -1863,9 +1905,10 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     for (int e = 0; e < 4; e++) {
                         /* (agreement, old code): the tables' index */
                         const uint32_t b = __byte_perm(c4, 0u, 0x4440u + (uint32_t)e) | ((sb << (8 - e)) & 0x100u);
-                        const float l = lrn[b];   /* am_lr(old lr, same) */
+                        const float2 lv = lc[b];   /* am_lr(old lr, same) and the new code: one load */
+                        const float l = lv.x;
                         if (CODES)
-                            nc[e] = S.code[b];
+                            nc[e] = __float_as_uint(lv.y);
                         else
                             lr_max = fmaxf(lr_max, fabsf(l));
                         lr_sum = __fadd_rn(lr_sum, l);
@@ -1891,6 +1934,7 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                 div == 1.0f ? update2(std::true_type(), std::true_type()) : update2(std::true_type(), std::false_type());
             else
                 div == 1.0f ? update2(std::false_type(), std::true_type()) : update2(std::false_type(), std::false_type());
+            AF_TR(4);
             lr_sum = ghc_warp_sum(lr_sum);   /* the warps' lr max and sum */
             for (int o = 16; o > 0; o /= 2)
                 lr_max = fmaxf(lr_max, __shfl_xor_sync(0xffffffffu, lr_max, o));
@@ -1930,14 +1974,14 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
                     }
                 }
                 af_csync<FC>();
-                code_table(s, S.misc[3], tid, FC);
+                code_table(lc, s, S.misc[3], tid, FC);
                 af_csync<FC>();
                 for (int i = 4 * tid; i < E; i += 4 * FC) {
                     const uint32_t c4 = *(const uint32_t *)(mq + i), ag = agr[i / 32] >> (i % 32);
                     uint32_t o = 0;
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        o |= (uint32_t)S.code[((ag >> e) & 1u) << 8 | ((c4 >> (8 * e)) & 0xffu)] << (8 * e);
+                        o |= __float_as_uint(lc[((ag >> e) & 1u) << 8 | ((c4 >> (8 * e)) & 0xffu)].y) << (8 * e);
                     *(uint32_t *)(mq + i) = o;
                 }
             }
@@ -1945,13 +1989,15 @@ static __global__ void __launch_bounds__(af_v<V>::NW * 32 + 32, af_v<V>::MB) k_a
             af_csync<FC>();
             if (tid == 0)
                 af_bar_arrive(&S.done[s]);
-            if (exact && warp == 0) {
-                push_lr();
+            AF_TR(5);
+            if (exact) {
+                if (warp == 0)
+                    push_lr();
                 prev_aux = t.aux;
                 prev_n = t.n;
             }
         }
-        if (warp == 0 && prev_aux)   /* the last tensor's lr sums */
+        if (warp == 1 && prev_aux)   /* the last tensor's lr sums */
             mean_lr(nk - 1, prev_aux, prev_n);
     }
     __syncwarp();
@@ -1969,7 +2015,7 @@ struct am_plan {
     int32_t              total1, totalf;   /* totalf: the flat chunks listed in d.listf */
     int32_t              thin1;   /* the first thin1 chunks of d.list1 go to k_am_stats_thin */
     struct group {
-        int32_t  K, wide, fu, nc, v, first, count;   /* fu: as am_desc::fused (nc, shape v); d.fl[first ..] */
+        int32_t  K, wide, nc, first, count;   /* d.fl[first ..] */
         int32_t  span, ncl;                   /* the largest span; clusters resident (launched) */
         uint32_t smem;
     };
@@ -2000,43 +2046,30 @@ static void am_magic(int64_t d, uint32_t *m, int32_t *l)
 
 typedef void (*af_fn)(const am_plan_dev, const ghc_automagic_args, int32_t, int32_t, int32_t, int32_t);
 
-template <int V>
-static af_fn af_kernel_v(int K, bool wide)
+static af_fn af_kernel(int K, bool wide)
 {
     switch (K * (wide ? 1 : -1)) {
-    case 4: return k_am_fused<4, true, V>;
-    case 8: return k_am_fused<8, true, V>;
-    case 16: return k_am_fused<16, true, V>;
-    case 32: return k_am_fused<32, true, V>;
-    case -4: return k_am_fused<4, false, V>;
-    case -8: return k_am_fused<8, false, V>;
-    case -16: return k_am_fused<16, false, V>;
-    default: return k_am_fused<32, false, V>;
-    }
-}
-
-/* k_am_fused for K, wide or tall, in shape v */
-static af_fn af_kernel(int K, bool wide, int v)
-{
-    switch (v) {
-    case 0: return af_kernel_v<0>(K, wide);
-    case 1: return af_kernel_v<1>(K, wide);
-    case 2: return af_kernel_v<2>(K, wide);
-    default: return af_kernel_v<3>(K, wide);
+    case 4: return k_am_fused<4, true>;
+    case 8: return k_am_fused<8, true>;
+    case 16: return k_am_fused<16, true>;
+    case 32: return k_am_fused<32, true>;
+    case -4: return k_am_fused<4, false>;
+    case -8: return k_am_fused<8, false>;
+    case -16: return k_am_fused<16, false>;
+    default: return k_am_fused<32, false>;
     }
 }
 
 /* A launch of k_am_fused: grid blocks of AF_T threads in clusters of nc, smem bytes of dynamic
  * shared memory, on stream s (at: the cluster attribute, which cfg points to). */
-static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, int v, unsigned grid, size_t smem,
-                                     cudaStream_t s)
+static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, unsigned grid, size_t smem, cudaStream_t s)
 {
     at->id = cudaLaunchAttributeClusterDimension;
     at->val.clusterDim.x = (unsigned)nc;
     at->val.clusterDim.y = at->val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3((unsigned)(32 * af_shapes[v].nw + 32));
+    cfg.blockDim = dim3(AF_T);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
@@ -2045,33 +2078,30 @@ static cudaLaunchConfig_t af_config(cudaLaunchAttribute *at, int nc, int v, unsi
 }
 
 /* What k_am_fused may do on each device, found once: the largest cluster (0: not yet asked,
- * -1: none: no cluster launch, too little shared memory, or switched off), the shared memory a
- * block may have and an SM has. */
+ * -1: none: no cluster launch, too little shared memory, or switched off) and the shared
+ * memory a block may have. */
 #define AF_DEVS 64
 static struct {
-    int max_nc, optin, smsm;
+    int max_nc, optin;
 } g_af_dev[AF_DEVS];
-static bool g_af_off;        /* ghc_k_automagic_fused(0) or GHC_AUTOMAGIC_FUSED=0 */
-static int  g_af_late;       /* ghc_k_automagic_fused(2): the new scale always after the update */
-static int  g_af_shape = -1; /* ghc_k_automagic_fused(3 + v): shape v only (else the first that fits of AF_ORDER) */
-static const int AF_ORDER[AF_NV] = { 0, 1, 2, 3 };
+static bool g_af_off;   /* ghc_k_automagic_fused(0) or GHC_AUTOMAGIC_FUSED=0 */
+static int  g_af_late;  /* ghc_k_automagic_fused(2): the new scale always after the update */
 
 static void af_device(int dev)
 {
     if (dev < 0 || dev >= AF_DEVS || g_af_dev[dev].max_nc)
         return;
-    int cl = 0, optin = 0, smsm = 0;
+    int cl = 0, optin = 0;
     const char *env = getenv("GHC_AUTOMAGIC_FUSED");
     g_af_dev[dev].max_nc = -1;
     if ((env && strcmp(env, "0") == 0) || cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&smsm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess || !cl ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || !cl ||
         optin < 64 * 1024) {
         cudaGetLastError();
         return;
     }
-    for (int k = 0; k < 8 * AF_NV; k++) {
-        af_fn f = af_kernel(4 << (k % 4), k % 8 < 4, k / 8);
+    for (int k = 0; k < 8; k++) {
+        af_fn f = af_kernel(4 << (k % 4), k < 4);
         if (cudaFuncSetAttribute((const void *)f, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess ||
             cudaFuncSetAttribute((const void *)f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
             cudaGetLastError();
@@ -2079,21 +2109,19 @@ static void af_device(int dev)
         }
     }
     cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = af_config(&at, AF_MAXNC, 0, AF_MAXNC, (size_t)optin, 0);
+    const cudaLaunchConfig_t cfg = af_config(&at, AF_MAXNC, AF_MAXNC, (size_t)optin, 0);
     int num = 0;
-    bool big = cudaOccupancyMaxActiveClusters(&num, k_am_fused<16, true, 0>, &cfg) == cudaSuccess && num > 0;
+    bool big = cudaOccupancyMaxActiveClusters(&num, k_am_fused<16, true>, &cfg) == cudaSuccess && num > 0;
     cudaGetLastError();
     g_af_dev[dev].optin = optin;
-    g_af_dev[dev].smsm = smsm;
     g_af_dev[dev].max_nc = big ? AF_MAXNC : 8;
 }
 
-/* How k_am_fused takes t on device dev: the cluster size nc plus 256 times the block shape,
- * and the long side's lines a block (*span); or 0: t must be thin (f32 g), one matrix, f32
- * params, the int8 mask, every array 16-byte aligned and the long side in groups of 128
- * elements (whole bulk copies and polarity words per block). The first shape of AF_ORDER with a
- * cluster size that lets its blocks an SM fit in the SM's shared memory, the smallest such
- * power of two (clusters pack into the GPCs). */
+/* The cluster size k_am_fused takes t with on device dev and the long side's lines a block
+ * (*span), or 0: t must be thin (f32 g), one matrix, f32 params, the int8 mask, every array
+ * 16-byte aligned and the long side in groups of 128 elements (whole bulk copies and polarity
+ * words per block); the smallest power of two (clusters pack into the GPCs) whose blocks fit
+ * in an SM's shared memory. */
 static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
 {
     if (g_af_off || !t.thin || t.B != 1 || t.p_bf16 || !t.m8 || (t.wide ? t.C : t.n) % 128 != 0)
@@ -2106,21 +2134,13 @@ static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
     if (dev < 0 || dev >= AF_DEVS || g_af_dev[dev].max_nc < 1)
         return 0;
     const int K = t.thin, L = t.wide ? t.C : t.R, unit = t.wide ? 128 : 128 / K;
-    for (int o = 0; o < AF_NV; o++) {
-        const int v = g_af_shape >= 0 ? g_af_shape : AF_ORDER[o];
-        const int mb = af_shapes[v].mb;
-        /* an SM's blocks: their shared memory and 1 KiB each the system keeps */
-        const uint32_t room = (uint32_t)std::min(g_af_dev[dev].optin, g_af_dev[dev].smsm / mb - 1024);
-        for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
-            int sp = (L + nc - 1) / nc;
-            sp = (sp + unit - 1) / unit * unit;
-            if (af_layout_of(K, sp, af_shapes[v].ns).bytes <= room) {
-                *span = sp;
-                return nc | v << 8;
-            }
+    for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
+        int sp = (L + nc - 1) / nc;
+        sp = (sp + unit - 1) / unit * unit;
+        if (af_layout_of(K, sp, AF_NS).bytes <= (uint32_t)g_af_dev[dev].optin) {
+            *span = sp;
+            return nc;
         }
-        if (g_af_shape >= 0)
-            break;
     }
     return 0;
 }
@@ -2290,23 +2310,23 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
             continue;
         bool seen = false;
         for (const am_plan::group &g : groups)
-            seen = seen || (g.K == t.thin && g.wide == t.wide && g.fu == t.fused);
+            seen = seen || (g.K == t.thin && g.wide == t.wide && g.nc == t.fused);
         if (seen)
             continue;
-        am_plan::group g = { t.thin, t.wide, t.fused, t.fused & 255, t.fused >> 8, nfl, 0, 0, 0, 0 };
+        am_plan::group g = { t.thin, t.wide, t.fused, nfl, 0, 0, 0, 0 };
         for (int32_t j = i; j < n; j++) {
             const am_desc &u = d[(size_t)j];
-            if (u.fused == g.fu && u.thin == g.K && u.wide == g.wide) {
+            if (u.fused == g.nc && u.thin == g.K && u.wide == g.wide) {
                 fl[nfl++] = j;
                 g.count++;
                 g.span = std::max(g.span, u.span);
             }
         }
-        g.smem = af_layout_of(g.K, g.span, af_shapes[g.v].ns).bytes;
+        g.smem = af_layout_of(g.K, g.span, AF_NS).bytes;
         cudaLaunchAttribute at;
-        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, g.v, (unsigned)g.nc, g.smem, s);
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)g.nc, g.smem, s);
         int act = 0;
-        e = cudaOccupancyMaxActiveClusters(&act, af_kernel(g.K, g.wide, g.v), &cfg);
+        e = cudaOccupancyMaxActiveClusters(&act, af_kernel(g.K, g.wide), &cfg);
         if (e == cudaSuccess && act < 1)
             e = cudaErrorInvalidConfiguration;   /* af_fit admitted only what fits */
         if (e != cudaSuccess) {
@@ -2360,8 +2380,8 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
         cudaEventRecord(g_am_prof.ev[0], s);
     for (const am_plan::group &g : p->fused) {   /* one cluster a tensor */
         cudaLaunchAttribute at;
-        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, g.v, (unsigned)(g.ncl * g.nc), g.smem, s);
-        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide, g.v), p->d, *args, g.first, g.count, g.span, g_af_late));
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)(g.ncl * g.nc), g.smem, s);
+        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late));
     }
     if (p->thin1 > 0)
         k_am_stats_thin<<<p->thin1, AM_T, 0, s>>>(p->d, *args);
@@ -2404,5 +2424,4 @@ extern "C" void ghc_k_automagic_fused(int on)
     std::lock_guard<std::mutex> lk(g_am_lock);
     g_af_off = on == 0;
     g_af_late = on == 2;
-    g_af_shape = on >= 3 && on < 3 + AF_NV ? on - 3 : -1;
 }
