@@ -214,29 +214,21 @@ struct am_plan_dev {
     const int32_t *fl;            /* the tensors k_am_fused takes, by launch group */
 };
 
-/* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it.
- * NT: the block's threads and its barriers (0: blockDim.x and __syncthreads; else the first NT
- * threads and named barrier 1, as k_am_fused's compute warps). */
-template <bool MAX, int NT = 0>
+/* Sum (or max) over the block of one value per thread, in a fixed order; every thread gets it. */
+template <bool MAX>
 GHC_D float block_reduce(float x, float *sh)
 {
-    auto sync = [] {
-        if constexpr (NT > 0)
-            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-        else
-            __syncthreads();
-    };
     for (int o = 16; o > 0; o /= 2) {
         float y = __shfl_xor_sync(0xffffffffu, x, o);
         x = MAX ? fmaxf(x, y) : __fadd_rn(x, y);
     }
     int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    sync();
+    __syncthreads();
     if (l == 0)
         sh[w] = x;
-    sync();
+    __syncthreads();
     if (w == 0) {
-        x = l < (NT > 0 ? NT / 32 : (int)(blockDim.x / 32)) ? sh[l] : (MAX ? -INFINITY : 0.0f);
+        x = l < (int)(blockDim.x / 32) ? sh[l] : (MAX ? -INFINITY : 0.0f);
         for (int o = 16; o > 0; o /= 2) {
             float y = __shfl_xor_sync(0xffffffffu, x, o);
             x = MAX ? fmaxf(x, y) : __fadd_rn(x, y);
@@ -244,7 +236,7 @@ GHC_D float block_reduce(float x, float *sh)
         if (l == 0)
             sh[32] = x;
     }
-    sync();
+    __syncthreads();
     return sh[32];
 }
 
@@ -1151,7 +1143,6 @@ struct af_small {
     am_desc desc[2];                    /* [stage] the tensor's table entry (the mover's copy) */
     float oscale[2];                    /* [stage] its old int8 scale */
     float misc[4];                      /* div, exact (1) or not (0), -, new scale */
-    float red[64];
     float part[AF_MAXW][64];            /* tall: the warps' column partials */
     uint32_t pex[AF_MAXW][AF_NEX];      /* the warps' extremes */
     float prs[AF_MAXW];                 /* tall: the warps' sums of their rows' states */
@@ -1212,30 +1203,21 @@ GHC_D void af_bar_arrive(unsigned long long *b)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(af_sa(b)) : "memory");
 }
 
-/* Waits for the phase of `parity` to complete: acquire at CTA scope (the bulk copies and the
- * block's own threads) or, CLUSTER, at cluster scope (the pushes of other blocks' threads are
- * seen; it costs an L1 invalidation). */
-template <bool CLUSTER = false>
+/* Waits for the phase of `parity` to complete (acquire at CTA scope). The barriers count bytes
+ * that arrive in this block's shared memory through the async proxy (bulk copies, and other
+ * blocks' st.async pushes) and this block's own arrivals: once the phase completes the bytes are
+ * in, as for the TMA pipelines of CUTLASS; a cluster-scope acquire would also invalidate the L1
+ * (CCTL.IVALL, measured in the partials' wait) for nothing read from it. */
 GHC_D void af_bar_wait(unsigned long long *b, uint32_t parity)
 {
-    if (CLUSTER)
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "AF_WAIT:\n"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-                     "@!p bra AF_WAIT;\n"
-                     "}" ::"r"(af_sa(b)),
-                     "r"(parity)
-                     : "memory");
-    else
-        asm volatile("{\n"
-                     ".reg .pred p;\n"
-                     "AF_WAITC:\n"
-                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
-                     "@!p bra AF_WAITC;\n"
-                     "}" ::"r"(af_sa(b)),
-                     "r"(parity)
-                     : "memory");
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "AF_WAIT:\n"
+                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra AF_WAIT;\n"
+                 "}" ::"r"(af_sa(b)),
+                 "r"(parity)
+                 : "memory");
 }
 
 /* Whether the phase of `parity` has completed (not waiting; acquire at CTA scope). */
@@ -1287,7 +1269,7 @@ GHC_D void af_cluster_sync()
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-/* The compute warps' barrier (named barrier 1, as block_reduce<., FC>: the mover warp goes its own way). */
+/* The compute warps' barrier (named barrier 1: the mover warp goes its own way). */
 template <int FC>
 GHC_D void af_csync()
 {
