@@ -135,7 +135,7 @@ int main(void)
             *best = ms;
     }
     {   /* a build with -DAF_TRACE (kernels/cuda/optim.cu): the clusters' phases in SM cycles, the
-         * mean over the first cluster's 8 blocks and its 3rd to 24th wide K = 16 tensors */
+         * mean over the first cluster's 8 blocks and its 7th to 23rd wide K = 16 tensors */
         void (*tr)(long long *) = (void (*)(long long *))dlsym(RTLD_DEFAULT, "ghc_k_automagic_trace");
         if (tr) {
             static long long t[8][32][12];
@@ -148,12 +148,12 @@ int main(void)
             cudaDeviceSynchronize();
             tr(&t[0][0][0]);
             for (int b = 0; b < 8; b++)
-                for (int k = 2; k < 23; k++)
+                for (int k = 6; k < 23; k++)
                     for (int p = 0; p < 9; p++)
                         sum[p] += (double)(t[b][k + (p == 8)][to[p]] - t[b][k][from[p]]);
             printf("trace (SM cycles a tensor):");
             for (int p = 0; p < 9; p++)
-                printf(" %s %.0f%s", what[p], sum[p] / (8 * 21), p < 8 ? "," : "\n");
+                printf(" %s %.0f%s", what[p], sum[p] / (8 * 17), p < 8 ? "," : "\n");
         }
     }
     ghc_k_automagic_fused(0);
