@@ -1129,7 +1129,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * and agreement; the sums in another fixed order). */
 #define AF_MAXW  23    /* compute warps a block (H100, bench_optim, once: 16 warps 0.62 ms, 20 0.605, 23 0.600) */
 #define AF_T     (32 * AF_MAXW + 32)   /* with the mover warp: one block an SM (at most 85 registers) */
-#define AF_NS    2     /* stages (one tensor each) */
+#define AF_NS    2     /* stages (one tensor each; the exchange's prologue takes the next tensor's, the other one) */
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
 #define AF_NEX   3     /* the extremes a block sends with its partials (k_am_fused, 1.) */
 #define AF_XW    72    /* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
@@ -1142,7 +1142,7 @@ struct af_small {
     float rl[2][AF_MAXNC][2];           /* [k % 2][block] the blocks' lr max and sum, pushed */
     am_desc desc[2];                    /* [stage] the tensor's table entry (the mover's copy) */
     float oscale[2];                    /* [stage] its old int8 scale */
-    float misc[4];                      /* div, exact (1) or not (0), -, new scale */
+    float misc[3];                      /* div, exact (1) or not (0), new scale */
     float part[AF_MAXW][64];            /* tall: the warps' column partials */
     uint32_t pex[AF_MAXW][AF_NEX];      /* the warps' extremes */
     float prs[AF_MAXW];                 /* tall: the warps' sums of their rows' states */
@@ -1155,6 +1155,8 @@ struct af_small {
     unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
 };
 
+static_assert(AF_NS == 2, "af_small's [stage] slots; the exchange's prologue finds the next tensor in the other stage");
+
 /* Byte offsets in a block's dynamic shared memory: two stages, each one tensor's slices (g,
  * codes, polarity and agreement words, the long side's state at g + the offsets), then the rest. */
 struct af_layout {
@@ -1162,7 +1164,7 @@ struct af_layout {
 };
 
 /* Where a block's pieces lie in its dynamic shared memory (at most span long-side lines of K). */
-static __host__ __device__ inline af_layout af_layout_of(int K, int span, int ns)
+static __host__ __device__ inline af_layout af_layout_of(int K, int span)
 {
     const uint32_t E = (uint32_t)K * (uint32_t)span;
     af_layout l;
@@ -1179,7 +1181,7 @@ static __host__ __device__ inline af_layout af_layout_of(int K, int span, int ns
     l.agree = take(E / 8) - l.g;
     l.lst = take(4 * (uint32_t)span) - l.g;
     l.stage = o - l.g;
-    o += l.stage * (uint32_t)(ns - 1);
+    o += l.stage * (uint32_t)(AF_NS - 1);
     l.lrc = take(8 * (uint32_t)span);   /* [k % 2][span] */
     l.lfac = take(8 * (uint32_t)span);
     l.bytes = o;
@@ -1270,11 +1272,7 @@ GHC_D void af_cluster_sync()
 }
 
 /* The compute warps' barrier (named barrier 1: the mover warp goes its own way). */
-template <int FC>
-GHC_D void af_csync()
-{
-    asm volatile("bar.sync 1, %0;" ::"n"(FC) : "memory");
-}
+GHC_D void af_csync() { asm volatile("bar.sync 1, %0;" ::"n"(32 * AF_MAXW) : "memory"); }
 
 /* x (in this block's shared memory) as cluster block `rank` has it: its address there */
 GHC_D uint32_t af_map(const void *x, uint32_t rank)
@@ -1460,7 +1458,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
     const int cid = (int)(blockIdx.x / nc), ncl = (int)(gridDim.x / nc);
     const int nk = cid < count ? (count - cid + ncl - 1) / ncl : 0;   /* this cluster's tensors */
     constexpr int FC = AF_MAXW * 32, NS = AF_NS;
-    const af_layout lo = af_layout_of(K, span, NS);
+    const af_layout lo = af_layout_of(K, span);
     af_small &S = *(af_small *)(sm + lo.small);
     float *const lrcb = (float *)(sm + lo.lrc), *const lfacb = (float *)(sm + lo.lfac);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_MAXW;
@@ -1559,7 +1557,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             uint32_t ex[AF_NEX] = { 0u, 0u, pre ? ex2n : 0u }, gmn = 0xffffffffu;   /* gmn: min of 2 |g| - 1 (bits) */
             if (WIDE && !pre)   /* a column: its new state, 1 / state, the factor */
                 ex[2] = columns(g, lst, nl, lrc, lfac, tid, FC);
-            af_csync<FC>();
+            af_csync();
             float lm = 0.0f;   /* the max |new lr| */
             /* 4 consecutive elements e, their codes c4 and old polarity bits (low 4 of old) */
             auto track4 = [&](const float e[4], uint32_t c4, uint32_t old) {
@@ -1638,16 +1636,15 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
 #pragma unroll
                 for (int v = 0; v < AF_NEX; v++)
                     S.pex[warp][v] = ex[v];
-            af_csync<FC>();
+            af_csync();
 
-            /* this thread's first params of the update (the mover prefetched them into L2): in
-             * flight while the partials cross the cluster */
+            /* this thread's first group of the update: row r0, column c0 of the slice (wide), its
+             * params (the mover prefetched them into L2) loaded now, in flight while the
+             * partials cross the cluster */
             AF_TR(2);
-            const float4 xfirst =
-                4 * tid < E ? __ldcg((const float4 *)((const float *)t.p +
-                                                      (WIDE ? (int64_t)l0 + (int64_t)(4 * tid / nl) * t.C + 4 * tid % nl
-                                                            : (int64_t)l0 * K + 4 * tid)))
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const int r0 = WIDE && nl > 0 ? 4 * tid / nl : 0, c0 = WIDE && nl > 0 ? 4 * tid % nl : 0;
+            float *const p0 = (float *)t.p + (WIDE ? (int64_t)l0 + (int64_t)r0 * t.C + c0 : (int64_t)l0 * K + 4 * tid);
+            const float4 xfirst = 4 * tid < E ? __ldcg((const float4 *)p0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
             /* 2. the partials to every block of the cluster (lane b to block b), then from all of
              * them in rank order: the short side's state and factors, the clipping divisor, and
@@ -1766,7 +1763,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 const int pt = 32 * (warp - 1 - (warp - 1) / 4) + lane;
                 if (warp == 1 && prev_aux)   /* the previous tensor's lr sums, if its scale was known early */
                     mean_lr(k - 1, prev_aux, prev_n);
-                if (NS == 2 && k + 1 < nk) {
+                if (k + 1 < nk) {
                     const int s1 = (k + 1) % NS, k1 = (k + 1) & 1;
                     const uint32_t par = (uint32_t)((k + 1) / NS) & 1u;
                     if (pt == 0)
@@ -1793,7 +1790,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     m = max(m, __float_as_uint(S.rx[x][b][2 * K + 1]));
                 const float nsc = am_scale(__uint_as_float(m));
                 if (pt == 0)
-                    S.misc[3] = nsc;
+                    S.misc[2] = nsc;
                 code_table(lc, s, nsc, pt, NP);
                 if (!WIDE) {   /* the rows' factors: the mean row as warp 0 takes it */
                     float rsum = 0.0f;
@@ -1804,11 +1801,11 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         lfac[r] = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(lst[r], rmean)));
                 }
             }
-            af_csync<FC>();
+            af_csync();
             prev_aux = NULL;
             const bool exact = S.misc[1] != 0.0f;
             if (exact && q == 0 && tid == 32)
-                t.aux[0] = S.misc[3];
+                t.aux[0] = S.misc[2];
             AF_TR(3);
 
             /* 3. the update, 4 elements a lane (8 lanes a polarity word) */
@@ -1825,15 +1822,14 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             auto update = [&](auto wdc, auto onec, auto codesc) {
                 /* WD: weight decay; ONE: div == 1; CODES: the new codes written here (exact) */
                 constexpr bool WD = decltype(wdc)::value, ONE = decltype(onec)::value, CODES = decltype(codesc)::value;
-                /* this thread's first group: row r, column c of the slice (wide); per step of
-                 * 4 FC elements dr rows and dc columns further */
-                int r = 0, c = 0, dr = 0, dc = 0;
+                /* the group's row r and column c of the slice (wide) and params pp, from the
+                 * first (r0, c0, p0); per step of 4 FC elements dr rows and dc columns further
+                 * (one row more where the columns wrap) */
+                int r = r0, c = c0, dr = 0, dc = 0;
                 if (WIDE && nl > 0) {
-                    r = 4 * tid / nl, c = 4 * tid % nl, dr = 4 * FC / nl, dc = 4 * FC % nl;
+                    dr = 4 * FC / nl, dc = 4 * FC % nl;
                 }
-                /* the group's params; the step to the next group's (wide: dr rows and dc
-                 * columns on, one row more where the columns wrap) */
-                float *pp = (float *)t.p + (WIDE ? (int64_t)l0 + (int64_t)r * t.C + c : (int64_t)l0 * K + 4 * tid);
+                float *pp = p0;
                 const int64_t d1 = WIDE ? (int64_t)dr * t.C + dc : 4 * FC, d2 = d1 + t.C - nl;
                 float4 xn = xfirst;
                 for (int i0 = 4 * tid; i0 < E; i0 += 4 * FC) {   /* E is a multiple of 128: whole warps */
@@ -1942,7 +1938,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     af_push2(&S.rl[x][q][0], mx, sum, &S.xb[x][1], (uint32_t)lane);
             };
             if (!exact) {
-                af_csync<FC>();
+                af_csync();
                 if (warp == 0) {
                     push_lr();
                     mean_lr(k, t.aux, t.n);
@@ -1950,14 +1946,14 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     for (int o = 16; o > 0; o /= 2)
                         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
                     if (lane == 0) {
-                        S.misc[3] = am_scale(m);
+                        S.misc[2] = am_scale(m);
                         if (q == 0)
-                            t.aux[0] = S.misc[3];
+                            t.aux[0] = S.misc[2];
                     }
                 }
-                af_csync<FC>();
-                code_table(lc, s, S.misc[3], tid, FC);
-                af_csync<FC>();
+                af_csync();
+                code_table(lc, s, S.misc[2], tid, FC);
+                af_csync();
                 for (int i = 4 * tid; i < E; i += 4 * FC) {
                     const uint32_t c4 = *(const uint32_t *)(mq + i), ag = agr[i / 32] >> (i % 32);
                     uint32_t o = 0;
@@ -1968,7 +1964,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 }
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   /* for the mover's bulk stores */
-            af_csync<FC>();
+            af_csync();
             if (tid == 0)
                 af_bar_arrive(&S.done[s]);
             AF_TR(5);
@@ -2119,7 +2115,7 @@ static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
     for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
         int sp = (L + nc - 1) / nc;
         sp = (sp + unit - 1) / unit * unit;
-        if (af_layout_of(K, sp, AF_NS).bytes <= (uint32_t)g_af_dev[dev].optin) {
+        if (af_layout_of(K, sp).bytes <= (uint32_t)g_af_dev[dev].optin) {
             *span = sp;
             return nc;
         }
@@ -2304,7 +2300,7 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
                 g.span = std::max(g.span, u.span);
             }
         }
-        g.smem = af_layout_of(g.K, g.span, AF_NS).bytes;
+        g.smem = af_layout_of(g.K, g.span).bytes;
         cudaLaunchAttribute at;
         const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)g.nc, g.smem, s);
         int act = 0;
