@@ -17,8 +17,10 @@
  * Then the share the issue asks for, on the real model: the wan22 training step (forward with
  * block checkpointing, the recomputation and the backward; bf16, A14B dims, random weights) at
  * 4096 tokens (latent 2 x 64 x 128) and 32760 (21 x 60 x 104) with no network, LoRA r16 on the
- * 10 linears of every block (the default preset), the same with keep_h = false (H computed again
- * in the backward) and with fold; a block's time is the
+ * 10 linears of every block (the default preset: K-concatenation, H and the factors in the
+ * model's own GEMMs), the same with concat = false (the hooks' passes before and after the
+ * model's GEMMs), with concat = false and keep_h = false (H computed again in the backward) and
+ * with fold; a block's time is the
  * difference of a 3-block and a 1-block model (what the blocks share cancels), median of N. The
  * "paired" columns measure the adapter more directly: the 3-block model with the network runs
  * its steps with and without the hook in turn (ghc_model_set_hook), and the median of the N
@@ -294,7 +296,8 @@ static void bench_model(void)
     static const struct { const char *what, *cfg; } a[] = {
         { "no network", NULL },
         { "LoRA r16", "algo = \"lora\"; rank = 16;" },
-        { "LoRA r16 keep_h = false", "algo = \"lora\"; rank = 16; keep_h = false;" },
+        { "LoRA r16 concat = false", "algo = \"lora\"; rank = 16; concat = false;" },
+        { "LoRA r16 concat = false keep_h = false", "algo = \"lora\"; rank = 16; concat = false; keep_h = false;" },
         { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
     };
     printf("tokens,what,step_1_block_ms,step_3_blocks_ms,block_ms,adapter_ms_per_block,share_of_block_step,"

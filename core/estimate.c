@@ -29,7 +29,20 @@ struct est_model {
     uint64_t block_bytes;         /* one block's weights as loaded (the offload ring's slot) */
     int      base;                /* bytes per element of the GEMM operand dtype: 2 bf16, 4 f32 */
     int      block_elem;          /* bytes per block-linear element: base, or 1 for fp8 */
+    int64_t  pad;                 /* wan22 adapter_pad: the block linears' spare rows and columns */
 };
+
+/* Elements of a block linear [out, in] as wan22 stores it with `pad` spare rows and columns
+ * (load.c wan22_pad_weights: self-attention q, k, v 3 pad columns, cross-attention k, v none). */
+static int64_t padded_numel(const char *name, int64_t out, int64_t in, int64_t pad)
+{
+    if (!pad || strstr(name, "cross_attn.k.") || strstr(name, "cross_attn.v.") || strstr(name, "attn2.to_k.") ||
+        strstr(name, "attn2.to_v."))
+        return out * in;
+    bool qkv = strstr(name, "self_attn.q.") || strstr(name, "self_attn.k.") || strstr(name, "self_attn.v.") ||
+               strstr(name, "attn1.to_q.") || strstr(name, "attn1.to_k.") || strstr(name, "attn1.to_v.");
+    return (out + pad) * (in + (qkv ? 3 : 1) * pad);
+}
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -107,6 +120,8 @@ static int est_checkpoint(ghc_core_t *core, const char *path, struct est_model *
         for (int d = 0; d < in.ndim; d++)
             numel *= in.shape[d];
         int kind = linear_kind(in.name, in.ndim);
+        if (kind == 1)
+            numel = padded_numel(in.name, in.shape[0], in.shape[1], m->pad);
         uint64_t nb = (uint64_t)numel * (uint64_t)(kind == 1 ? m->block_elem : kind == 2 ? m->base : 4);
         bytes += nb;
         if (b && strncmp(b + 7, "0.", 2) == 0)
@@ -124,7 +139,8 @@ out:
 static void est_random_bytes(struct est_model *m)
 {
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn;
-    uint64_t lin = 8 * D * D + 2 * D * F, small = 6 * D + (9 * D + F) + 6 * D;   /* mod, biases, norms */
+    const uint64_t p = (uint64_t)m->pad;
+    uint64_t lin = 3 * (D + p) * (D + 3 * p) + 3 * (D + p) * (D + p) + 2 * D * D + 2 * (D + p) * (F + p), small = 6 * D + (9 * D + F) + 6 * D;   /* mod, biases, norms */
     m->block_bytes = lin * (uint64_t)m->block_elem + small * 4;
     uint64_t rest = (D * 4 * (uint64_t)m->in_ch + D) * 4                         /* patch embedding */
                   + (D * (uint64_t)m->text_dim + D * D) * (uint64_t)m->base + 2 * D * 4   /* text MLP */
@@ -151,6 +167,10 @@ static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
         return rc;
     m->base = dt == 1 ? 4 : 2;
     m->block_elem = dt == 2 ? 1 : m->base;
+    if ((rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0)
+        return rc;
+    if (dt == 2)
+        m->pad = 0;   /* fp8 block linears are stored dense */
     m->heads = 0;
     m->freq_dim = 256;
     if (rnd) {

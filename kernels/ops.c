@@ -24,7 +24,7 @@ struct op_ctx {
     const char *op;
     ghc_core_t *core;
     int         device;
-    bool        views;   /* takes column views (ghc_tensor_view_cols): gemm */
+    bool        views;   /* check_tensor lets column views (ghc_tensor_view_cols) through */
 };
 
 #define DT(d) (1u << (d))
@@ -108,6 +108,28 @@ static int check_tensor(const struct op_ctx *c, const char *name, const ghc_tens
 #define CHECK(expr) do { int rc_ = (expr); if (rc_ < 0) return rc_; } while (0)
 #define NEED(c, name, t, mask) CHECK(check_tensor(c, name, t, mask, false))
 #define MAYBE(c, name, t, mask) CHECK(check_tensor(c, name, t, mask, true))
+
+/* check_tensor for an operand that may be a column view. */
+static int check_view(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, unsigned mask)
+{
+    struct op_ctx cv = *c;
+    cv.views = true;
+    return check_tensor(&cv, name, t, mask, false);
+}
+#define NEED_VIEW(c, name, t, mask) CHECK(check_view(c, name, t, mask))
+
+/* Where either of a and b (equal numel) is a column view: the same last dimension, so the
+ * same rows, element i of one being element i of the other. */
+static int check_view_rows(const struct op_ctx *c, const char *name, const ghc_tensor_t *a, const char *bname,
+                           const ghc_tensor_t *b)
+{
+    char buf[160];
+    if ((!dense(a) || !dense(b)) && (ghc_tensor_ndim(a) < 1 || ghc_tensor_ndim(b) < 1 ||
+                                     ghc_tensor_dim(a, -1) != ghc_tensor_dim(b, -1)))
+        return bad(c, name, a, "the last dimension of '%s' %s (a column view is copied row by row)", bname,
+                   ghc_tensor_describe(b, buf, sizeof(buf)));
+    return 0;
+}
 
 static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t len)
 {
@@ -216,15 +238,23 @@ int ghc_op_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream)
     if (ghc_tensor_dtype(dst) != ghc_tensor_dtype(src) || ghc_tensor_numel(dst) != ghc_tensor_numel(src))
         return bad(&c, "dst", dst, "the dtype and element count of 'src' %s",
                    ghc_tensor_describe(src, buf, sizeof(buf)));
-    if (!dense(dst))
-        return bad(&c, "dst", dst, "a dense tensor (copy takes no column views)");
-    if (!dense(src))
-        return bad(&c, "src", src, "a dense tensor (copy takes no column views)");
+    CHECK(check_view_rows(&c, "dst", dst, "src", src));
     if (ghc_tensor_numel(dst) == 0)
         return 0;
     if (ghc_tensor_device(dst) == GHC_DEVICE_CPU && ghc_tensor_device(src) == GHC_DEVICE_CPU) {
-        if (ghc_tensor_data(dst) != ghc_tensor_cdata(src))
-            memmove(ghc_tensor_data(dst), ghc_tensor_cdata(src), ghc_tensor_nbytes(dst));
+        if (dense(dst) && dense(src)) {
+            if (ghc_tensor_data(dst) != ghc_tensor_cdata(src))
+                memmove(ghc_tensor_data(dst), ghc_tensor_cdata(src), ghc_tensor_nbytes(dst));
+            return 0;
+        }
+        /* column views: row by row */
+        const size_t es = ghc_dtype_size(ghc_tensor_dtype(src));
+        const int64_t D = ghc_tensor_dim(src, -1), rows = ghc_tensor_numel(src) / D;
+        const int64_t ldd = ghc_tensor_row_stride(dst), lds = ghc_tensor_row_stride(src);
+        char *d = ghc_tensor_data(dst);
+        const char *s = ghc_tensor_cdata(src);
+        for (int64_t r = 0; r < rows; r++)
+            memmove(d + (size_t)(r * ldd) * es, s + (size_t)(r * lds) * es, (size_t)D * es);
         return 0;
     }
 #ifdef GHC_HAVE_CUDA
@@ -267,12 +297,17 @@ int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const s
 {
     struct op_ctx c = OP_CTX("cast", dst, src);
     char buf[160];
-    NEED(&c, "dst", dst, DT_FLOAT);
-    NEED(&c, "src", src, DT_FLOAT);
+    NEED_VIEW(&c, "dst", dst, DT_FLOAT);
+    NEED_VIEW(&c, "src", src, DT_FLOAT);
     if (ghc_tensor_numel(dst) != ghc_tensor_numel(src))
         return bad(&c, "dst", dst, "the element count of 'src' %s", ghc_tensor_describe(src, buf, sizeof(buf)));
+    CHECK(check_view_rows(&c, "dst", dst, "src", src));
     if (rng && ghc_tensor_dtype(dst) != GHC_DTYPE_BF16)
         return bad(&c, "dst", dst, "dtype BF16 for stochastic rounding (rng given)");
+    if (rng && !dense(dst))
+        return bad(&c, "dst", dst, "a dense tensor for stochastic rounding (rng given; column views round to nearest)");
+    if (rng && !dense(src))
+        return bad(&c, "src", src, "a dense tensor for stochastic rounding (rng given; column views round to nearest)");
     if (ghc_tensor_numel(dst) == 0)
         return 0;
     return DISPATCH(&c, ghc_cpu_cast(dst, src, scale, rng), ghc_k_cast(dst, src, scale, rng, stream));
@@ -318,10 +353,14 @@ int ghc_op_gemm(ghc_tensor_t *c_, const ghc_tensor_t *a, const ghc_tensor_t *b,
     bool fp8 = ghc_tensor_dtype(a) == GHC_DTYPE_F8_E4M3;
     const ghc_tensor_t *ops3[3] = { a, b, c_ };
     static const char *const names3[3] = { "a", "b", "c" };
-    for (int k = 0; k < 3; k++)   /* column views: bf16 or f32, no epilogue */
-        if (!dense(ops3[k]) && (fp8 || args->epilogue != GHC_EPI_NONE))
-            return bad(&c, names3[k], ops3[k], "a dense tensor (gemm takes column views only in bf16 or f32 without an "
-                       "epilogue)");
+    for (int k = 0; k < 3; k++) {   /* column views: bf16 or f32; C only without an epilogue */
+        if (dense(ops3[k]))
+            continue;
+        if (fp8)
+            return bad(&c, names3[k], ops3[k], "a dense tensor (gemm takes column views only in bf16 or f32)");
+        if (k == 2 && args->epilogue != GHC_EPI_NONE)
+            return bad(&c, names3[k], ops3[k], "a dense tensor (gemm writes a column view C only without an epilogue)");
+    }
     if (!fp8 && ((args->scale_a != 0.0f && args->scale_a != 1.0f) || (args->scale_b != 0.0f && args->scale_b != 1.0f)))
         return bad(&c, "a", a, "F8_E4M3 operands for scale_a = %g, scale_b = %g (scales apply to fp8 only)",
                    (double)args->scale_a, (double)args->scale_b);
@@ -410,14 +449,30 @@ static int check_qkv(const struct op_ctx *c, const ghc_tensor_t *q, const ghc_te
     return 0;
 }
 
+/* o of q's dtype: like q [B, Lq, H, Dh], or [B, Lq, H Dh] (its rows the tokens; dense or a
+ * column view). */
+static int check_attn_o(const struct op_ctx *c, const ghc_tensor_t *o, const ghc_tensor_t *q)
+{
+    char buf[128];
+    NEED_VIEW(c, "o", o, DT(ghc_tensor_dtype(q)));
+    const int64_t B = ghc_tensor_dim(q, 0), Lq = ghc_tensor_dim(q, 1), HD = ghc_tensor_dim(q, 2) * ghc_tensor_dim(q, 3);
+    if (ghc_tensor_ndim(o) == 3)
+        return check_shape(c, "o", o, 3, (const int64_t[]){ B, Lq, HD });
+    if (!has_shape(o, 4, ghc_tensor_shape(q)))
+        return bad(c, "o", o, "shape %s or [%lld, %lld, %lld]", shape_text(4, ghc_tensor_shape(q), buf, sizeof(buf)),
+                   (long long)B, (long long)Lq, (long long)HD);
+    if (!dense(o))
+        return bad(c, "o", o, "a dense tensor (a column view o is 3-D [B, Lq, H Dh])");
+    return 0;
+}
+
 int ghc_op_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q,
                          const ghc_tensor_t *k, const ghc_tensor_t *v, float scale, void *stream)
 {
     struct op_ctx c = OP_CTX("attention_fwd", o, lse, q, k, v);
-    NEED(&c, "o", o, DT_F32_BF16);
+    NEED_VIEW(&c, "o", o, DT_F32_BF16);
     CHECK(check_qkv(&c, q, k, v, lse));
-    NEED(&c, "o", o, DT(ghc_tensor_dtype(q)));
-    LIKE(&c, "o", o, q);
+    CHECK(check_attn_o(&c, o, q));
     if (ghc_tensor_numel(o) == 0)
         return 0;
     return DISPATCH(&c, ghc_cpu_attention_fwd(o, lse, q, k, v, scale),
@@ -434,8 +489,7 @@ int ghc_op_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv,
     unsigned dt = DT(ghc_tensor_dtype(q));
     NEED(&c, "dout", dout, dt);
     LIKE(&c, "dout", dout, q);
-    NEED(&c, "o", o, dt);
-    LIKE(&c, "o", o, q);
+    CHECK(check_attn_o(&c, o, q));
     MAYBE(&c, "dq", dq, dt);
     LIKE(&c, "dq", dq, q);
     MAYBE(&c, "dk", dk, dt);
@@ -458,7 +512,7 @@ int ghc_op_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_
                          void *stream)
 {
     struct op_ctx c = OP_CTX("layernorm_fwd", y, stats, x, weight, bias, shift, scale);
-    NEED(&c, "y", y, DT_F32_BF16);
+    NEED_VIEW(&c, "y", y, DT_F32_BF16);
     MAYBE(&c, "stats", stats, DT_F32);
     NEED(&c, "x", x, DT_F32_BF16);
     MAYBE(&c, "weight", weight, DT_F32_BF16);
@@ -666,7 +720,17 @@ static int check_unary_bwd(const struct op_ctx *c, const ghc_tensor_t *dx, const
 int ghc_op_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
 {
     struct op_ctx c = OP_CTX("gelu_tanh", y, x);
-    CHECK(check_unary(&c, y, x));
+    NEED_VIEW(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    LIKE(&c, "y", y, x);
+    if (!dense(y) && ghc_tensor_numel(x) > 0) {   /* in place only when dense: a view must not overlap x */
+        const int64_t D = ghc_tensor_dim(y, -1), rows = ghc_tensor_numel(y) / D;
+        const uintptr_t y0 = (uintptr_t)ghc_tensor_data(y), x0 = (uintptr_t)ghc_tensor_cdata(x);
+        const uintptr_t y1 = y0 + (uintptr_t)((rows - 1) * ghc_tensor_row_stride(y) + D) *
+                                      ghc_dtype_size(ghc_tensor_dtype(y));
+        if (y0 < x0 + ghc_tensor_nbytes(x) && x0 < y1)
+            return bad(&c, "y", y, "memory apart from 'x' (gelu_tanh runs in place only on dense tensors)");
+    }
     if (ghc_tensor_numel(x) == 0)
         return 0;
     return DISPATCH(&c, ghc_cpu_gelu_tanh(y, x), ghc_k_gelu_tanh(y, x, stream));

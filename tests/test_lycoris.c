@@ -406,6 +406,27 @@ static int count_bwd_first(void *user, int32_t target, const ghc_tensor_t *x, co
     return rc;
 }
 
+/* wan_step with the hook's K-concatenation members (wrapped, counting the calls that wrote);
+ * without, the model takes the other members (the tests before K-concatenation). */
+static bool with_concat;
+static int n_cat_fwd, n_cat_bwd;
+
+static int count_cat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
+                         void *stream)
+{
+    int rc = real_hook.concat_forward(user, target, x, h, wcols, stream);
+    n_cat_fwd += rc == 1;
+    return rc;
+}
+
+static int count_cat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                         const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+{
+    int rc = real_hook.concat_backward(user, target, x, h, g, dh, wrows, stream);
+    n_cat_bwd += rc == 1;
+    return rc;
+}
+
 static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool bwd)
 {
     ghc_model_t *model = ghc_model_get(core);
@@ -417,6 +438,14 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
     real_hook = hook;
     hook.forward_first = after_only ? NULL : count_fwd_first;
     hook.backward_first = after_only ? NULL : count_bwd_first;
+    if (with_concat && hook.concat_rank) {
+        hook.concat_forward = count_cat_fwd;
+        hook.concat_backward = count_cat_bwd;
+    } else {
+        hook.concat_rank = NULL;
+        hook.concat_forward = NULL;
+        hook.concat_backward = NULL;
+    }
     ok(core, ghc_model_set_hook(model, &hook));
     ghc_tensor_t *xh = load(core, cs, "x_sigma_700"), *th = load(core, cs, "t_700");
     ghc_tensor_t *eh = load(core, cs, "text_embedding"), *vh = load(core, cs, "v");
@@ -445,12 +474,13 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
  * and an alpha each), loaded by the network from case.safetensors itself (its other tensors are
  * reported and skipped), gives the fixture's diffusers + peft prediction and LoRA gradients;
  * _i = 1: the same with fold = true (delta-W folded into the model's GEMM weights, the grads
- * hook in the backward), within the same tolerances. */
+ * hook in the backward); _i = 2: with K-concatenation (the adapter's factors in the model's own
+ * GEMMs), within the same tolerances. */
 START_TEST(wan22_fixture_lora)
 {
     char mcfg[1024];
-    ghc_core_t *core = core_with(_i ? "algo = \"lora\"; rank = 4; alpha = 1.0; fold = true;"
-                                    : "algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg), false));
+    ghc_core_t *core = core_with(_i == 1 ? "algo = \"lora\"; rank = 4; alpha = 1.0; fold = true;"
+                                         : "algo = \"lora\"; rank = 4; alpha = 1.0;", wan22_cfg(mcfg, sizeof(mcfg), false));
     ghc_model_t *model = ghc_model_get(core);
     ghc_network_t *net = ghc_network_get(core);
     const struct ghc_model_target *tg;
@@ -468,7 +498,12 @@ START_TEST(wan22_fixture_lora)
     for (int32_t k = 0; k < np; k++)
         ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
     ghc_tensor_t *pred;
+    n_cat_fwd = n_cat_bwd = 0;
+    with_concat = _i == 2;
     float loss = wan_step(core, cs, &pred, true);
+    with_concat = false;
+    ck_assert_int_eq(n_cat_fwd, _i == 2 ? 48 : 0);   /* 8 targets x 3 blocks x (forward, recomputation) */
+    ck_assert_int_eq(n_cat_bwd, _i == 2 ? 24 : 0);
     ghc_tensor_t *ref = load(core, cs, "lora_pred_700");
     double e = rel_err(core, pred, ref), tol = dev == GHC_DEVICE_CPU ? 1e-5 : 2e-2;
     printf("wan22 fixture LoRA through the network: prediction rel err %.3g, loss %.8f\n", e, loss);
@@ -658,6 +693,69 @@ START_TEST(wan22_keep_h)
     ghc_tensor_free(pred[1]);
     ghc_core_free(cores[0]);
     ghc_core_free(cores[1]);
+}
+END_TEST
+
+/* K-concatenation (model.h, API 7: H in the inputs' spare columns, B and A in the weights',
+ * one GEMM of the model's each way) against the hooks' passes (forward_first, backward_first):
+ * the same prediction and gradients. LoRA of rank 4 (alpha 2: s = 1/2); with module dropout
+ * (dropped modules take neither path in this step); of rank 20, above the model's
+ * adapter_pad (16): every target takes the passes; and with rank dropout (no K-concatenation).
+ * Counted: the targets that concatenated (each of the 8 with a spare room a block, forward and
+ * recomputation, and backward; cross-attention k and v over the text keep the passes). */
+static const char *const concat_cfgs[] = {
+    "algo = \"lora\"; rank = 4; alpha = 2.0;",
+    "algo = \"lora\"; rank = 4; module_dropout = 0.5; seed = 11;",
+    "algo = \"lora\"; rank = 20;",
+    "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
+};
+
+START_TEST(wan22_concat)
+{
+    int32_t np;
+    struct ghc_param *ps;
+    ghc_core_t *core = wan_net(concat_cfgs[_i], false, 91, 0.2f, &ps, &np);
+    ok(core, ghc_network_begin_step(ghc_network_get(core), 5));
+    ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
+    ck_assert_ptr_nonnull(cs);
+    ghc_tensor_t *pred[2], **grads[2];
+    int cat[2] = { 0, 0 };
+    for (int pass = 0; pass < 2; pass++) {   /* K-concatenation, then the passes */
+        for (int32_t k = 0; k < np; k++)
+            ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+        n_cat_fwd = n_cat_bwd = 0;
+        with_concat = pass == 0;
+        wan_step(core, cs, &pred[pass], true);
+        with_concat = false;
+        if (pass == 0)
+            cat[0] = n_cat_fwd, cat[1] = n_cat_bwd;
+        else
+            ck_assert_int_eq(n_cat_fwd + n_cat_bwd, 0);
+        grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
+        for (int32_t k = 0; k < np; k++)
+            grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    }
+    printf("concat (%s): concat_forward wrote %d times, concat_backward %d\n", concat_cfgs[_i], cat[0], cat[1]);
+    if (_i == 0) {
+        ck_assert_int_eq(cat[0], 48);   /* 8 targets x 3 blocks x (forward, recomputation) */
+        ck_assert_int_eq(cat[1], 24);
+    } else if (_i == 1) {
+        ck_assert(cat[0] > 0 && cat[0] < 48);
+        ck_assert_int_eq(cat[1], cat[0] / 2);
+    } else {
+        ck_assert_int_eq(cat[0] + cat[1], 0);
+    }
+    const bool cpu = dev == GHC_DEVICE_CPU;
+    double e = rel_err(core, pred[0], pred[1]), norm;
+    printf("concat (%s): prediction rel err %.3g\n", concat_cfgs[_i], e);
+    ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", concat_cfgs[_i], e);
+    e = grads_rel_err(grads, np, &norm);
+    printf("concat (%s): the %d gradients together rel err %.3g (norm %.3g)\n", concat_cfgs[_i], (int)np, e, norm);
+    ck_assert_msg(e < (cpu ? 1e-5 : 3e-2), "%s: gradients rel err %g", concat_cfgs[_i], e);
+    ghc_tensor_free(pred[0]);
+    ghc_tensor_free(pred[1]);
+    ghc_st_free(cs);
+    ghc_core_free(core);
 }
 END_TEST
 
@@ -1337,10 +1435,11 @@ static Suite *lycoris_suite(void)
     tcase_add_test(tc, target_selection);
     tcase_add_test(tc, dropout);
     tcase_add_test(tc, config_errors);
-    tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
+    tcase_add_loop_test(tc, wan22_fixture_lora, 0, 3);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 5);
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     tcase_add_loop_test(tc, wan22_keep_h, 0, 2);
+    tcase_add_loop_test(tc, wan22_concat, 0, (int)(sizeof(concat_cfgs) / sizeof(concat_cfgs[0])));
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,10 +17,11 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, golden, 0, N_GCASES);
     tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
-    tcase_add_loop_test(tc, wan22_fixture_lora, 0, 2);
+    tcase_add_loop_test(tc, wan22_fixture_lora, 0, 3);
     tcase_add_loop_test(tc, wan22_finite_differences, 0, 5);
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     tcase_add_loop_test(tc, wan22_keep_h, 0, 2);
+    tcase_add_loop_test(tc, wan22_concat, 0, (int)(sizeof(concat_cfgs) / sizeof(concat_cfgs[0])));
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);
 }

@@ -499,7 +499,8 @@ static ghc_tensor_t *dense_of(const ghc_tensor_t *v)
 /* gemm on column views of wider tensors (a batched A [2, 5, 7] from columns 3..9 of [2, 5, 12],
  * B from columns of a [6, 10] weight, both transposes, C [2, 5, 6] written into columns 1..6 of
  * [2, 5, 9] with beta): the same bits as gemm on dense copies, and C's parent keeps its other
- * columns; the other ops and a gemm epilogue refuse views; a view of all columns is dense. */
+ * columns; ops without views refuse them, and so does gemm for a C view with an epilogue; a
+ * view of all columns is dense. */
 START_TEST(gemm_column_views)
 {
     seed(9);
@@ -534,13 +535,251 @@ START_TEST(gemm_column_views)
     ck_assert_int_eq(ghc_tensor_row_stride(all), 8);   /* every column: dense */
     OK(ghc_op_scale(T(F32, 4, 8), all, 2.0f, NULL));
     expect_einval(ghc_op_scale(T(F32, 4, 5), xv, 2.0f, NULL), "scale", "column views");
-    expect_einval(ghc_op_copy(T(F32, 4, 5), xv, NULL), "copy", "column views");
     struct ghc_gemm lin = { .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = bias };
-    expect_einval(ghc_op_gemm(y, xv, w, &lin, NULL), "gemm", "without an epilogue");
+    ghc_tensor_t *yv = ghc_tensor_view_cols(T(F32, 4, 6), 1, 3);
+    ck_assert(yv);
+    pool[npool++] = yv;
+    OK(ghc_op_gemm(y, xv, w, &lin, NULL));   /* a view A with an epilogue (since API 7) */
+    expect_einval(ghc_op_gemm(yv, xv, w, &lin, NULL), "gemm", "without an epilogue");
     ck_assert_ptr_null(ghc_tensor_view_cols(x, 4, 5));
     ghc_error_clear(core);
     ck_assert_int_eq(ghc_tensor_reshape(xv, 1, (const int64_t[]){ 20 }), GHC_EINVAL);
     ghc_error_clear(core);
+}
+END_TEST
+
+/* ---- column views as results and operands (since API 7) ------------------------------------ */
+
+#define SENTINEL 12345.0
+
+/* A view of columns [col0, col0 + D) of a new tensor of `shape` (last dim D) but pad columns
+ * wider, every element of which is SENTINEL (in dt); *parent gets the wide tensor. */
+static ghc_tensor_t *view_in(enum ghc_dtype dt, const ghc_tensor_t *shape_of, int64_t col0, int64_t pad,
+                             ghc_tensor_t **parent)
+{
+    int nd = ghc_tensor_ndim(shape_of);
+    int64_t sh[GHC_TENSOR_MAX_DIMS];
+    memcpy(sh, ghc_tensor_shape(shape_of), (size_t)nd * sizeof(int64_t));
+    sh[nd - 1] += pad;
+    *parent = mk(dt, nd, sh);
+    fillv(*parent, SENTINEL);
+    ghc_tensor_t *v = ghc_tensor_view_cols(*parent, col0, ghc_tensor_dim(shape_of, -1));
+    ck_assert_msg(v != NULL, "view: %s", ghc_error_message(core));
+    ck_assert_int_lt(npool, 512);
+    pool[npool++] = v;
+    return v;
+}
+
+/* The bits of dense d in a view (view_in) of a SENTINEL-filled wider tensor. */
+static ghc_tensor_t *embed(const ghc_tensor_t *d, int64_t col0, int64_t pad, ghc_tensor_t **parent)
+{
+    ghc_tensor_t *v = view_in(ghc_tensor_dtype(d), d, col0, pad, parent);
+    const size_t es = ghc_dtype_size(ghc_tensor_dtype(d));
+    const int64_t D = ghc_tensor_dim(d, -1), ld = ghc_tensor_row_stride(v);
+    for (int64_t r = 0; r < N(d) / D; r++)
+        memcpy((char *)ghc_tensor_data(v) + (size_t)(r * ld) * es, (const char *)ghc_tensor_cdata(d) + (size_t)(r * D) * es,
+               (size_t)D * es);
+    return v;
+}
+
+/* View v (view_in) holds the bits of dense d, and every other element of its parent is still
+ * SENTINEL. */
+static void expect_view(const char *what, const ghc_tensor_t *parent, const ghc_tensor_t *v, const ghc_tensor_t *d)
+{
+    const size_t es = ghc_dtype_size(ghc_tensor_dtype(parent));
+    const int64_t D = ghc_tensor_dim(v, -1), ld = ghc_tensor_row_stride(v);
+    const int64_t col0 = ((const char *)ghc_tensor_cdata(v) - (const char *)ghc_tensor_cdata(parent)) / (int64_t)es;
+    const double sentinel = rt(ghc_tensor_dtype(parent), (float)SENTINEL);
+    const char *pp = ghc_tensor_cdata(parent), *dp = ghc_tensor_cdata(d);
+    ck_assert_msg(ghc_tensor_dtype(d) == ghc_tensor_dtype(parent) && N(d) == N(v), "%s: dense result unlike the view",
+                  what);
+    for (int64_t i = 0; i < N(parent); i++) {
+        const int64_t r = i / ld, j = i % ld - col0;
+        if (j >= 0 && j < D)
+            ck_assert_msg(memcmp(pp + (size_t)i * es, dp + (size_t)(r * D + j) * es, es) == 0,
+                          "%s: view [%lld, %lld] = %.9g, dense %.9g", what, (long long)r, (long long)j, get(parent, i),
+                          get(d, r * D + j));
+        else
+            ck_assert_msg(get(parent, i) == sentinel, "%s: row %lld column %lld outside the view became %.9g", what,
+                          (long long)r, (long long)(i % ld), get(parent, i));
+    }
+}
+
+static void expect_same_bits(const char *what, const ghc_tensor_t *a, const ghc_tensor_t *b)
+{
+    ck_assert_msg(ghc_tensor_nbytes(a) == ghc_tensor_nbytes(b) &&
+                  memcmp(ghc_tensor_cdata(a), ghc_tensor_cdata(b), ghc_tensor_nbytes(a)) == 0, "%s: bits differ", what);
+}
+
+/* cast f32 -> bf16, bf16 -> bf16 and bf16 -> f32 into a view, from a view and view to view:
+ * the bits of the dense cast, the parent's other columns untouched. */
+START_TEST(views_cast)
+{
+    seed(21);
+    static const enum ghc_dtype dts[3][2] = { { F32, BF16 }, { BF16, BF16 }, { BF16, F32 } };
+    for (int p = 0; p < 3; p++) {
+        const enum ghc_dtype sd = dts[p][0], dd = dts[p][1];
+        ghc_tensor_t *src = rnd(T(sd, 2, 5, 7), -300, 300), *want = like(src, dd), *got = like(src, dd), *pd, *ps;
+        OK(ghc_op_cast(want, src, 0.5f, NULL, NULL));
+        ghc_tensor_t *dv = view_in(dd, src, 3, 4, &pd);
+        OK(ghc_op_cast(dv, src, 0.5f, NULL, NULL));
+        expect_view("cast into a view", pd, dv, want);
+        ghc_tensor_t *sv = embed(src, 2, 5, &ps);
+        OK(ghc_op_cast(got, sv, 0.5f, NULL, NULL));
+        expect_same_bits("cast from a view", got, want);
+        dv = view_in(dd, src, 1, 2, &pd);
+        OK(ghc_op_cast(dv, sv, 0.5f, NULL, NULL));
+        expect_view("cast view to view", pd, dv, want);
+        expect_view("cast source", ps, sv, src);   /* the source's parent is only read */
+    }
+    /* stochastic rounding takes dense tensors only; a view needs the other's last dim */
+    ghc_tensor_t *x = rnd(T(F32, 4, 6), -1, 1), *px, *xv = embed(x, 1, 3, &px), *pb;
+    ghc_tensor_t *bv = view_in(BF16, x, 0, 2, &pb);
+    expect_einval(ghc_op_cast(bv, x, 1.0f, &(struct ghc_rng){ 1, 0 }, NULL), "cast", "stochastic rounding");
+    expect_einval(ghc_op_cast(T(BF16, 4, 6), xv, 1.0f, &(struct ghc_rng){ 1, 0 }, NULL), "cast", "stochastic rounding");
+    expect_einval(ghc_op_cast(T(BF16, 24), xv, 1.0f, NULL, NULL), "cast", "last dimension");
+    expect_einval(ghc_op_cast(bv, T(F32, 6, 4), 1.0f, NULL, NULL), "cast", "last dimension");
+    /* dense tensors of other shapes (equal numel) still cast element by element */
+    ghc_tensor_t *flat = T(BF16, 24), *same = T(BF16, 4, 6);
+    OK(ghc_op_cast(flat, x, 1.0f, NULL, NULL));
+    OK(ghc_op_cast(same, x, 1.0f, NULL, NULL));
+    expect_same_bits("cast to another dense shape", flat, same);
+}
+END_TEST
+
+/* copy into a view, from a view and view to view (f32, bf16): the source's bits. */
+START_TEST(views_copy)
+{
+    seed(22);
+    static const enum ghc_dtype dts[2] = { F32, BF16 };
+    for (int p = 0; p < 2; p++) {
+        ghc_tensor_t *src = rnd(T(dts[p], 3, 2, 5), -10, 10), *got = like(src, dts[p]), *pd, *ps;
+        ghc_tensor_t *dv = view_in(dts[p], src, 2, 3, &pd);
+        OK(ghc_op_copy(dv, src, NULL));
+        expect_view("copy into a view", pd, dv, src);
+        ghc_tensor_t *sv = embed(src, 4, 4, &ps);
+        OK(ghc_op_copy(got, sv, NULL));
+        expect_same_bits("copy from a view", got, src);
+        dv = view_in(dts[p], src, 0, 1, &pd);
+        OK(ghc_op_copy(dv, sv, NULL));
+        expect_view("copy view to view", pd, dv, src);
+    }
+    ghc_tensor_t *x = T(F32, 4, 6), *px, *xv = view_in(F32, x, 1, 1, &px);
+    expect_einval(ghc_op_copy(xv, T(F32, 6, 4), NULL), "copy", "last dimension");
+    expect_einval(ghc_op_copy(T(F32, 24), xv, NULL), "copy", "last dimension");
+}
+END_TEST
+
+/* layernorm_fwd into a view y (x f32 or bf16, y f32 or bf16, affine, [B, D] shift/scale): the
+ * dense y's bits and the same stats. */
+START_TEST(views_layernorm)
+{
+    seed(23);
+    for (int d = 0; d < 4; d++) {
+        const enum ghc_dtype dx = d & 1 ? BF16 : F32, dy = d & 2 ? BF16 : F32;
+        ghc_tensor_t *x = rnd(T(dx, 2, 3, 8), -2, 3), *y = like(x, dy), *st = T(F32, 6, 2), *st2 = T(F32, 6, 2);
+        ghc_tensor_t *w = rnd(T(F32, 8), 0.5, 1.5), *b = rnd(T(BF16, 8), -1, 1);
+        ghc_tensor_t *sh = rnd(T(F32, 2, 8), -1, 1), *sc = rnd(T(F32, 2, 8), -0.5, 0.5), *py;
+        OK(ghc_op_layernorm_fwd(y, st, x, w, b, sh, sc, 1e-6f, NULL));
+        ghc_tensor_t *yv = view_in(dy, x, 5, 7, &py);
+        OK(ghc_op_layernorm_fwd(yv, st2, x, w, b, sh, sc, 1e-6f, NULL));
+        expect_view("layernorm_fwd into a view", py, yv, y);
+        expect_same_bits("layernorm_fwd stats with a view y", st2, st);
+    }
+}
+END_TEST
+
+/* gelu_tanh into a view y (f32 and bf16 out): the dense y's bits; a view y over x's memory
+ * is refused. */
+START_TEST(views_gelu)
+{
+    seed(24);
+    for (int d = 0; d < 4; d++) {
+        const enum ghc_dtype dx = d & 1 ? BF16 : F32, dy = d & 2 ? BF16 : F32;
+        ghc_tensor_t *x = rnd(T(dx, 5, 13), -5, 5), *y = like(x, dy), *py;
+        OK(ghc_op_gelu_tanh(y, x, NULL));
+        ghc_tensor_t *yv = view_in(dy, x, 6, 7, &py);
+        OK(ghc_op_gelu_tanh(yv, x, NULL));
+        expect_view("gelu_tanh into a view", py, yv, y);
+    }
+    ghc_tensor_t *wide = T(F32, 5, 26);
+    ghc_tensor_t *x = ghc_tensor_wrap(core, F32, 2, (const int64_t[]){ 5, 13 }, GHC_DEVICE_CPU, ghc_tensor_data(wide));
+    ghc_tensor_t *yv = ghc_tensor_view_cols(wide, 13, 13);
+    ck_assert(x && yv);
+    pool[npool++] = x, pool[npool++] = yv;
+    expect_einval(ghc_op_gelu_tanh(yv, x, NULL), "gelu_tanh", "in place");
+    expect_einval(ghc_op_gelu_tanh(T(F32, 5, 13), yv, NULL), "gelu_tanh", "column views");
+}
+END_TEST
+
+/* attention with o as [B, Lq, H Dh], dense and a view: the bits of o [B, Lq, H, Dh]; the
+ * backward with o a view gives the gradients of the 4-D o bit for bit. */
+START_TEST(views_attention)
+{
+    seed(25);
+    const int64_t B = 2, Lq = 3, Lk = 5, H = 2, Dh = 4;
+    for (int d = 0; d < 2; d++) {
+        const enum ghc_dtype dt = d ? BF16 : F32;
+        ghc_tensor_t *q = rnd(T(dt, B, Lq, H, Dh), -1, 1), *k = rnd(T(dt, B, Lk, H, Dh), -1, 1);
+        ghc_tensor_t *v = rnd(T(dt, B, Lk, H, Dh), -1, 1), *dout = rnd(like(q, dt), -1, 1);
+        ghc_tensor_t *o4 = like(q, dt), *o3 = T(dt, B, Lq, H * Dh), *lse = T(F32, B, H, Lq), *lse2 = like(lse, F32);
+        ghc_tensor_t *po, *ov = view_in(dt, o3, 3, 6, &po);
+        OK(ghc_op_attention_fwd(o4, lse, q, k, v, 0.6f, NULL));
+        OK(ghc_op_attention_fwd(o3, lse2, q, k, v, 0.6f, NULL));
+        expect_same_bits("attention_fwd o [B, Lq, H Dh]", o3, o4);
+        expect_same_bits("attention_fwd lse with o 3-D", lse2, lse);
+        OK(ghc_op_attention_fwd(ov, lse2, q, k, v, 0.6f, NULL));
+        expect_view("attention_fwd into a view o", po, ov, o4);
+        expect_same_bits("attention_fwd lse with a view o", lse2, lse);
+        ghc_tensor_t *g[2][3];
+        for (int f = 0; f < 2; f++) {
+            for (int j = 0; j < 3; j++)
+                g[f][j] = like(j ? k : q, dt);
+            OK(ghc_op_attention_bwd(g[f][0], g[f][1], g[f][2], dout, q, k, v, f ? ov : o4, lse, 0.6f, NULL));
+        }
+        expect_same_bits("attention_bwd dq with a view o", g[1][0], g[0][0]);
+        expect_same_bits("attention_bwd dk with a view o", g[1][1], g[0][1]);
+        expect_same_bits("attention_bwd dv with a view o", g[1][2], g[0][2]);
+    }
+    ghc_tensor_t *q = T(F32, 1, 2, 2, 4), *k = T(F32, 1, 3, 2, 4), *lse = T(F32, 1, 2, 2), *p4, *p3;
+    ghc_tensor_t *o4v = view_in(F32, T(F32, 1, 2, 2, 4), 0, 2, &p4), *o3v = view_in(F32, T(F32, 1, 2, 9), 0, 2, &p3);
+    expect_einval(ghc_op_attention_fwd(o4v, lse, q, k, k, 1, NULL), "attention_fwd", "3-D");
+    expect_einval(ghc_op_attention_fwd(o3v, lse, q, k, k, 1, NULL), "attention_fwd", "[1, 2, 8]");
+    expect_einval(ghc_op_attention_bwd(T(F32, 1, 2, 2, 4), NULL, NULL, q, q, k, k, T(F32, 1, 2, 4, 2), lse, 1, NULL),
+                  "attention_bwd", "'o'");
+}
+END_TEST
+
+/* gemm with A and B column views and the BIAS and BIAS_GELU epilogues (a K-concatenated linear
+ * layer x [2, 5, 7] of [2, 5, 12], W [6, 7] of [6, 10]): the bits of the dense operands'
+ * gemm, pre_gelu too; fp8 views are refused. */
+START_TEST(views_gemm_epilogue)
+{
+    seed(26);
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 2; e++) {
+            const enum ghc_dtype dt = d ? BF16 : F32;
+            const enum ghc_epilogue epi = e ? GHC_EPI_BIAS_GELU : GHC_EPI_BIAS;
+            ghc_tensor_t *xa = rnd(T(dt, 2, 5, 12), -1, 1), *xb = rnd(T(dt, 6, 10), -1, 1);
+            ghc_tensor_t *av = ghc_tensor_view_cols(xa, 3, 7), *bv = ghc_tensor_view_cols(xb, 2, 7);
+            ck_assert(av && bv);
+            pool[npool++] = av, pool[npool++] = bv;
+            ghc_tensor_t *bias = rnd(T(F32, 6), -1, 1), *c = T(dt, 2, 5, 6), *cd = T(dt, 2, 5, 6);
+            ghc_tensor_t *pre = e ? T(dt, 2, 5, 6) : NULL, *pred = e ? T(dt, 2, 5, 6) : NULL;
+            struct ghc_gemm g = { .trans_b = true, .alpha = 0.75f, .epilogue = epi, .bias = bias, .pre_gelu = pre };
+            OK(ghc_op_gemm(c, av, bv, &g, NULL));
+            g.pre_gelu = pred;
+            OK(ghc_op_gemm(cd, dense_of(av), dense_of(bv), &g, NULL));
+            expect_same_bits("gemm with view A and B and an epilogue", c, cd);
+            if (pre)
+                expect_same_bits("gemm pre_gelu with view A and B", pre, pred);
+        }
+    ghc_tensor_t *x8 = T(GHC_DTYPE_F8_E4M3, 4, 8), *w8 = T(GHC_DTYPE_F8_E4M3, 3, 5);
+    ghc_tensor_t *x8v = ghc_tensor_view_cols(x8, 1, 5);
+    ck_assert(x8v);
+    pool[npool++] = x8v;
+    expect_einval(ghc_op_gemm(T(F32, 4, 3), x8v, w8, &(struct ghc_gemm){ .trans_b = true }, NULL), "gemm",
+                  "only in bf16 or f32");
 }
 END_TEST
 
@@ -1309,6 +1548,17 @@ int main(void)
     tcase_add_test(tc, activations_forward);
     tcase_add_test(tc, elementwise_broadcast);
     tcase_add_test(tc, reductions);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("column_views");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, views_cast);
+    tcase_add_test(tc, views_copy);
+    tcase_add_test(tc, views_layernorm);
+    tcase_add_test(tc, views_gelu);
+    tcase_add_test(tc, views_attention);
+    tcase_add_test(tc, views_gemm_epilogue);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("backward");

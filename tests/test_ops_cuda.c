@@ -14,6 +14,13 @@
  * [1, 4096, 40, 128] with f, h, w = 16, 16, 16, and the loss on [16, 21, 60, 104] latents.
  * Each case prints one line: op, shape, dtypes and error. GHC_TEST_SEED picks other inputs.
  *
+ * Column views (since API 7; group column_views, attention and GEMM included): cast, copy,
+ * layernorm_fwd, gelu_tanh and attention write into (cast and copy also read from) a view of
+ * a wider tensor whose other columns hold a sentinel; the view's columns must hold the bits
+ * of the same op's dense result on the GPU (or, for the fallback paths a view can select, be
+ * within tolerance of it) and the sentinel must survive. GEMM with A and B views and an
+ * epilogue is checked against the CPU reference.
+ *
  * Exits 77 (automake SKIP) without a device; runs with CK_NOFORK (CUDA does not survive fork). */
 #include <check.h>
 #include <inttypes.h>
@@ -1049,6 +1056,310 @@ START_TEST(patches_wan)
 }
 END_TEST
 
+/* ---- column views (since API 7) ----------------------------------------------------------- */
+
+#define SENTINEL 12345.0
+
+/* A CPU tensor of dtype dt shaped like t but pad columns wider: SENTINEL everywhere, except
+ * that with `fill` columns [col0, col0 + D) hold the bits of t (dt must be t's dtype). */
+static ghc_tensor_t *widen(const ghc_tensor_t *t, enum ghc_dtype dt, int64_t col0, int64_t pad, bool fill)
+{
+    const int nd = ghc_tensor_ndim(t);
+    int64_t sh[GHC_TENSOR_MAX_DIMS];
+    memcpy(sh, ghc_tensor_shape(t), (size_t)nd * sizeof(int64_t));
+    const int64_t D = sh[nd - 1], ld = D + pad;
+    sh[nd - 1] = ld;
+    ghc_tensor_t *w = mk(dt, CPUD, nd, sh);
+    for (int64_t i = 0; i < ghc_tensor_numel(w); i++)
+        set(w, i, SENTINEL);
+    if (fill) {
+        const size_t es = ghc_dtype_size(dt);
+        for (int64_t r = 0; r < ghc_tensor_numel(t) / D; r++)
+            memcpy((char *)ghc_tensor_data(w) + (size_t)(r * ld + col0) * es,
+                   (const char *)ghc_tensor_cdata(t) + (size_t)(r * D) * es, (size_t)D * es);
+    }
+    return w;
+}
+
+/* The view of columns [col0, col0 + D) of the GPU copy of widen(t, ...); *gparent gets the
+ * wide GPU tensor. */
+static ghc_tensor_t *gview(const ghc_tensor_t *t, enum ghc_dtype dt, int64_t col0, int64_t pad, bool fill,
+                           ghc_tensor_t **gparent)
+{
+    *gparent = up(widen(t, dt, col0, pad, fill));
+    ghc_tensor_t *v = ghc_tensor_view_cols(*gparent, col0, ghc_tensor_dim(t, -1));
+    ck_assert_msg(v != NULL, "view: %s", ghc_error_message(core));
+    return keep(v);
+}
+
+/* The GPU view v of gparent (from gview) holds the bits of the dense `want` (GPU or CPU), and
+ * every other element of gparent is still SENTINEL. */
+static void expect_view_bits(const char *what, const ghc_tensor_t *gparent, const ghc_tensor_t *v,
+                             const ghc_tensor_t *want)
+{
+    ghc_tensor_t *p = down(gparent), *w = ghc_tensor_device(want) == CPUD ? (ghc_tensor_t *)want : down(want);
+    const size_t es = ghc_dtype_size(ghc_tensor_dtype(p));
+    const int64_t D = ghc_tensor_dim(v, -1), ld = ghc_tensor_row_stride(v);
+    const int64_t col0 = ((const char *)ghc_tensor_cdata(v) - (const char *)ghc_tensor_cdata(gparent)) / (int64_t)es;
+    const double sentinel = ghc_tensor_dtype(p) == F32 ? SENTINEL : ghc_bf16_to_f32(ghc_f32_to_bf16((float)SENTINEL));
+    const char *pp = ghc_tensor_cdata(p), *wp = ghc_tensor_cdata(w);
+    int64_t diff = 0, first = -1, outside = 0, ofirst = -1;
+    ck_assert(ghc_tensor_dtype(w) == ghc_tensor_dtype(p) && ghc_tensor_numel(w) == ghc_tensor_numel(v));
+    for (int64_t i = 0; i < ghc_tensor_numel(p); i++) {
+        const int64_t r = i / ld, j = i % ld - col0;
+        if (j >= 0 && j < D) {
+            if (memcmp(pp + (size_t)i * es, wp + (size_t)(r * D + j) * es, es) && diff++ == 0)
+                first = i;
+        } else if (get(p, i) != sentinel && outside++ == 0) {
+            ofirst = i;
+        }
+    }
+    char sh[96];
+    shape_str(v, sh, sizeof(sh));
+    printf("  %-58s %-22s %s %s\n", what, sh, ghc_dtype_name(ghc_tensor_dtype(p)),
+           diff || outside ? "DIFFERENT" : "bit-identical, other columns kept");
+    fflush(stdout);
+    ck_assert_msg(outside == 0, "%s %s: %" PRId64 " elements outside the view changed; first row %" PRId64 " column %" PRId64
+                  " = %g", what, sh, outside, ofirst / ld, ofirst % ld, get(p, ofirst));
+    ck_assert_msg(diff == 0, "%s %s: %" PRId64 " of %" PRId64 " view elements differ from the dense result; first row %"
+                  PRId64 " column %" PRId64 ": %.9g, dense %.9g", what, sh, diff, ghc_tensor_numel(v), first / ld,
+                  first % ld - col0, get(p, first), get(w, first / ld * D + first % ld - col0));
+}
+
+/* The columns of GPU view v compared with the dense GPU `want` within tol (fallback paths). */
+static void expect_view_close(const char *what, const ghc_tensor_t *v, const ghc_tensor_t *want, double tol)
+{
+    ghc_tensor_t *d = gout(v, ghc_tensor_dtype(v), false);
+    OK(ghc_op_copy(d, v, NULL));
+    expect_close(what, d, down(want), tol);
+}
+
+/* cast f32 -> bf16, bf16 -> bf16 and bf16 -> f32 into a view, from a view and view to view,
+ * aligned and not, against the CPU's dense cast bit for bit. */
+START_TEST(views_cast)
+{
+    static const enum ghc_dtype dts[3][2] = { { F32, BF16 }, { BF16, BF16 }, { BF16, F32 } };
+    for (int p = 0; p < 3; p++)
+        for (int a = 0; a < 2; a++) {
+            int mark = npool;
+            const enum ghc_dtype sd = dts[p][0], dd = dts[p][1];
+            const int64_t col0 = a ? 3 : 8, pad = a ? 5 : 24;
+            ghc_tensor_t *src = randn(sd, 100.0, 0.0, SHP(3, 37, 40)), *want = like(src, dd, CPUD), *gp, *gs;
+            OK(ghc_op_cast(want, src, 0.5f, NULL, NULL));
+            ghc_tensor_t *dv = gview(src, dd, col0, pad, false, &gp);
+            OK(ghc_op_cast(dv, up(src), 0.5f, NULL, NULL));
+            char what[160];
+            snprintf(what, sizeof(what), "cast %s -> %s into a view (col %" PRId64 ")", dn(sd), dn(dd), col0);
+            expect_view_bits(what, gp, dv, want);
+            ghc_tensor_t *sv = gview(src, sd, col0 + 1, pad, true, &gs), *g = gout(src, dd, a);
+            OK(ghc_op_cast(g, sv, 0.5f, NULL, NULL));
+            snprintf(what, sizeof(what), "cast %s -> %s from a view (col %" PRId64 ")", dn(sd), dn(dd), col0 + 1);
+            expect_bits(what, g, want);
+            dv = gview(src, dd, col0, pad, false, &gp);
+            OK(ghc_op_cast(dv, sv, 0.5f, NULL, NULL));
+            snprintf(what, sizeof(what), "cast %s -> %s view to view", dn(sd), dn(dd));
+            expect_view_bits(what, gp, dv, want);
+            ghc_tensor_t *flat = mk(dd, 0, SHP(3 * 37 * 40));   /* dense, another shape: element by element */
+            OK(ghc_op_cast(flat, up(src), 0.5f, NULL, NULL));
+            snprintf(what, sizeof(what), "cast %s -> %s to another dense shape", dn(sd), dn(dd));
+            expect_bits(what, flat, want);
+            pool_release(mark);
+        }
+}
+END_TEST
+
+/* copy device to device, host to device and device to host into a view, from a view and view
+ * to view (cudaMemcpy2DAsync): the source's bits. */
+START_TEST(views_copy)
+{
+    static const enum ghc_dtype dts[2] = { F32, BF16 };
+    for (int d = 0; d < 2; d++) {
+        int mark = npool;
+        ghc_tensor_t *src = randn(dts[d], 1.0, 0.0, SHP(5, 33, 24)), *gsrc = up(src), *gp, *gs;
+        ghc_tensor_t *dv = gview(src, dts[d], 5, 11, false, &gp);
+        OK(ghc_op_copy(dv, gsrc, NULL));
+        expect_view_bits("copy gpu -> gpu view", gp, dv, src);
+        dv = gview(src, dts[d], 2, 3, false, &gp);
+        OK(ghc_op_copy(dv, src, NULL));
+        expect_view_bits("copy cpu -> gpu view", gp, dv, src);
+        ghc_tensor_t *sv = gview(src, dts[d], 7, 9, true, &gs), *g = gout(src, dts[d], true);
+        OK(ghc_op_copy(g, sv, NULL));
+        expect_bits("copy gpu view -> gpu", g, src);
+        ghc_tensor_t *h = like(src, dts[d], CPUD);
+        OK(ghc_op_copy(h, sv, NULL));
+        expect_bits("copy gpu view -> cpu", up(h), src);
+        ghc_tensor_t *hp = widen(src, dts[d], 1, 4, true), *hv = keep(ghc_tensor_view_cols(hp, 1, 24));
+        g = gout(src, dts[d], false);
+        OK(ghc_op_copy(g, hv, NULL));
+        expect_bits("copy cpu view -> gpu", g, src);
+        dv = gview(src, dts[d], 0, 1, false, &gp);
+        OK(ghc_op_copy(dv, sv, NULL));
+        expect_view_bits("copy gpu view -> gpu view", gp, dv, src);
+        g = mk(dts[d], 0, SHP(5 * 33 * 24));
+        OK(ghc_op_copy(g, gsrc, NULL));
+        expect_bits("copy gpu -> gpu of another dense shape", g, src);
+        pool_release(mark);
+    }
+}
+END_TEST
+
+/* layernorm_fwd (affine, [B, D] modulation) into a view y: the bits of the dense y of the same
+ * path (aligned view: 4-wide; misaligned: scalar, like a misaligned dense y) and the same
+ * stats; also a Wan row (5120) into columns 0..5119 of a K-concatenated [.., 5120 + 64]. */
+static void views_layernorm_case(enum ghc_dtype xdt, enum ghc_dtype ydt, int nd, const int64_t *shape, int64_t col0,
+                                 int64_t pad)
+{
+    int mark = npool;
+    const int64_t D = shape[nd - 1], B = shape[0];
+    int64_t rows = 1;
+    for (int i = 0; i < nd - 1; i++)
+        rows *= shape[i];
+    const bool mis = (col0 % 4) || (pad % 4);
+    ghc_tensor_t *x = randn(xdt, 2.0, 0.5, nd, shape), *gx = up(x);
+    ghc_tensor_t *gw = up(randn(F32, 0.5, 1.0, 1, &D)), *gb = up(randn(BF16, 0.3, 0.0, 1, &D));
+    ghc_tensor_t *gsh = up(randn(F32, 0.5, 0.0, SHP(B, D))), *gsc = up(randn(F32, 0.5, 0.0, SHP(B, D)));
+    ghc_tensor_t *gy = gout(x, ydt, mis), *gst = mk(F32, 0, SHP(rows, 2)), *gst2 = mk(F32, 0, SHP(rows, 2)), *gp;
+    OK(ghc_op_layernorm_fwd(gy, gst, gx, gw, gb, gsh, gsc, 1e-6f, NULL));
+    ghc_tensor_t *yv = gview(x, ydt, col0, pad, false, &gp);
+    OK(ghc_op_layernorm_fwd(yv, gst2, gx, gw, gb, gsh, gsc, 1e-6f, NULL));
+    char what[160];
+    snprintf(what, sizeof(what), "layernorm_fwd x %s into a view (col %" PRId64 ", +%" PRId64 ")", dn(xdt), col0, pad);
+    expect_view_bits(what, gp, yv, gy);
+    expect_bits("layernorm_fwd stats with a view y", gst2, down(gst));
+    pool_release(mark);
+}
+
+START_TEST(views_layernorm)
+{
+    for (int xd = 0; xd < 2; xd++)
+        for (int yd = 0; yd < 2; yd++) {
+            enum ghc_dtype xdt = xd ? BF16 : F32, ydt = yd ? BF16 : F32;
+            views_layernorm_case(xdt, ydt, SHP(2, 50, 96), 8, 24);
+            views_layernorm_case(xdt, ydt, SHP(2, 50, 96), 3, 5);
+            views_layernorm_case(xdt, ydt, SHP(3, 7, 33), 4, 4);   /* odd D: scalar */
+        }
+    views_layernorm_case(F32, BF16, SHP(1, 256, 5120), 0, 64);
+    views_layernorm_case(F32, F32, SHP(1, 64, 16384), 16, 16);     /* no row cache */
+}
+END_TEST
+
+/* gelu_tanh into a view y (4-wide where aligned, scalar otherwise): the dense y's bits. */
+START_TEST(views_gelu)
+{
+    static const int64_t cols[][3] = { { 1000, 8, 24 }, { 1000, 1, 3 }, { 13, 2, 5 }, { 13824, 0, 64 } };
+    for (int xd = 0; xd < 2; xd++)
+        for (int yd = 0; yd < 2; yd++)
+            for (int c = 0; c < 4; c++) {
+                int mark = npool;
+                const enum ghc_dtype xdt = xd ? BF16 : F32, ydt = yd ? BF16 : F32;
+                const int64_t rows = c == 3 ? 512 : 37;
+                ghc_tensor_t *x = randn(xdt, 3.0, 0.0, SHP(1, rows, cols[c][0])), *gx = up(x), *gp;
+                ghc_tensor_t *gy = gout(x, ydt, false), *yv = gview(x, ydt, cols[c][1], cols[c][2], false, &gp);
+                OK(ghc_op_gelu_tanh(gy, gx, NULL));
+                OK(ghc_op_gelu_tanh(yv, gx, NULL));
+                char what[160];
+                snprintf(what, sizeof(what), "gelu_tanh x %s into a view (col %" PRId64 ", +%" PRId64 ")", dn(xdt),
+                         cols[c][1], cols[c][2]);
+                expect_view_bits(what, gp, yv, gy);
+                pool_release(mark);
+            }
+}
+END_TEST
+
+/* attention_fwd with o [B, Lq, H Dh], dense and a view: the bits of o [B, Lq, H, Dh] where the
+ * path is the same (f32; bf16 with 16-byte token rows), else (bf16, a view of odd stride: the
+ * fp32 fallback) within bf16 tolerance; attention_bwd with o a view: the 4-D o's dk and dv bit
+ * for bit, dq (fp32 atomics) within 1e-2 (bf16) and bit for bit (f32). */
+static void views_attention_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Dh)
+{
+    int mark = npool;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    const bool bf = dt == BF16;
+    ghc_tensor_t *gq = up(randn(dt, 1.0, 0.0, SHP(B, Lq, H, Dh))), *gk = up(randn(dt, 1.0, 0.0, SHP(B, Lk, H, Dh)));
+    ghc_tensor_t *gv = up(randn(dt, 1.0, 0.0, SHP(B, Lk, H, Dh))), *gdo = up(randn(dt, 1.0, 0.0, SHP(B, Lq, H, Dh)));
+    ghc_tensor_t *o3 = mk(dt, CPUD, SHP(B, Lq, H * Dh));
+    ghc_tensor_t *go4 = gout(gq, dt, false), *go3 = gout(o3, dt, false), *glse = mk(F32, 0, SHP(B, H, Lq));
+    ghc_tensor_t *glse2 = mk(F32, 0, SHP(B, H, Lq)), *gp, *gp2;
+    OK(ghc_op_attention_fwd(go4, glse, gq, gk, gv, scale, NULL));
+    OK(ghc_op_attention_fwd(go3, glse2, gq, gk, gv, scale, NULL));
+    char what[192], sh[64];
+    snprintf(sh, sizeof(sh), "B %" PRId64 " Lq %" PRId64 " Lk %" PRId64 " H %" PRId64 " Dh %" PRId64, B, Lq, Lk, H, Dh);
+    snprintf(what, sizeof(what), "attention_fwd o 3-D dense, %s", sh);
+    expect_bits(what, go3, down(go4));
+    expect_bits("attention_fwd lse, o 3-D dense", glse2, down(glse));
+    ghc_tensor_t *ov = gview(o3, dt, 8, 16, false, &gp);   /* token rows 16-byte aligned */
+    OK(ghc_op_attention_fwd(ov, glse2, gq, gk, gv, scale, NULL));
+    snprintf(what, sizeof(what), "attention_fwd o a view, %s", sh);
+    expect_view_bits(what, gp, ov, go4);
+    expect_bits("attention_fwd lse, o a view", glse2, down(glse));
+    ghc_tensor_t *ov2 = gview(o3, dt, 3, 5, false, &gp2);  /* odd stride: fp32 fallback for bf16 */
+    OK(ghc_op_attention_fwd(ov2, glse2, gq, gk, gv, scale, NULL));
+    snprintf(what, sizeof(what), "attention_fwd o a view of odd stride, %s", sh);
+    if (bf)
+        expect_view_close(what, ov2, go4, 2e-2);
+    else
+        expect_view_bits(what, gp2, ov2, go4);
+
+    ghc_tensor_t *g[3][3];
+    const ghc_tensor_t *os[3] = { go4, ov, ov2 };
+    for (int f = 0; f < 3; f++) {
+        for (int j = 0; j < 3; j++)
+            g[f][j] = gout(j ? gk : gq, dt, false);
+        OK(ghc_op_attention_bwd(g[f][0], g[f][1], g[f][2], gdo, gq, gk, gv, os[f], glse, scale, NULL));
+    }
+    static const char *const names[3] = { "dq", "dk", "dv" };
+    for (int f = 1; f < 3; f++)
+        for (int j = 0; j < 3; j++) {
+            snprintf(what, sizeof(what), "attention_bwd %s, o a view%s, %s", names[j], f == 2 ? " of odd stride" : "",
+                     sh);
+            if (bf && (j == 0 || f == 2))
+                expect_close(what, g[f][j], down(g[0][j]), j == 0 && f == 1 ? 1e-2 : 2e-2);
+            else
+                expect_bits(what, g[f][j], down(g[0][j]));
+        }
+    pool_release(mark);
+}
+
+START_TEST(views_attention)
+{
+    views_attention_case(BF16, 2, 100, 77, 3, 64);
+    views_attention_case(BF16, 1, 130, 200, 2, 128);   /* Hopper: the wgmma kernels */
+    views_attention_case(BF16, 2, 40, 33, 2, 32);
+    views_attention_case(F32, 2, 20, 33, 2, 32);
+}
+END_TEST
+
+/* gemm with A and B column views (a K-concatenated linear layer: x [2, 64, 96] of [2, 64, 160],
+ * W [80, 96] of [80, 128]) and the BIAS (fused, and unfused with a bias of the other dtype) and
+ * BIAS_GELU (+ pre_gelu) epilogues, against the CPU's gemm on dense copies. */
+START_TEST(views_gemm_epilogue)
+{
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 3; e++) {
+            int mark = npool;
+            const enum ghc_dtype dt = d ? BF16 : F32, bdt = e == 1 ? (d ? F32 : BF16) : dt;
+            const enum ghc_epilogue epi = e == 2 ? GHC_EPI_BIAS_GELU : GHC_EPI_BIAS;
+            ghc_tensor_t *a = randn(dt, 1.0, 0.0, SHP(2, 64, 96)), *b = randn(dt, 0.1, 0.0, SHP(80, 96));
+            ghc_tensor_t *bias = randn(bdt, 1.0, 0.0, SHP(80)), *c = mk(dt, CPUD, SHP(2, 64, 80)), *gpa, *gpb;
+            ghc_tensor_t *pre = e == 2 ? mk(dt, CPUD, SHP(2, 64, 80)) : NULL;
+            struct ghc_gemm g = { .trans_b = true, .alpha = 0.75f, .epilogue = epi, .bias = bias, .pre_gelu = pre };
+            OK(ghc_op_gemm(c, a, b, &g, NULL));
+            ghc_tensor_t *av = gview(a, dt, 32, 64, true, &gpa), *bv = gview(b, dt, 16, 32, true, &gpb);
+            ghc_tensor_t *gc = gout(c, dt, false), *gpre = pre ? gout(pre, dt, false) : NULL;
+            g.bias = up(bias);
+            g.pre_gelu = gpre;
+            OK(ghc_op_gemm(gc, av, bv, &g, NULL));
+            char what[160];
+            snprintf(what, sizeof(what), "gemm %s, A and B views, %s (bias %s)", dn(dt),
+                     e == 2 ? "BIAS_GELU" : "BIAS", dn(bdt));
+            expect_close(what, gc, c, dt == F32 ? 1e-5 : 2e-2);
+            if (gpre)
+                expect_close("gemm pre_gelu, A and B views", gpre, pre, dt == F32 ? 1e-5 : 2e-2);
+            pool_release(mark);
+        }
+}
+END_TEST
+
 /* ---- main --------------------------------------------------------------------------------- */
 
 int main(void)
@@ -1081,6 +1392,7 @@ int main(void)
         { "patches", { patches_small, patches_wan } },
         { "elementwise", { activations_small, activations_wan, binary_small, gated_residual_small, elementwise_wan } },
         { "reduce", { sum_mean, sum_rows, mse_loss } },
+        { "column_views", { views_cast, views_copy, views_layernorm, views_gelu, views_attention, views_gemm_epilogue } },
     };
     for (size_t g = 0; g < sizeof(groups) / sizeof(*groups); g++) {
         TCase *tc = tcase_create(groups[g].name);

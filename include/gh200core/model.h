@@ -75,6 +75,33 @@ struct ghc_adapter_hook {
     int (*forward_first)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
     int (*backward_first)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                           const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
+    /* optional (since API 7): K-concatenation, for an adapter whose part is a rank-r product
+     * s (x A^T) B^T (LoRA): the model keeps r spare columns after the linear's input x and
+     * after its weight's rows ([out, in + r]), and r spare rows after the weight ([out + r, in]),
+     * so that its own GEMMs compute y = [x | H] [W | B]^T + b and dx = [g | dH] [W ; A] with
+     * H = s x A^T and dH = s g B: no pass of the adapter's own over y or dx. The other
+     * members are then not called on the target (fold, forward, forward_first, backward,
+     * backward_first) wherever these return 1.
+     * concat_rank: the spare columns the target needs (r), 0 where it cannot (another
+     *   algorithm, DoRA, rank dropout). Asked once per target after set_hook; a model whose
+     *   spare room is smaller uses the other members.
+     * concat_forward: x [B, rows, in] (x's dtype, a column view), h [B, rows, r] (its spare
+     *   columns, a column view), wcols [out, r] (the weight's spare columns, the weight's
+     *   dtype, a column view): write H = s x A^T into h and B into wcols. Returns 1 when
+     *   written (the model's GEMM then takes [x | h]), 0 when the target has nothing to add
+     *   in this step (e.g. module dropout: the model runs its plain GEMM), or GHC_E*.
+     * concat_backward: after concat_forward returned 1 on the same input in this step (with
+     *   checkpointing, in the recomputation right before): x and h as there (h still holds
+     *   H), g [B, rows, out] (dy in x's dtype, a column view), dh [B, rows, r] (its spare
+     *   columns), wrows [r, in] (the weight's spare rows, a column view): write dH = s g B
+     *   into dh and A into wrows, and accumulate the parameter gradients (dB += g^T H,
+     *   dA += dH^T x). Returns 1 when done (the model's GEMM then takes [g | dh]), 0 when
+     *   the target has nothing to add in this step, or GHC_E*. */
+    int32_t (*concat_rank)(void *user, int32_t target);
+    int (*concat_forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
+                          void *stream);
+    int (*concat_backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                           const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
 };
 
 struct ghc_model_ops {

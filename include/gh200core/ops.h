@@ -2,9 +2,11 @@
  *
  * An op runs on the device of its tensors (all on the CPU, or all on one CUDA device) and
  * takes a stream (a cudaStream_t; NULL for the default stream; ignored on the CPU). On the
- * GPU no op synchronises with the host. Tensors are row-major and contiguous. Every op
- * checks dtypes, shapes and devices first and returns GHC_EINVAL naming the op and the
- * offending tensor; GHC_EUNSUPPORTED for a CUDA tensor in a build without CUDA; GHC_ECUDA
+ * GPU no op synchronises with the host. Tensors are row-major and contiguous, except the
+ * column views (ghc_tensor_view_cols in tensor.h: rows further apart than their length) that
+ * the ops below accept where they say so (copy, cast, gemm, attention's o, layernorm_fwd's y,
+ * gelu_tanh's y). Every op checks dtypes, shapes and devices first and returns GHC_EINVAL
+ * naming the op and the offending tensor; GHC_EUNSUPPORTED for a CUDA tensor in a build without CUDA; GHC_ECUDA
  * for a failed launch. Errors go to the core of the first tensor argument.
  *
  * The CPU versions (kernels/cpu/) are the reference: plain loops, fp32 accumulation (f64
@@ -20,7 +22,10 @@ GHC_BEGIN_DECLS
 /* ---- memory ------------------------------------------------------------------------------- */
 
 /* dst = src, same dtype and numel, between any two devices (host<->device copies are
- * asynchronous on `stream`; the host side should be pinned for overlap). */
+ * asynchronous on `stream`; the host side should be pinned for overlap). Since API 7 dst
+ * and/or src may be a column view; both must then have the same last dimension (so the same
+ * rows), row r of src going to row r of dst; a view's other columns are left as they were.
+ * dst and src must not overlap (unless they are the same tensor). */
 GHC_API int ghc_op_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream);
 /* Every element = value (converted to t's dtype with round-to-nearest-even). */
 GHC_API int ghc_op_fill(ghc_tensor_t *t, double value, void *stream);
@@ -43,7 +48,10 @@ struct ghc_rng {
  * e4m3, e5m2). rng NULL: round to nearest even. rng set (dst bf16 only): stochastic rounding,
  * rounding up with probability equal to the discarded fraction, using uniform numbers of rng:
  * element i, with r its 32-bit Philox lane (numbering as below), becomes the top 16 bits of
- * bits(f32 value) + (r >> 16); NaN stays NaN, inf stays inf. */
+ * bits(f32 value) + (r >> 16); NaN stays NaN, inf stays inf. Since API 7 dst and/or src may
+ * be a column view when rng is NULL (stochastic rounding takes dense tensors only); both must
+ * then have the same last dimension, row r of src going to row r of dst, and a view's other
+ * columns are left as they were. */
 GHC_API int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale,
                         const struct ghc_rng *rng, void *stream);
 /* Uniform floats in [0, 1) (24 random bits: u32 >> 8 times 2^-24), or normal N(0, 1) by
@@ -83,8 +91,9 @@ struct ghc_gemm {
  * batches (a weight); C must then be 3-D. A linear layer y = x W^T + b is
  * (a = x [M, in], b = W [out, in], trans_b = true, epilogue BIAS). A, B and C may be column
  * views (ghc_tensor_view_cols, since API 6: rows further apart than their length, e.g. a
- * K-concatenated [x | H] or a slice of a wider output) when they are f32 or bf16 and the
- * epilogue is NONE; C's other columns are left as they were. */
+ * K-concatenated [x | H] or a slice of a wider output) when they are f32 or bf16: A and B
+ * with any epilogue (since API 7; API 6: NONE only), C only with the epilogue NONE (C's other
+ * columns are left as they were); pre_gelu and bias are dense. */
 GHC_API int ghc_op_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b,
                         const struct ghc_gemm *args, void *stream);
 
@@ -93,12 +102,16 @@ GHC_API int ghc_op_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor
 /* O = softmax(scale Q K^T) V per batch and head, non-causal, no mask.
  * q: [B, Lq, H, Dh], k and v: [B, Lk, H, Dh], o: like q; all f32 or all bf16; Dh <= 256 and
  * even (128 for Wan; smaller in tests). lse: [B, H, Lq] f32, the natural-log log-sum-exp of
- * each row of scale Q K^T (saved for the backward). Softmax statistics in fp32. */
+ * each row of scale Q K^T (saved for the backward). Softmax statistics in fp32.
+ * Since API 7 o may also be [B, Lq, H Dh], dense or a column view: one row per token (b, i)
+ * holding its heads' values in q's order, rows ghc_tensor_row_stride(o) apart (a view's other
+ * columns are left as they were). The values are the same as with o like q. */
 GHC_API int ghc_op_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q,
                                  const ghc_tensor_t *k, const ghc_tensor_t *v, float scale,
                                  void *stream);
 /* Gradients from dO, recomputing P from lse: dq like q; dk, dv like k (each may be NULL when
- * not needed; cross-attention needs only dq). Written, not accumulated. */
+ * not needed; cross-attention needs only dq). Written, not accumulated. o (the forward's
+ * output, read) in either form of ghc_op_attention_fwd (since API 7); dout like q. */
 GHC_API int ghc_op_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv,
                                  const ghc_tensor_t *dout, const ghc_tensor_t *q,
                                  const ghc_tensor_t *k, const ghc_tensor_t *v,
@@ -111,8 +124,9 @@ GHC_API int ghc_op_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_
  *   xhat = (x - mean) / sqrt(var + eps)
  *   y = (xhat * weight + bias) * (1 + scale) + shift
  * weight, bias: [D] or NULL (no affine); shift, scale: the per-sample modulation, [B, D] for
- * x of [B, L, D] (or [D]), or NULL. x: f32 or bf16; y: f32 or bf16. stats: [rows, 2] f32
- * (mean, rstd) for the backward, or NULL. */
+ * x of [B, L, D] (or [D]), or NULL. x: f32 or bf16; y: f32 or bf16, x's shape; since API 7 y may
+ * be a column view (x stays dense; y's other columns are left as they were). stats: [rows, 2]
+ * f32 (mean, rstd) for the backward, or NULL. */
 GHC_API int ghc_op_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x,
                                  const ghc_tensor_t *weight, const ghc_tensor_t *bias,
                                  const ghc_tensor_t *shift, const ghc_tensor_t *scale,
@@ -168,7 +182,9 @@ GHC_API int ghc_op_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout,
 
 /* ---- activations -------------------------------------------------------------------------- */
 
-/* gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))); y may be x. */
+/* gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))); y may be x. Since API 7
+ * y may be a column view like x (x dense; y's other columns are left as they were), which
+ * must not overlap x: in place only on dense tensors. */
 GHC_API int ghc_op_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
 /* dx = dy gelu_tanh'(x) (x: the pre-activation). */
 GHC_API int ghc_op_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,

@@ -91,9 +91,10 @@ GHC_API bool ghc_shape_numel(int ndim, const int64_t *shape, int64_t *out);
  * dimensions flattened; a dense tensor's rows are that dimension's size apart, a column view's
  * are its parent's row stride apart. A view of columns [col0, col0 + ncols) of t's last
  * dimension (every other dimension kept), over t's memory (which must outlive it; free the
- * view with ghc_tensor_free). NULL on error (out of range). Only ghc_op_gemm (ops.h) takes
- * column views; every other op, ghc_tensor_convert_cpu and a reshape that changes the last
- * dimension refuse them (GHC_EINVAL). */
+ * view with ghc_tensor_free). NULL on error (out of range). ghc_op_gemm takes column views
+ * (ops.h), and since API 7 ghc_op_cast, ghc_op_copy, the outputs of ghc_op_layernorm_fwd and
+ * ghc_op_gelu_tanh and attention's o (ops.h says how); every other op, ghc_tensor_convert_cpu
+ * and a reshape that changes the last dimension refuse them (GHC_EINVAL). */
 GHC_API ghc_tensor_t *ghc_tensor_view_cols(const ghc_tensor_t *t, int64_t col0, int64_t ncols);
 /* Elements between the starts of consecutive rows: the last dimension's size unless t is a
  * column view (since API 6). */

@@ -2,7 +2,8 @@
  * O = softmax(scale Q K^T) V with the natural-log log-sum-exp of each row, and the backward
  * that recomputes P = exp(scale Q K^T - lse) (spec/wan22.md §7):
  *   dV = P^T dO,  dP = dO V^T,  dS = P (dP - rowsum(dO O)),  dQ = scale dS K,  dK = scale dS^T Q.
- * All math in fp32 on f32 copies of the inputs; outputs rounded once. */
+ * All math in fp32 on f32 copies of the inputs; outputs rounded once. o may also be
+ * [B, Lq, H Dh], a column view included: token t's values start at t * ldo (attn_ldo). */
 #include <config.h>
 
 #include <math.h>
@@ -12,6 +13,13 @@
 
 /* Offset of row i, head h of a [B, L, H, Dh] tensor. */
 #define ROW(b, i, h, L, H, Dh) ((((b) * (L) + (i)) * (H) + (h)) * (Dh))
+
+/* Elements between the starts of o's tokens: H Dh for [B, Lq, H, Dh], the row stride for
+ * [B, Lq, H Dh]. */
+static int64_t attn_ldo(const ghc_tensor_t *o)
+{
+    return ghc_tensor_ndim(o) == 3 ? ghc_tensor_row_stride(o) : ghc_tensor_dim(o, 2) * ghc_tensor_dim(o, 3);
+}
 
 static float dot(const float *x, const float *y, int64_t n)
 {
@@ -26,7 +34,7 @@ int ghc_cpu_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t
 {
     int rc = 0;
     int64_t B = ghc_tensor_dim(q, 0), Lq = ghc_tensor_dim(q, 1), H = ghc_tensor_dim(q, 2);
-    int64_t Dh = ghc_tensor_dim(q, 3), Lk = ghc_tensor_dim(k, 1);
+    int64_t Dh = ghc_tensor_dim(q, 3), Lk = ghc_tensor_dim(k, 1), ldo = attn_ldo(o);
     float *fq = NULL, *fk = NULL, *fv = NULL, *s = NULL, *acc = NULL;
     float *pl = ghc_tensor_data(lse);
     if (!(fq = ghc_cpu_f32_copy(q, "attention_fwd")) || !(fk = ghc_cpu_f32_copy(k, "attention_fwd")) ||
@@ -61,7 +69,7 @@ int ghc_cpu_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t
                     for (int64_t d = 0; d < Dh; d++)
                         acc[d] += p * vj[d];
                 }
-                int64_t oo = ROW(b, i, h, Lq, H, Dh);
+                int64_t oo = (b * Lq + i) * ldo + h * Dh;
                 for (int64_t d = 0; d < Dh; d++)
                     GHC_CPU_SET(o, oo + d, acc[d]);
             }
@@ -86,7 +94,7 @@ int ghc_cpu_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, 
     float *gq = NULL, *gk = NULL, *gv = NULL;
     const char *op = "attention_bwd";
     if (!(fq = ghc_cpu_f32_copy(q, op)) || !(fk = ghc_cpu_f32_copy(k, op)) || !(fv = ghc_cpu_f32_copy(v, op)) ||
-        !(fo = ghc_cpu_f32_copy(o, op)) || !(fdo = ghc_cpu_f32_copy(dout, op))) {
+        !(fo = ghc_cpu_f32_copy(o, op)) || !(fdo = ghc_cpu_f32_copy(dout, op))) {   /* fo: dense, like q */
         rc = GHC_ENOMEM;
         goto out;
     }

@@ -67,8 +67,9 @@ static float sigmoid(float z)
 int ghc_cpu_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x)
 {
     int64_t n = ghc_tensor_numel(x);
+    const int64_t D = ghc_tensor_dim(x, -1), ldy = ghc_tensor_row_stride(y);   /* y may be a column view */
     for (int64_t i = 0; i < n; i++)
-        GHC_CPU_SET(y, i, gelu(GHC_CPU_GET(x, i)));
+        GHC_CPU_SET(y, ldy == D ? i : i / D * ldy + i % D, gelu(GHC_CPU_GET(x, i)));
     return 0;
 }
 

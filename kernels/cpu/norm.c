@@ -14,6 +14,7 @@ int ghc_cpu_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor
                           const ghc_tensor_t *bias, const ghc_tensor_t *shift, const ghc_tensor_t *scale, float eps)
 {
     int64_t D = ghc_tensor_dim(x, -1), rows = ghc_tensor_numel(x) / D;
+    const int64_t ldy = ghc_tensor_row_stride(y);   /* y may be a column view */
     struct ghc_cpu_bcast bsh = shift ? ghc_cpu_bcast_init(x, shift) : (struct ghc_cpu_bcast){ 0 };
     struct ghc_cpu_bcast bsc = scale ? ghc_cpu_bcast_init(x, scale) : (struct ghc_cpu_bcast){ 0 };
     float *st = stats ? ghc_tensor_data(stats) : NULL;
@@ -43,7 +44,7 @@ int ghc_cpu_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor
                 v *= 1.0f + GHC_CPU_GET(scale, ghc_cpu_bcast_index(&bsc, i));
             if (shift)
                 v += GHC_CPU_GET(shift, ghc_cpu_bcast_index(&bsh, i));
-            GHC_CPU_SET(y, i, v);
+            GHC_CPU_SET(y, r * ldy + j, v);
         }
     }
     return 0;

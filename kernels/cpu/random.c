@@ -88,6 +88,13 @@ int ghc_cpu_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const 
     enum ghc_dtype sd = ghc_tensor_dtype(src), dd = ghc_tensor_dtype(dst);
     const void *s = ghc_tensor_cdata(src);
     void *d = ghc_tensor_data(dst);
+    const int64_t D = ghc_tensor_dim(src, -1), lds = ghc_tensor_row_stride(src), ldd = ghc_tensor_row_stride(dst);
+    if (lds != D || ldd != ghc_tensor_dim(dst, -1)) {   /* column views (ops.c: no rng, both last dims D) */
+        for (int64_t r = 0; r < n / D; r++)
+            for (int64_t j = 0; j < D; j++)
+                ghc_cpu_store(d, dd, r * ldd + j, ghc_cpu_load(s, sd, r * lds + j) * scale);
+        return 0;
+    }
     if (!rng) {
         /* src and dst may be the same memory only with equal dtypes; go backwards when the
          * destination elements are wider, so that nothing unread is overwritten */

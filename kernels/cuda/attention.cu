@@ -3,7 +3,10 @@
  *
  * Layout: q, o, dq [B, Lq, H, Dh]; k, v, dk, dv [B, Lk, H, Dh] (token-major, heads
  * interleaved: one token's rows of all heads are adjacent, so a head's rows are H*Dh apart);
- * lse [B, H, Lq] f32, natural log of sum_j exp(scale q.k_j).
+ * lse [B, H, Lq] f32, natural log of sum_j exp(scale q.k_j). o may also be [B, Lq, H*Dh], a
+ * column view included: its tokens are ldo elements apart (H*Dh when dense), and every kernel
+ * that touches o (the forwards' stores, the backward's D = rowsum(dO o O)) addresses token t
+ * at o + t * ldo; the tensor-core paths then also need ldo a multiple of 8 (16-byte rows).
  *
  * Paths, chosen per call:
  *  - Hopper (compute capability 9.0, sm_90a build), bf16, Dh 128, 16-byte aligned rows:
@@ -156,6 +159,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16 *g, int64_t s
 struct fwd_params {
     const bf16 *q, *k, *v;
     bf16 *o;
+    int64_t ldo;   /* elements between o's tokens */
     float *lse;
     int B, H, Lq, Lk;
     float scale, scale_log2;
@@ -324,7 +328,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2) attn_fwd_tc(const fwd_params p
             const float inv = 1.0f / l;
             const int row = m0 + warp * 32 + mt * 16 + g + 8 * r;
             if (row < p.Lq) {
-                bf16 *og = p.o + ((int64_t)b * p.Lq + row) * row_stride + (int64_t)h * D;
+                bf16 *og = p.o + ((int64_t)b * p.Lq + row) * p.ldo + (int64_t)h * D;
 #pragma unroll
                 for (int dt = 0; dt < DT; dt++)
                     *reinterpret_cast<uint32_t *>(og + dt * 8 + 2 * t) =
@@ -884,19 +888,22 @@ __global__ void __launch_bounds__(BN / 16 * 32, BN == 128 ? 1 : 2) attn_bwd2_tc(
 }
 
 /* D = rowsum(dO o O) for bf16 rows of D elements, D / 8 threads a row (16-byte loads); also
- * zeroes the fp32 dQ accumulator (`acc`, rows x D) when given. */
+ * zeroes the fp32 dQ accumulator (`acc`, rows x D) when given. o's tokens are ldo apart. */
 template <int D>
-__global__ void attn_bwd_prep_bf16(const bf16 *dout, const bf16 *o, float *dsum, float4 *acc, int64_t rows, int H,
-                                   int Lq)
+__global__ void attn_bwd_prep_bf16(const bf16 *dout, const bf16 *o, int64_t ldo, float *dsum, float4 *acc,
+                                   int64_t rows, int H, int Lq)
 {
     constexpr int TPR = D / 8;
     static_assert(TPR <= 32 && (TPR & (TPR - 1)) == 0, "threads per row");
     const int64_t gt = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     const int64_t row = gt / TPR;
     const bool ok = row < rows;
+    const int h = (int)(row % H);
+    const int64_t bm = row / H;
     float s = 0.0f;
     if (ok) {
-        const uint4 x = reinterpret_cast<const uint4 *>(dout)[gt], y = reinterpret_cast<const uint4 *>(o)[gt];
+        const uint4 x = reinterpret_cast<const uint4 *>(dout)[gt];
+        const uint4 y = reinterpret_cast<const uint4 *>(o + bm * ldo + (int64_t)h * D)[gt % TPR];
         const uint32_t xa[4] = { x.x, x.y, x.z, x.w }, ya[4] = { y.x, y.y, y.z, y.w };
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -913,8 +920,6 @@ __global__ void attn_bwd_prep_bf16(const bf16 *dout, const bf16 *o, float *dsum,
     for (int off = TPR / 2; off > 0; off >>= 1)
         s += __shfl_xor_sync(0xffffffffu, s, off);
     if (ok && gt % TPR == 0) {
-        const int h = (int)(row % H);
-        const int64_t bm = row / H;
         const int m = (int)(bm % Lq), b = (int)(bm / Lq);
         dsum[((int64_t)b * H + h) * Lq + m] = s;
     }
@@ -1224,7 +1229,7 @@ __global__ void __launch_bounds__(kFwgThreads, 2) attn_fwd_wg(const fwd_params p
         const float inv = 1.0f / l;
         const int row = m0 + warp * 16 + g + 8 * r;
         if (row < p.Lq) {
-            bf16 *og = p.o + ((int64_t)b * p.Lq + row) * row_stride + (int64_t)h * D;
+            bf16 *og = p.o + ((int64_t)b * p.Lq + row) * p.ldo + (int64_t)h * D;
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt++)
                 *reinterpret_cast<uint32_t *>(og + dt * 8 + 2 * t) = pack_bf16(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
@@ -1519,8 +1524,8 @@ __device__ __forceinline__ float dot_row(const float x[kGenJ], const T *row, int
 }
 
 template <typename T>
-__global__ void attn_fwd_generic(const T *q, const T *k, const T *v, T *o, float *lse, int B, int H, int Lq, int Lk,
-                                 int D, float scale)
+__global__ void attn_fwd_generic(const T *q, const T *k, const T *v, T *o, int64_t ldo, float *lse, int B, int H,
+                                 int Lq, int Lk, int D, float scale)
 {
     const int64_t row = (int64_t)blockIdx.x * kGenWarps + (threadIdx.x >> 5);   /* (b, m, h) */
     const int lane = threadIdx.x & 31;
@@ -1549,19 +1554,20 @@ __global__ void attn_fwd_generic(const T *q, const T *k, const T *v, T *o, float
         mx = m_new;
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    T *orow = o + bm * ldo + (int64_t)h * D;
 #pragma unroll
     for (int j = 0; j < kGenJ; j++) {
         int d = lane + 32 * j;
         if (d < D)
-            o[row * D + d] = from_f<T>(ov[j] * inv);
+            orow[d] = from_f<T>(ov[j] * inv);
     }
     if (lane == 0)
         lse[((int64_t)b * H + h) * Lq + m] = l > 0.0f ? mx + logf(l) : -INFINITY;
 }
 
-/* D[b, h, m] = sum_d dO o O, one warp per row */
+/* D[b, h, m] = sum_d dO o O, one warp per row (o's tokens ldo apart) */
 template <typename T>
-__global__ void attn_bwd_dsum(const T *dout, const T *o, float *dsum, int B, int H, int Lq, int D)
+__global__ void attn_bwd_dsum(const T *dout, const T *o, int64_t ldo, float *dsum, int B, int H, int Lq, int D)
 {
     const int64_t row = (int64_t)blockIdx.x * kGenWarps + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -1570,9 +1576,10 @@ __global__ void attn_bwd_dsum(const T *dout, const T *o, float *dsum, int B, int
     const int h = (int)(row % H);
     const int64_t bm = row / H;
     const int m = (int)(bm % Lq), b = (int)(bm / Lq);
+    const T *orow = o + bm * ldo + (int64_t)h * D;
     float s = 0.0f;
     for (int d = lane; d < D; d += 32)
-        s = fmaf(to_f(dout[row * D + d]), to_f(o[row * D + d]), s);
+        s = fmaf(to_f(dout[row * D + d]), to_f(orow[d]), s);
     s = warp_sum(s);
     if (lane == 0)
         dsum[((int64_t)b * H + h) * Lq + m] = s;
@@ -1948,6 +1955,13 @@ constexpr bool kBwgPipe = true;
 
 unsigned gen_blocks(int64_t rows) { return (unsigned)((rows + kGenWarps - 1) / kGenWarps); }
 
+/* Elements between the starts of o's tokens: H Dh for [B, Lq, H, Dh], the row stride for
+ * [B, Lq, H Dh] (a column view's rows are further apart). */
+int64_t attn_ldo(const ghc_tensor_t *o)
+{
+    return ghc_tensor_ndim(o) == 3 ? ghc_tensor_row_stride(o) : ghc_tensor_dim(o, 2) * ghc_tensor_dim(o, 3);
+}
+
 }   /* namespace */
 
 extern "C" int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
@@ -1962,15 +1976,17 @@ extern "C" int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc
     if (dg.err != cudaSuccess)
         return dg.err;
     const bool bf = ghc_tensor_dtype(q) == GHC_DTYPE_BF16;
+    const int64_t ldo = attn_ldo(o);
     const bool tc = bf && Lk > 0 && scale > 0.0f && (D == 16 || D == 32 || D == 64 || D == 128) && aligned16(ghc_tensor_cdata(q)) &&
                     aligned16(ghc_tensor_cdata(k)) && aligned16(ghc_tensor_cdata(v)) && aligned16(ghc_tensor_data(o)) &&
-                    fwd_smem_for(D) <= smem_optin();
+                    ldo % 8 == 0 && fwd_smem_for(D) <= smem_optin();
     if (tc) {
         fwd_params p;
         p.q = (const bf16 *)ghc_tensor_cdata(q);
         p.k = (const bf16 *)ghc_tensor_cdata(k);
         p.v = (const bf16 *)ghc_tensor_cdata(v);
         p.o = (bf16 *)ghc_tensor_data(o);
+        p.ldo = ldo;
         p.lse = (float *)ghc_tensor_data(lse);
         p.B = B;
         p.H = H;
@@ -1991,11 +2007,11 @@ extern "C" int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc
     if (bf)
         attn_fwd_generic<bf16><<<blocks, kGenWarps * 32, 0, st>>>(
             (const bf16 *)ghc_tensor_cdata(q), (const bf16 *)ghc_tensor_cdata(k), (const bf16 *)ghc_tensor_cdata(v),
-            (bf16 *)ghc_tensor_data(o), (float *)ghc_tensor_data(lse), B, H, Lq, Lk, D, scale);
+            (bf16 *)ghc_tensor_data(o), ldo, (float *)ghc_tensor_data(lse), B, H, Lq, Lk, D, scale);
     else
         attn_fwd_generic<float><<<blocks, kGenWarps * 32, 0, st>>>(
             (const float *)ghc_tensor_cdata(q), (const float *)ghc_tensor_cdata(k), (const float *)ghc_tensor_cdata(v),
-            (float *)ghc_tensor_data(o), (float *)ghc_tensor_data(lse), B, H, Lq, Lk, D, scale);
+            (float *)ghc_tensor_data(o), ldo, (float *)ghc_tensor_data(lse), B, H, Lq, Lk, D, scale);
     return (int)cudaGetLastError();
 }
 
@@ -2048,26 +2064,29 @@ extern "C" int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tenso
     float *dsum = (float *)scr;
     float *acc = (float *)((char *)scr + dsum_bytes);
     const unsigned blocks = gen_blocks(rows);
-    if (tc && aligned16(ghc_tensor_cdata(o))) {
+    const int64_t ldo = attn_ldo(o);
+    if (tc && aligned16(ghc_tensor_cdata(o)) && ldo % 8 == 0) {
         /* D and the zeroed dQ accumulator in one pass, 16-byte loads */
         const int64_t nthr = rows * (D / 8);
         const unsigned pb = (unsigned)((nthr + 255) / 256);
         float4 *acc4 = dq ? (float4 *)acc : NULL;
         const bf16 *dob = (const bf16 *)ghc_tensor_cdata(dout), *ob = (const bf16 *)ghc_tensor_cdata(o);
         switch (D) {
-        case 32: attn_bwd_prep_bf16<32><<<pb, 256, 0, st>>>(dob, ob, dsum, acc4, rows, H, Lq); break;
-        case 64: attn_bwd_prep_bf16<64><<<pb, 256, 0, st>>>(dob, ob, dsum, acc4, rows, H, Lq); break;
-        default: attn_bwd_prep_bf16<128><<<pb, 256, 0, st>>>(dob, ob, dsum, acc4, rows, H, Lq); break;
+        case 32: attn_bwd_prep_bf16<32><<<pb, 256, 0, st>>>(dob, ob, ldo, dsum, acc4, rows, H, Lq); break;
+        case 64: attn_bwd_prep_bf16<64><<<pb, 256, 0, st>>>(dob, ob, ldo, dsum, acc4, rows, H, Lq); break;
+        default: attn_bwd_prep_bf16<128><<<pb, 256, 0, st>>>(dob, ob, ldo, dsum, acc4, rows, H, Lq); break;
         }
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
     } else {
         if (bf)
             attn_bwd_dsum<bf16><<<blocks, kGenWarps * 32, 0, st>>>((const bf16 *)ghc_tensor_cdata(dout),
-                                                                   (const bf16 *)ghc_tensor_cdata(o), dsum, B, H, Lq, D);
+                                                                   (const bf16 *)ghc_tensor_cdata(o), ldo, dsum, B, H, Lq,
+                                                                   D);
         else
             attn_bwd_dsum<float><<<blocks, kGenWarps * 32, 0, st>>>((const float *)ghc_tensor_cdata(dout),
-                                                                    (const float *)ghc_tensor_cdata(o), dsum, B, H, Lq, D);
+                                                                    (const float *)ghc_tensor_cdata(o), ldo, dsum, B, H,
+                                                                    Lq, D);
         if ((e = cudaGetLastError()) != cudaSuccess)
             return e;
         if (tc && dq && (e = cudaMemsetAsync(acc, 0, acc_bytes, st)) != cudaSuccess)

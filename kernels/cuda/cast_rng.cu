@@ -102,6 +102,17 @@ static __global__ void k_cast(TO *dst, const TI *src, int64_t n, float scale)
         ghc_st(dst, i, scale_like_host(ghc_ld(src, i), scale));
 }
 
+/* Column views (dst, src or both; round to nearest only): rows of D elements, ldd and lds
+ * apart, a block per row at a time, so no index is divided. */
+template <typename TI, typename TO>
+static __global__ void k_cast_rows(TO *dst, int64_t ldd, const TI *src, int64_t lds, int64_t rows, int64_t D,
+                                   float scale)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+            ghc_st(dst, r * ldd + j, scale_like_host(ghc_ld(src, r * lds + j), scale));
+}
+
 /* One thread per Philox block: elements 4b .. 4b+3. */
 template <typename TI>
 static __global__ void k_cast_sr(ghc_bf16 *dst, const TI *src, int64_t n, float scale, uint64_t seed, uint64_t offset)
@@ -140,11 +151,19 @@ extern "C" int ghc_k_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scal
             return (int)cudaGetLastError();
         });
     }
+    const int64_t D = ghc_tensor_dim(src, -1), ldd = ghc_tensor_row_stride(dst), lds = ghc_tensor_row_stride(src);
+    const bool views = ldd != ghc_tensor_dim(dst, -1) || lds != D;   /* ops.c: then both last dims are D */
     return ghc_k_dispatch_float(ghc_tensor_dtype(src), [&](auto ti) {
         using TI = decltype(ti);
         return ghc_k_dispatch_float(ghc_tensor_dtype(dst), [&](auto to) {
             using TO = decltype(to);
-            k_cast<TI, TO><<<ghc_k_blocks(n, 256), 256, 0, s>>>((TO *)d, (const TI *)p, n, scale);
+            if (views) {
+                const int64_t rows = n / D, blocks = ghc_k_blocks(n, 256);
+                k_cast_rows<TI, TO><<<(unsigned)(rows < blocks ? rows : blocks), 256, 0, s>>>(
+                    (TO *)d, ldd, (const TI *)p, lds, rows, D, scale);
+            } else {
+                k_cast<TI, TO><<<ghc_k_blocks(n, 256), 256, 0, s>>>((TO *)d, (const TI *)p, n, scale);
+            }
             return (int)cudaGetLastError();
         });
     });

@@ -1,5 +1,6 @@
 /* device.cu: CUDA device queries and a smoke kernel (see device.h), and the memory entries
- * of kernels.h: copies between any two devices and stream synchronisation. */
+ * of kernels.h: copies between any two devices (column views as 2-D copies) and stream
+ * synchronisation. */
 #include <cuda_runtime.h>
 
 #include "device.h"
@@ -77,12 +78,19 @@ extern "C" int ghc_k_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stre
     size_t n = ghc_tensor_nbytes(src);
     void *d = ghc_tensor_data(dst);
     const void *s = ghc_tensor_cdata(src);
-    if (n == 0 || d == s)
+    const int64_t D = ghc_tensor_dim(src, -1), ldd = ghc_tensor_row_stride(dst), lds = ghc_tensor_row_stride(src);
+    const bool views = ldd != ghc_tensor_dim(dst, -1) || lds != D;   /* ops.c: then both last dims are D */
+    if (n == 0 || (d == s && !views))
         return 0;
     /* the stream belongs to the GPU side (the destination's when both are GPUs); unified
      * addressing tells cudaMemcpyDefault the direction */
     int dev = ghc_tensor_device(dst) >= 0 ? ghc_tensor_device(dst) : ghc_tensor_device(src);
     dev_scope scope(dev);
+    if (views) {   /* rows of D elements */
+        size_t es = ghc_dtype_size(ghc_tensor_dtype(src));
+        return (int)cudaMemcpy2DAsync(d, (size_t)ldd * es, s, (size_t)lds * es, (size_t)D * es, n / ((size_t)D * es),
+                                      cudaMemcpyDefault, (cudaStream_t)stream);
+    }
     return (int)cudaMemcpyAsync(d, s, n, cudaMemcpyDefault, (cudaStream_t)stream);
 }
 

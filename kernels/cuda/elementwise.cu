@@ -2,7 +2,8 @@
  * residual and scale, with the broadcasting of ops.h, as kernels/cpu/elementwise.c computes
  * them: every element in fp32, rounded once to the output dtype. One grid-stride kernel
  * template serves all of them: y[i] = op(a[i], b[i], c[bcast(i)]), 4 elements per step when
- * the pointers and the broadcast allow. y may be a (in place). */
+ * the pointers and the broadcast allow. y may be a (in place). GELU also writes into a column
+ * view y (k_ew_rows). */
 #include "common.cuh"
 
 /* ---- broadcasting ------------------------------------------------------------------------- */
@@ -75,6 +76,28 @@ static __global__ void k_ew(TY *y, const TA *a, const TB *b, const TC *c, int64_
     }
 }
 
+/* y[r, j] = op(a[r, j]) for y a column view (rows ldy apart) and a dense [rows, D]: a block per
+ * row at a time, V elements per step (V = 4: D and ldy multiples of 4, pointers aligned). */
+template <int V, typename Op, typename TY, typename TA>
+static __global__ void k_ew_rows(TY *y, int64_t ldy, const TA *a, int64_t rows, int64_t D, Op op)
+{
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+        for (int64_t j = V * (int64_t)threadIdx.x; j < D; j += V * (int64_t)blockDim.x) {
+            float v[V];
+            if constexpr (V == 4)
+                ghc_ld4(a, r * D + j, v);
+            else
+                v[0] = ghc_ld(a, r * D + j);
+#pragma unroll
+            for (int u = 0; u < V; u++)
+                v[u] = op(v[u], 0.0f, 0.0f);
+            if constexpr (V == 4)
+                ghc_st4(y, r * ldy + j, v);
+            else
+                ghc_st(y, r * ldy + j, v[0]);
+        }
+}
+
 /* ghc_k_dispatch for an operand slot that the op uses (USED), else f32 only: no kernels are
  * instantiated for dtypes of absent operands. */
 template <bool USED, typename F>
@@ -117,6 +140,35 @@ static int ew_launch(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t 
                     return (int)cudaGetLastError();
                 });
             });
+        });
+    });
+}
+
+/* Launch a unary op into a column view y from a dense a (k_ew_rows). */
+template <typename Op>
+static int ew_rows_launch(ghc_tensor_t *y, const ghc_tensor_t *a, Op op, void *stream)
+{
+    ghc_k_device_guard guard(a);
+    cudaStream_t s = (cudaStream_t)stream;
+    const int64_t n = ghc_tensor_numel(a), D = ghc_tensor_dim(a, -1), ldy = ghc_tensor_row_stride(y);
+    if (n == 0)
+        return 0;
+    const int64_t rows = n / D;
+    void *yp = ghc_tensor_data(y);
+    const void *ap = ghc_tensor_cdata(a);
+    return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
+        using TY = decltype(ty);
+        return ghc_k_dispatch(ghc_tensor_dtype(a), [&](auto ta) {
+            using TA = decltype(ta);
+            const bool vec = D % 4 == 0 && ldy % 4 == 0 && ghc_k_aligned(yp, sizeof(TY), 4) &&
+                             ghc_k_aligned(ap, sizeof(TA), 4);
+            const int64_t cap = ghc_k_blocks(vec ? n / 4 : n, 256);
+            const unsigned blocks = (unsigned)(rows < cap ? rows : cap);
+            if (vec)
+                k_ew_rows<4, Op, TY, TA><<<blocks, 256, 0, s>>>((TY *)yp, ldy, (const TA *)ap, rows, D, op);
+            else
+                k_ew_rows<1, Op, TY, TA><<<blocks, 256, 0, s>>>((TY *)yp, ldy, (const TA *)ap, rows, D, op);
+            return (int)cudaGetLastError();
         });
     });
 }
@@ -177,6 +229,8 @@ struct op_scale {
 
 extern "C" int ghc_k_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
 {
+    if (ghc_tensor_row_stride(y) != ghc_tensor_dim(y, -1))   /* a column view y (ops.c: x dense) */
+        return ew_rows_launch(y, x, op_gelu{}, stream);
     return ew_launch<false, false>(y, x, NULL, NULL, op_gelu{}, stream);
 }
 

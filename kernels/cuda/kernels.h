@@ -11,7 +11,8 @@
 
 GHC_BEGIN_DECLS
 
-/* dst = src between devices (cudaMemcpyAsync with the right kind). */
+/* dst = src between devices (cudaMemcpyAsync with the right kind; cudaMemcpy2DAsync when
+ * either is a column view). */
 int ghc_k_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream);
 int ghc_k_sync(int device, void *stream);
 

@@ -112,9 +112,10 @@ static bool rows_vec4(int64_t D, const void *a, size_t sa, const void *b, size_t
 
 /* ---- LayerNorm forward -------------------------------------------------------------------- */
 
+/* y's rows are ldy apart (D, or a column view's row stride). */
 template <typename TX, typename TY, int V, bool CACHE>
-static __global__ void k_ln_fwd(TY *y, float *stats, const TX *x, param w, param bias, rowmod shift, rowmod scale,
-                                int64_t D, float eps)
+static __global__ void k_ln_fwd(TY *y, int64_t ldy, float *stats, const TX *x, param w, param bias, rowmod shift,
+                                rowmod scale, int64_t D, float eps)
 {
     extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
@@ -169,7 +170,7 @@ static __global__ void k_ln_fwd(TY *y, float *stats, const TX *x, param w, param
                 r += ghc_ld_dt(shift.t.p, shift.t.bf16, sh0 + j);
             v[u] = r;
         }
-        st_v<V>(y, o + k * V, v);
+        st_v<V>(y, row * ldy + k * V, v);
     }
 }
 
@@ -187,15 +188,16 @@ extern "C" int ghc_k_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const g
     float *st = ghc_k_ptr<float>(stats);
     void *yp = ghc_tensor_data(y);
     const void *xp = ghc_tensor_cdata(x);
+    const int64_t ldy = ghc_tensor_row_stride(y);   /* y may be a column view */
     size_t smem = cache_bytes(D);
     return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx) {
         using TX = decltype(tx);
         return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
             using TY = decltype(ty);
-            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
+            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1) && ldy % 4 == 0;
             int threads = row_threads(v4 ? D / 4 : D);
             auto go = [&](auto kernel) {
-                kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, st, (const TX *)xp, w, b, sh, sc, D, eps);
+                kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, ldy, st, (const TX *)xp, w, b, sh, sc, D, eps);
                 return (int)cudaGetLastError();
             };
             if (v4)

@@ -109,11 +109,27 @@ static struct lyc_hkeep *hkeep_get(struct lycoris *net, const struct lyc_module 
     return NULL;
 }
 
-/* A view of t's memory (from element `first` on) with another shape. */
+/* A view of t's memory (from element `first` on) with another shape. A column view (x with
+ * the model's spare columns, a weight with spare room) keeps its row stride: only its leading
+ * dimensions may be regrouped (the same last dimension, first 0). */
 static ghc_tensor_t *view(const ghc_tensor_t *t, int64_t first, int ndim, const int64_t *shape)
 {
     char *p = (char *)ghc_tensor_cdata(t) + (size_t)first * ghc_dtype_size(ghc_tensor_dtype(t));
-    return ghc_tensor_wrap(ghc_tensor_core(t), ghc_tensor_dtype(t), ndim, shape, ghc_tensor_device(t), p);
+    const int64_t rs = ghc_tensor_row_stride(t), last = ghc_tensor_dim(t, -1);
+    if (rs == last)
+        return ghc_tensor_wrap(ghc_tensor_core(t), ghc_tensor_dtype(t), ndim, shape, ghc_tensor_device(t), p);
+    if (first != 0 || ndim < 1 || ndim > 5 || shape[ndim - 1] != last) {
+        ghc_error_set(ghc_tensor_core(t), GHC_EINTERNAL, "lycoris: a column view (rows %lld apart) regrouped to "
+                      "other columns", (long long)rs);
+        return NULL;
+    }
+    int64_t sh[5];
+    memcpy(sh, shape, (size_t)ndim * sizeof(int64_t));
+    sh[ndim - 1] = rs;   /* the parent's rows, then the same columns of them */
+    ghc_tensor_t *w = ghc_tensor_wrap(ghc_tensor_core(t), ghc_tensor_dtype(t), ndim, sh, ghc_tensor_device(t), p);
+    ghc_tensor_t *v = w ? ghc_tensor_view_cols(w, 0, last) : NULL;
+    ghc_tensor_free(w);
+    return v;
 }
 
 #define V2(t, r, c) view((t), 0, 2, (const int64_t[]){ (r), (c) })
@@ -652,7 +668,8 @@ ghc_tensor_t *lyc_base_weight(struct lycoris *net, struct lyc_module *md, enum g
         return NULL;
     }
     ghc_tensor_t *src = NULL, *c = NULL;
-    if (ghc_tensor_device(w) != net->device) {   /* resident elsewhere: copy it over first */
+    if (ghc_tensor_device(w) != net->device || ghc_tensor_row_stride(w) != md->in) {
+        /* resident elsewhere, or a view of storage with spare room: a dense copy first */
         if (!(src = ws(net, WS_WB, ghc_tensor_dtype(w), 2, shape)) || ghc_op_copy(src, w, stream) < 0)
             goto fail;
     } else {
@@ -1061,6 +1078,73 @@ int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x,
                              ghc_dtype_name(ghc_tensor_dtype(x)));
     const bool f32 = gdt == GHC_DTYPE_F32;   /* dy as it comes, or the model's cast (g) */
     return backward_2d(net, md, x, f32 ? dy : NULL, f32 ? NULL : dy, NULL, 0.0f, stream);
+}
+
+/* ---- K-concatenation (the model's GEMMs take H and the factors) ---------------------------------- */
+
+int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
+                       ghc_tensor_t *wcols, void *stream)
+{
+    const int64_t N = ghc_tensor_numel(x) / md->in, r = md->rank;
+    char b1[160], b2[160];
+    if (ghc_tensor_numel(h) != N * r || ghc_tensor_dim(h, -1) != r || ghc_tensor_dtype(h) != ghc_tensor_dtype(x) ||
+        ghc_tensor_numel(wcols) != md->out * r || ghc_tensor_dim(wcols, -1) != r)
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: concat_forward: h %s and wcols %s, expected "
+                             "[.., %lld] in x's dtype and [%lld, %lld]", md->name,
+                             ghc_tensor_describe(h, b1, sizeof(b1)), ghc_tensor_describe(wcols, b2, sizeof(b2)),
+                             (long long)r, (long long)md->out, (long long)r);
+    int rc = 0;
+    ghc_tensor_t *x2 = V2(x, N, md->in), *h2 = V2(h, N, r), *wc2 = V2(wcols, md->out, r);
+    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], ghc_tensor_dtype(x), stream);
+    if (!x2 || !h2 || !wc2 || !ax) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(h2, x2, ax, false, true, md->scale, 0.0f, stream));   /* H = s X A^T */
+    TRY(ghc_op_cast(wc2, md->p[1], 1.0f, NULL, stream));            /* the weight's spare columns: B */
+    rc = 1;
+out:
+    ghc_tensor_free(x2);
+    ghc_tensor_free(h2);
+    ghc_tensor_free(wc2);
+    ghc_tensor_free(ax);
+    return rc;
+}
+
+int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                        const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+{
+    const int64_t N = ghc_tensor_numel(x) / md->in, r = md->rank;
+    const enum ghc_dtype xdt = ghc_tensor_dtype(x);
+    char b1[160], b2[160], b3[160];
+    if (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != xdt || ghc_tensor_numel(dh) != N * r ||
+        ghc_tensor_dtype(dh) != xdt || ghc_tensor_numel(wrows) != r * md->in || ghc_tensor_dim(wrows, -1) != md->in)
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: concat_backward: g %s, dh %s, wrows %s, expected "
+                             "[.., %lld] and [.., %lld] in x's dtype and [%lld, %lld]", md->name,
+                             ghc_tensor_describe(g, b1, sizeof(b1)), ghc_tensor_describe(dh, b2, sizeof(b2)),
+                             ghc_tensor_describe(wrows, b3, sizeof(b3)), (long long)md->out, (long long)r,
+                             (long long)r, (long long)md->in);
+    int rc = 0;
+    ghc_tensor_t *x2 = V2(x, N, md->in), *h2 = V2(h, N, r), *g2 = V2(g, N, md->out), *dh2 = V2(dh, N, r);
+    ghc_tensor_t *wr2 = V2(wrows, r, md->in);
+    ghc_tensor_t *bx = as_dtype(net, WS_P2, md->p[1], xdt, stream);
+    if (!x2 || !h2 || !g2 || !dh2 || !wr2 || !bx) {
+        rc = nomem(net);
+        goto out;
+    }
+    TRY(gemm(md->g[1], g2, h2, true, false, 1.0f, 1.0f, stream));      /* dB += G^T H (H holds s) */
+    TRY(gemm(dh2, g2, bx, false, false, md->scale, 0.0f, stream));     /* dH = s G B */
+    TRY(gemm(md->g[0], dh2, x2, true, false, 1.0f, 1.0f, stream));     /* dA += dH^T X */
+    TRY(ghc_op_cast(wr2, md->p[0], 1.0f, NULL, stream));               /* the weight's spare rows: A */
+    rc = 1;
+out:
+    ghc_tensor_free(x2);
+    ghc_tensor_free(h2);
+    ghc_tensor_free(g2);
+    ghc_tensor_free(dh2);
+    ghc_tensor_free(wr2);
+    ghc_tensor_free(bx);
+    return rc;
 }
 
 /* ---- delta-W ----------------------------------------------------------------------------------- */

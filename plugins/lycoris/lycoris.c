@@ -87,6 +87,7 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { "device", GHC_CFG_INT },           /* -1 = CPU, 0.. = CUDA; default: the model's rule */
     { "fold", GHC_CFG_BOOL },            /* LoRA: delta-W folded into the model's GEMM weight */
     { "keep_h", GHC_CFG_BOOL },          /* LoRA: H = X A^T kept from the forward for the backward */
+    { "concat", GHC_CFG_BOOL },          /* LoRA: its factors in the model's GEMMs (K-concatenation) */
     { NULL, 0 }
 };
 
@@ -213,6 +214,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_int(cfg, "seed", 0, 0, INT64_MAX, &seed)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "fold", false, &net->fold)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "keep_h", true, &net->keep_h)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "concat", true, &net->concat)) < 0 ||
         (rc = read_list(cfg, "include", &net->include, &net->n_include)) < 0 ||
         (rc = read_list(cfg, "exclude", &net->exclude, &net->n_exclude)) < 0 ||
         (rc = read_overrides(net, cfg)) < 0)
@@ -585,6 +587,38 @@ static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const g
     return rc < 0 ? rc : lyc_grads(net, md, x, dy, stream);
 }
 
+/* K-concatenation: LoRA without DoRA and rank dropout (whose mask is not a plain product). */
+static int32_t hook_concat_rank(void *user, int32_t target)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->algo != LYC_LORA || md->dora || net->rank_dropout > 0.0)
+        return 0;
+    return (int32_t)md->rank;
+}
+
+static int hook_concat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
+                           void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped || hook_concat_rank(user, target) == 0)
+        return 0;
+    int rc = check_x(net, md, x);
+    return rc < 0 ? rc : lyc_concat_forward(net, md, x, h, wcols, stream);
+}
+
+static int hook_concat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                           const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped || hook_concat_rank(user, target) == 0)
+        return 0;
+    int rc = check_x(net, md, x);
+    return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, g, dh, wrows, stream);
+}
+
 static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
 {
     struct lycoris *net = self;
@@ -594,6 +628,11 @@ static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
     *out = (struct ghc_adapter_hook){ .user = net, .forward = hook_fwd, .backward = hook_bwd,
                                       .fold = net->fold ? hook_fold : NULL, .grads = net->fold ? hook_grads : NULL,
                                       .forward_first = hook_fwd_first, .backward_first = hook_bwd_first };
+    if (net->concat && !net->fold) {   /* fold puts the adapter into the weight itself */
+        out->concat_rank = hook_concat_rank;
+        out->concat_forward = hook_concat_fwd;
+        out->concat_backward = hook_concat_bwd;
+    }
     return 0;
 }
 

@@ -105,6 +105,7 @@ struct lycoris {
     bool                dora;               /* dora_wd */
     bool                fold;               /* hand out the fold and grads hooks (LoRA) */
     bool                overwrite;          /* in a forward_first call: write y, not add to it */
+    bool                concat;             /* hand out the K-concatenation hooks (LoRA; key concat) */
     ghc_model_t        *model;              /* the run's model (DoRA's frozen weights), or NULL */
     float              *hbuf;               /* DoRA: host scratch */
     size_t              hbuf_len;
@@ -134,6 +135,14 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
 int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                        const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
 int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
+/* K-concatenation (model.h, API 7) of a LoRA module without DoRA or rank dropout: the forward
+ * writes H = s X A^T into h and B into wcols (the weight's dtype); the backward, with h still
+ * holding H, writes dH = s G B into dh and A into wrows and accumulates dB += G^T H,
+ * dA += dH^T X. x, h, g, dh, wcols, wrows may be column views. Return 1, or GHC_E*. */
+int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
+                       ghc_tensor_t *wcols, void *stream);
+int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                        const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
 int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
 /* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's
  * device. Returns 0 or GHC_E*. */

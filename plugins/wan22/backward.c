@@ -54,6 +54,10 @@ static int grad_prepare(struct wan22 *m)
     TRY(mk(m, &g->cD, b, SH(B, L, D)));
     TRY(mkview(m, &g->cD4, g->cD, SH(B, L, H, Dh)));
     TRY(mk(m, &g->cF, b, SH(B, L, F)));
+    if (m->concat) {   /* K-concatenation: dy cast with the adapter's spare columns */
+        TRY(mk(m, &g->gD, b, SH(B, L, D + m->pad)));
+        TRY(mk(m, &g->gF, b, SH(B, L, F + m->pad)));
+    }
     TRY(mk(m, &g->dq, b, SH(B, L, D)));
     TRY(mk(m, &g->dk, b, SH(B, L, D)));
     TRY(mk(m, &g->dv, b, SH(B, L, D)));
@@ -95,15 +99,54 @@ static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, con
 }
 
 /* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
- * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients: before
- * the GEMM by backward_first where the hook has it (the GEMM then adds to dx), else after. dx
- * NULL: no input gradient (the text context). */
-static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                      const ghc_tensor_t *w, float wscale, ghc_tensor_t *cast, bool accumulate, void *stream)
+ * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients. With
+ * K-concatenation (the forward's, model.h API 7): dy cast into gp (the cast with spare
+ * columns), the hook's dH = s g B into them and A into the weight's spare rows, then one GEMM
+ * dx = [g | dH] [W ; A]. Else before the GEMM by backward_first where the hook has it (the GEMM
+ * then adds to dx), or after. dx NULL: no input gradient (the text context). xp: x with its
+ * spare columns (holding the forward's H), or NULL. */
+static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const ghc_tensor_t *x, ghc_tensor_t *xp,
+                      const ghc_tensor_t *dy, const ghc_tensor_t *w, float wscale, ghc_tensor_t *cast,
+                      ghc_tensor_t *gp, bool accumulate, void *stream)
 {
     int rc = 0, folded = 0, first = 0;
-    ghc_tensor_t *view = NULL, *fview = NULL;
+    ghc_tensor_t *view = NULL, *fview = NULL, *wv = NULL, *gv = NULL, *h = NULL, *dh = NULL, *wr = NULL, *ga = NULL,
+                 *wa = NULL;
     const ghc_tensor_t *g = dy;
+    int64_t N = 0, K = 0;
+    if (target >= 0)
+        wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
+    if (target >= 0 && ghc_tensor_dim(w, 1) != K) {   /* spare room */
+        const int32_t r = m->crank ? m->crank[target] : 0;
+        if (!(wv = wan22_wsub(m, w, 0, N, 0, K))) {
+            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+            goto out;
+        }
+        if (r > 0 && xp && gp && dx && m->has_hook) {
+            const int64_t off = K + wan22_pad_off(m, target % WAN22_TARGETS);
+            if (!(gv = ghc_tensor_view_cols(gp, 0, N)) || !(dh = ghc_tensor_view_cols(gp, N, r)) ||
+                !(h = ghc_tensor_view_cols(xp, off, r)) || !(wr = wan22_wsub(m, w, N, r, 0, K)) ||
+                !(ga = ghc_tensor_view_cols(gp, 0, N + r)) || !(wa = wan22_wsub(m, w, 0, N + r, 0, K))) {
+                rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+                goto out;
+            }
+            TRY(ghc_op_cast(gv, dy, 1.0f, NULL, stream));
+            ghc_error_clear(m->core);
+            if ((rc = first = m->hook.concat_backward(m->hook.user, target, x, h, gv, dh, wr, stream)) < 0) {
+                if (!*ghc_error_message(m->core))
+                    ghc_error_set(m->core, rc, "wan22: adapter hook concat_backward failed on %s",
+                                  m->targets[target].name);
+                goto out;
+            }
+            if (first == 1) {   /* dx (+)= [g | dH] [W ; A] */
+                struct ghc_gemm gm = { .beta = accumulate ? 1.0f : 0.0f };
+                rc = ghc_op_gemm(dx, ga, wa, &gm, stream);
+                goto out;
+            }
+            first = 0;
+        }
+        w = wv;
+    }
     if (dx) {
         const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
         if (!wd) {
@@ -138,12 +181,19 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
 out:
     ghc_tensor_free(view);
     ghc_tensor_free(fview);
+    ghc_tensor_free(wv);
+    ghc_tensor_free(gv);
+    ghc_tensor_free(h);
+    ghc_tensor_free(dh);
+    ghc_tensor_free(wr);
+    ghc_tensor_free(ga);
+    ghc_tensor_free(wa);
     return rc;
 }
 
-/* Block linear j of bw. */
-#define LBWD(j, dx, x, dy, cast, acc) \
-    linear_bwd(m, t0 + (j), (dx), (x), (dy), bw->w[j], bw->wscale[j], (cast), (acc), stream)
+/* Block linear j of bw (xp: x with its spare columns or NULL; gp: the cast with them or NULL). */
+#define LBWD(j, dx, x, xp, dy, cast, gp, acc) \
+    linear_bwd(m, t0 + (j), (dx), (x), (xp), (dy), bw->w[j], bw->wscale[j], (cast), (gp), (acc), stream)
 
 /* One block: G holds d loss / d block output on entry and d loss / d block input on return. */
 static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
@@ -158,18 +208,18 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
 
     /* FFN: x3 = x2 + y2 m5 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[5], stream));
-    TRY(LBWD(WAN22_FFN_2, g->dF, a->g, g->dy, g->cD, false));
+    TRY(LBWD(WAN22_FFN_2, g->dF, a->g, a->gp, g->dy, g->cD, g->gD, false));
     TRY(ghc_op_gelu_tanh_bwd(g->dF2, g->dF, a->h1, stream));
-    TRY(LBWD(WAN22_FFN_0, g->du, a->u2, g->dF2, g->cF, false));
+    TRY(LBWD(WAN22_FFN_0, g->du, a->u2, a->u2p, g->dF2, g->cF, g->gF, false));
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x2, a->st2, NULL, a->m[4], true, stream));
 
     /* cross-attention: x2 = x1 + o_c Woc^T + boc (ungated); dq path, dk/dv for the hook */
-    TRY(LBWD(WAN22_CA_O, g->du, a->oc, g->G, g->cD, false));
+    TRY(LBWD(WAN22_CA_O, g->du, a->oc, a->ocp, g->G, g->cD, g->gD, false));
     TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
     TRY(ghc_op_attention_bwd(g->dq4, hb ? g->dkc4 : NULL, hb ? g->dvc4 : NULL, g->cD4, a->qc4, a->kc4, a->vc4,
-                             a->oc4, a->lsec, scale, stream));
+                             a->oc, a->lsec, scale, stream));
     TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));
-    TRY(LBWD(WAN22_CA_Q, g->du, a->c, g->dqp, g->cD, false));
+    TRY(LBWD(WAN22_CA_Q, g->du, a->c, a->cp, g->dqp, g->cD, g->gD, false));
     if (hb) {   /* the context is a constant: only the adapters of k and v learn from it */
         TRY(ghc_op_rmsnorm_bwd(g->dkcp, g->dkc, a->kcp, a->rkc, bw->cnorm_k, stream));
         TRY(ghc_op_cast(g->dvcp, g->dvc, 1.0f, NULL, stream));
@@ -180,17 +230,17 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
 
     /* self-attention: x1 = x + (o Wo^T + bo) m2 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[2], stream));
-    TRY(LBWD(WAN22_SA_O, g->du, a->o, g->dy, g->cD, false));
+    TRY(LBWD(WAN22_SA_O, g->du, a->o, a->op, g->dy, g->cD, g->gD, false));
     TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
-    TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o4, a->lse, scale, stream));
+    TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o, a->lse, scale, stream));
     TRY(ghc_op_rope(g->dq4, g->dq4, s->f, s->h, s->w, true, stream));
     TRY(ghc_op_rope(g->dk4, g->dk4, s->f, s->h, s->w, true, stream));
     TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qp, a->rq, bw->norm_q, stream));
     TRY(ghc_op_rmsnorm_bwd(g->dkp, g->dk, a->kp, a->rk, bw->norm_k, stream));
     TRY(ghc_op_cast(g->dvp, g->dv, 1.0f, NULL, stream));
-    TRY(LBWD(WAN22_SA_Q, g->du, a->u, g->dqp, g->cD, false));
-    TRY(LBWD(WAN22_SA_K, g->du, a->u, g->dkp, g->cD, true));
-    TRY(LBWD(WAN22_SA_V, g->du, a->u, g->dvp, g->cD, true));
+    TRY(LBWD(WAN22_SA_Q, g->du, a->u, a->up, g->dqp, g->cD, g->gD, false));
+    TRY(LBWD(WAN22_SA_K, g->du, a->u, a->up, g->dkp, g->cD, g->gD, true));
+    TRY(LBWD(WAN22_SA_V, g->du, a->u, a->up, g->dvp, g->cD, g->gD, true));
     TRY(ghc_op_layernorm_bwd(g->G, g->du, x, a->st1, NULL, a->m[1], true, stream));
 out:
     return rc;

@@ -54,17 +54,31 @@ static void act_free(struct wan22_act *a)
     memset(a, 0, sizeof(*a));
 }
 
+/* *v = the first K columns of a new zeroed [B, L, K + P] tensor *t (P = 0: *v = *t, dense). */
+static int mkpad(struct wan22 *m, ghc_tensor_t **t, ghc_tensor_t **v, enum ghc_dtype dt, int64_t B, int64_t L,
+                 int64_t K, int64_t P)
+{
+    if (!P)
+        return mk(m, v, dt, SH(B, L, K));
+    int rc = mk(m, t, dt, SH(B, L, K + P));
+    if (rc < 0 || (rc = ghc_op_fill(*t, 0.0, NULL)) < 0)   /* spare columns no adapter writes stay 0 */
+        return rc;
+    *v = ghc_tensor_view_cols(*t, 0, K);
+    return *v ? 0 : GHC_ENOMEM;
+}
+
 static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
 {
     int rc = 0;
     const int64_t D = m->d.dim, F = m->d.ffn_dim, H = m->d.heads, Dh = D / H, Lc = WAN22_TEXT_LEN;
     const enum ghc_dtype b = m->base, f = GHC_DTYPE_F32;
+    const int64_t P = m->concat ? m->pad : 0;   /* K-concatenation: the inputs' spare columns */
     for (int k = 0; k < 6; k++)
         TRY(mk(m, &a->m[k], f, SH(B, D)));
     TRY(mk(m, &a->st1, f, SH(B * L, 2)));
     TRY(mk(m, &a->st3, f, SH(B * L, 2)));
     TRY(mk(m, &a->st2, f, SH(B * L, 2)));
-    TRY(mk(m, &a->u, b, SH(B, L, D)));
+    TRY(mkpad(m, &a->up, &a->u, b, B, L, D, 3 * P));
     TRY(mk(m, &a->qp, f, SH(B, L, D)));
     TRY(mk(m, &a->kp, f, SH(B, L, D)));
     TRY(mk(m, &a->vp, f, SH(B, L, D)));
@@ -73,16 +87,15 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
     TRY(mk(m, &a->q, b, SH(B, L, D)));
     TRY(mk(m, &a->k, b, SH(B, L, D)));
     TRY(mk(m, &a->v, b, SH(B, L, D)));
-    TRY(mk(m, &a->o, b, SH(B, L, D)));
+    TRY(mkpad(m, &a->op, &a->o, b, B, L, D, P));
     TRY(mkview(m, &a->q4, a->q, SH(B, L, H, Dh)));
     TRY(mkview(m, &a->k4, a->k, SH(B, L, H, Dh)));
     TRY(mkview(m, &a->v4, a->v, SH(B, L, H, Dh)));
-    TRY(mkview(m, &a->o4, a->o, SH(B, L, H, Dh)));
     TRY(mk(m, &a->lse, f, SH(B, H, L)));
     TRY(mk(m, &a->y, f, SH(B, L, D)));
     TRY(mk(m, &a->x1, f, SH(B, L, D)));
     TRY(mk(m, &a->x2, f, SH(B, L, D)));
-    TRY(mk(m, &a->c, b, SH(B, L, D)));
+    TRY(mkpad(m, &a->cp, &a->c, b, B, L, D, P));
     TRY(mk(m, &a->qcp, f, SH(B, L, D)));
     TRY(mk(m, &a->rqc, f, SH(B * L)));
     TRY(mk(m, &a->qc, b, SH(B, L, D)));
@@ -94,12 +107,11 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
     TRY(mk(m, &a->vcp, f, SH(B, Lc, D)));
     TRY(mk(m, &a->vc, b, SH(B, Lc, D)));
     TRY(mkview(m, &a->vc4, a->vc, SH(B, Lc, H, Dh)));
-    TRY(mk(m, &a->oc, b, SH(B, L, D)));
-    TRY(mkview(m, &a->oc4, a->oc, SH(B, L, H, Dh)));
+    TRY(mkpad(m, &a->ocp, &a->oc, b, B, L, D, P));
     TRY(mk(m, &a->lsec, f, SH(B, H, L)));
-    TRY(mk(m, &a->u2, b, SH(B, L, D)));
+    TRY(mkpad(m, &a->u2p, &a->u2, b, B, L, D, P));
     TRY(mk(m, &a->h1, f, SH(B, L, F)));
-    TRY(mk(m, &a->g, b, SH(B, L, F)));
+    TRY(mkpad(m, &a->gp, &a->g, b, B, L, F, P));
 out:
     return rc;
 }
@@ -316,30 +328,66 @@ int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_ten
     return rc;
 }
 
-/* y = x W^T + b (f32 out) and the adapter hook's part of `target` (-1: none): written first by
- * forward_first where the hook has it (the GEMM adds to it), else added after by forward. With
- * fp8_gemm an e4m3 (block) weight multiplies x cast to e4m3 in st.xq, else the bf16
- * dequantisation of the weight (wan22_weight). */
-static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,
-                    float wscale, const ghc_tensor_t *b, void *stream)
+/* y = x W^T + b (f32 out) and the adapter hook's part of `target` (-1: none). K-concatenation
+ * where the hook takes it (model.h, API 7): H = s x A^T into x's spare columns (xp: x with
+ * them, NULL: none) and B into the weight's, then one GEMM y = [x | H] [W | B]^T + b. Else
+ * the hook's part is written first by forward_first where the hook has it (the GEMM adds to
+ * it), or added after by forward. With fp8_gemm an e4m3 (block) weight multiplies x cast to
+ * e4m3 in st.xq, else the bf16 dequantisation of the weight (wan22_weight). w: the stored
+ * weight (with spare room when it has more columns than the target's input). */
+static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, ghc_tensor_t *xp,
+                    const ghc_tensor_t *w, float wscale, const ghc_tensor_t *b, void *stream)
 {
     struct ghc_gemm g = { .trans_b = true, .epilogue = b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = b };
-    ghc_tensor_t *view, *fview = NULL;
-    int rc, folded = 0, first = 0;
+    ghc_tensor_t *view = NULL, *fview = NULL, *wv = NULL, *h = NULL, *wc = NULL, *xa = NULL, *wa = NULL;
+    int rc = 0, folded = 0, first = 0;
+    int64_t N = 0, K = 0;
+    if (target >= 0)
+        wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
+    if (target >= 0 && ghc_tensor_dim(w, 1) != K) {   /* spare room */
+        const int32_t r = m->crank ? m->crank[target] : 0;
+        if (!(wv = wan22_wsub(m, w, 0, N, 0, K)))
+            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        if (r > 0 && xp && m->has_hook) {
+            const int64_t off = K + wan22_pad_off(m, target % WAN22_TARGETS);
+            if (!(h = ghc_tensor_view_cols(xp, off, r)) || !(wc = wan22_wsub(m, w, 0, N, off, r)) ||
+                !(xa = ghc_tensor_view_cols(xp, 0, off + r)) || !(wa = wan22_wsub(m, w, 0, N, 0, off + r))) {
+                rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+                goto out;
+            }
+            ghc_error_clear(m->core);
+            if ((rc = first = m->hook.concat_forward(m->hook.user, target, x, h, wc, stream)) < 0) {
+                if (!*ghc_error_message(m->core))
+                    ghc_error_set(m->core, rc, "wan22: adapter hook concat_forward failed on %s",
+                                  m->targets[target].name);
+                goto out;
+            }
+            if (first == 1) {   /* y = [x | H] [W | B]^T + b */
+                rc = ghc_op_gemm(y, xa, wa, &g, stream);
+                goto out;
+            }
+        }
+        w = wv;
+    }
+    first = 0;
     if (m->fp8_gemm && ghc_tensor_dtype(w) == GHC_DTYPE_F8_E4M3) {
         /* fp8_gemm: x cast to e4m3 with a static scale of 1 (saturating at +-448, like
          * ComfyUI's fp8_e4m3fn_fast), times the e4m3 weight with its per-tensor scale; the
          * hook still sees the unquantised x */
-        if (!(view = wan22_view(m, m->st.xq, 0, ghc_tensor_ndim(x), ghc_tensor_shape(x))))
-            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        if (!(view = wan22_view(m, m->st.xq, 0, ghc_tensor_ndim(x), ghc_tensor_shape(x)))) {
+            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+            goto out;
+        }
         g.scale_a = 1.0f;
         g.scale_b = wscale;
         if ((rc = ghc_op_cast(view, x, 1.0f, NULL, stream)) == 0)
             rc = ghc_op_gemm(y, view, w, &g, stream);
     } else {
         const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
-        if (!wd)
-            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        if (!wd) {
+            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+            goto out;
+        }
         rc = folded = wan22_fold(m, target, &wd, view, &fview, stream);   /* the hook's delta-W in wd */
         if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward_first) {   /* y = the hook's part, */
             ghc_error_clear(m->core);
@@ -351,24 +399,30 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
         if (rc >= 0)
             rc = ghc_op_gemm(y, x, wd, &g, stream);
     }
-    ghc_tensor_free(view);
-    ghc_tensor_free(fview);
     if (rc == 0 && !folded && first != 1 && target >= 0 && m->has_hook && m->hook.forward) {
         ghc_error_clear(m->core);
         if ((rc = m->hook.forward(m->hook.user, target, x, y, stream)) < 0 && !*ghc_error_message(m->core))
             ghc_error_set(m->core, rc, "wan22: adapter hook forward failed on %s", m->targets[target].name);
     }
+out:
+    ghc_tensor_free(view);
+    ghc_tensor_free(fview);
+    ghc_tensor_free(wv);
+    ghc_tensor_free(h);
+    ghc_tensor_free(wc);
+    ghc_tensor_free(xa);
+    ghc_tensor_free(wa);
     return rc;
 }
 
 static int linear(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,
                   const ghc_tensor_t *b, void *stream)
 {
-    return linear_s(m, target, y, x, w, 1.0f, b, stream);
+    return linear_s(m, target, y, x, NULL, w, 1.0f, b, stream);
 }
 
-/* A block linear (slot j of block bw). */
-#define BLIN(j, y, x) linear_s(m, t0 + (j), (y), (x), bw->w[j], bw->wscale[j], bw->b[j], stream)
+/* A block linear (slot j of block bw); xp: x with its spare columns, or NULL. */
+#define BLIN(j, y, x, xp) linear_s(m, t0 + (j), (y), (x), (xp), bw->w[j], bw->wscale[j], bw->b[j], stream)
 
 /* ---- one block ---------------------------------------------------------------------------------- */
 
@@ -390,35 +444,35 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     }
     /* self-attention */
     TRY(ghc_op_layernorm_fwd(a->u, a->st1, x, NULL, NULL, a->m[0], a->m[1], WAN22_EPS, stream));
-    TRY(BLIN(WAN22_SA_Q, a->qp, a->u));
+    TRY(BLIN(WAN22_SA_Q, a->qp, a->u, a->up));
     TRY(ghc_op_rmsnorm_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_SA_K, a->kp, a->u));
+    TRY(BLIN(WAN22_SA_K, a->kp, a->u, a->up));
     TRY(ghc_op_rmsnorm_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_SA_V, a->vp, a->u));
+    TRY(BLIN(WAN22_SA_V, a->vp, a->u, a->up));
     TRY(ghc_op_cast(a->v, a->vp, 1.0f, NULL, stream));
     TRY(ghc_op_rope(a->q4, a->q4, s->f, s->h, s->w, false, stream));
     TRY(ghc_op_rope(a->k4, a->k4, s->f, s->h, s->w, false, stream));
-    TRY(ghc_op_attention_fwd(a->o4, a->lse, a->q4, a->k4, a->v4, scale, stream));
-    TRY(BLIN(WAN22_SA_O, a->y, a->o));
+    TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
+    TRY(BLIN(WAN22_SA_O, a->y, a->o, a->op));
     TRY(ghc_op_copy(a->x1, x, stream));
     TRY(ghc_op_gated_residual(a->x1, a->y, a->m[2], stream));
     /* cross-attention: affine pre-norm, no modulation, no gate, no RoPE, all 512 keys */
     TRY(ghc_op_layernorm_fwd(a->c, a->st3, a->x1, bw->norm3_w, bw->norm3_b, NULL, NULL, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_CA_Q, a->qcp, a->c));
+    TRY(BLIN(WAN22_CA_Q, a->qcp, a->c, a->cp));
     TRY(ghc_op_rmsnorm_fwd(a->qc, a->rqc, a->qcp, bw->cnorm_q, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_CA_K, a->kcp, s->ctx));
+    TRY(BLIN(WAN22_CA_K, a->kcp, s->ctx, NULL));
     TRY(ghc_op_rmsnorm_fwd(a->kc, a->rkc, a->kcp, bw->cnorm_k, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_CA_V, a->vcp, s->ctx));
+    TRY(BLIN(WAN22_CA_V, a->vcp, s->ctx, NULL));
     TRY(ghc_op_cast(a->vc, a->vcp, 1.0f, NULL, stream));
-    TRY(ghc_op_attention_fwd(a->oc4, a->lsec, a->qc4, a->kc4, a->vc4, scale, stream));
-    TRY(BLIN(WAN22_CA_O, a->y, a->oc));
+    TRY(ghc_op_attention_fwd(a->oc, a->lsec, a->qc4, a->kc4, a->vc4, scale, stream));
+    TRY(BLIN(WAN22_CA_O, a->y, a->oc, a->ocp));
     TRY(ghc_op_copy(a->x2, a->x1, stream));
     TRY(ghc_op_gated_residual(a->x2, a->y, NULL, stream));
     /* FFN */
     TRY(ghc_op_layernorm_fwd(a->u2, a->st2, a->x2, NULL, NULL, a->m[3], a->m[4], WAN22_EPS, stream));
-    TRY(BLIN(WAN22_FFN_0, a->h1, a->u2));
+    TRY(BLIN(WAN22_FFN_0, a->h1, a->u2, a->u2p));
     TRY(ghc_op_gelu_tanh(a->g, a->h1, stream));
-    TRY(BLIN(WAN22_FFN_2, a->y, a->g));
+    TRY(BLIN(WAN22_FFN_2, a->y, a->g, a->gp));
     TRY(ghc_op_copy(xo, a->x2, stream));
     TRY(ghc_op_gated_residual(xo, a->y, a->m[5], stream));
 out:

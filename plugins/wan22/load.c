@@ -360,6 +360,51 @@ out:
     return rc;
 }
 
+/* ---- spare room for K-concatenation ----------------------------------------------------------- */
+
+ghc_tensor_t *wan22_wsub(struct wan22 *m, const ghc_tensor_t *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc)
+{
+    const int64_t ld = ghc_tensor_dim(t, -1);
+    char *p = (char *)ghc_tensor_cdata(t) + (size_t)(r0 * ld) * ghc_dtype_size(ghc_tensor_dtype(t));
+    ghc_tensor_t *rows = ghc_tensor_wrap(m->core, ghc_tensor_dtype(t), 2, (const int64_t[]){ nr, ld },
+                                         ghc_tensor_device(t), p);
+    if (!rows || (c0 == 0 && nc == ld))
+        return rows;
+    ghc_tensor_t *v = ghc_tensor_view_cols(rows, c0, nc);
+    ghc_tensor_free(rows);
+    if (!v && ghc_error_code(m->core) >= 0)
+        ghc_error_set(m->core, GHC_EINTERNAL, "wan22: columns [%lld, %lld) of a weight with %lld", (long long)c0,
+                      (long long)(c0 + nc), (long long)ld);
+    return v;
+}
+
+int wan22_pad_weights(struct wan22 *m, struct wan22_weights *w, enum ghc_mem_role role)
+{
+    if (!m->pad || !w->blocks)
+        return 0;
+    for (int64_t i = 0; i < m->d.layers; i++)
+        for (int j = 0; j < WAN22_TARGETS; j++) {
+            ghc_tensor_t **slot = &w->blocks[i].w[j], *t = *slot, *p = NULL, *v = NULL;
+            const int64_t pc = wan22_pad_cols(m, j), N = ghc_tensor_dim(t, 0), K = ghc_tensor_dim(t, 1);
+            if (!pc || ghc_tensor_dtype(t) == GHC_DTYPE_F8_E4M3)
+                continue;
+            int rc = 0;
+            if (!(p = wan22_tensor(m, ghc_tensor_dtype(t), 2, (const int64_t[]){ N + m->pad, K + pc }, role)) ||
+                !(v = wan22_wsub(m, p, 0, N, 0, K)))
+                rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+            else if ((rc = ghc_op_fill(p, 0.0, NULL)) == 0 && (rc = ghc_op_copy(v, t, NULL)) == 0)
+                rc = ghc_op_sync(m->core, m->device, NULL);
+            ghc_tensor_free(v);
+            if (rc < 0) {
+                ghc_tensor_free(p);
+                return rc;
+            }
+            ghc_tensor_free(t);
+            *slot = p;
+        }
+    return 0;
+}
+
 /* ---- release and iteration -------------------------------------------------------------------- */
 
 int wan22_weights_each(struct wan22 *m, struct wan22_weights *w, int (*fn)(void *user, ghc_tensor_t *t), void *user)

@@ -42,6 +42,10 @@ static const struct ghc_cfg_key wan22_keys[] = {
                                            * backward iff i % k == 0, the others keep their
                                            * activations; k = 1 is every block */
     { "random", GHC_CFG_GROUP },          /* a randomly initialised model instead */
+    { "adapter_pad", GHC_CFG_INT },       /* K-concatenation: spare rows and columns a block
+                                           * linear keeps for an adapter's rank-r factors
+                                           * (default 16; 0: none; adapters of a higher rank
+                                           * take the model's hooks instead) */
     { NULL, 0 }
 };
 
@@ -107,6 +111,8 @@ static void wan22_free(void *self)
     wan22_state_free(m);
     ghc_tensor_free(m->wbuf);
     ghc_tensor_free(m->fbuf);
+    ghc_tensor_free(m->twv);
+    free(m->crank);
     for (int32_t e = 0; m->experts && e < m->n_experts; e++)
         wan22_weights_free(m, &m->experts[e]);
     free(m->experts);
@@ -134,10 +140,13 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_string(cfg, "checkpoint", NULL, &path)) < 0 ||
         (rc = ghc_cfg_list_len(cfg, "checkpoints", &nlist)) < 0 ||
         (rc = ghc_cfg_get_group(cfg, "random", wan22_random_keys, &rnd)) < 0 ||
-        (rc = ghc_cfg_get_bool(cfg, "fp8_gemm", false, &m->fp8_gemm)) < 0)
+        (rc = ghc_cfg_get_bool(cfg, "fp8_gemm", false, &m->fp8_gemm)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0)
         goto fail;
     m->base = dt == 1 ? GHC_DTYPE_F32 : GHC_DTYPE_BF16;
     m->fp8 = dt == 2;
+    if (m->fp8)
+        m->pad = 0;   /* e4m3 block linears are dequantised per GEMM: no spare room (doc/wan22.md) */
     m->ckpt = ck == 1;
     m->ckpt_every = (int)every;
     if (m->fp8_gemm && !m->fp8) {
@@ -198,7 +207,8 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
             struct wan22_detected det;
             rc = wan22_load(m, paths[e], heads, &m->experts[e], role, &det);
         }
-        if (rc < 0 || (rc = wan22_weights_group(m, e)) < 0)   /* streaming policies (issue 7) */
+        if (rc < 0 || (rc = wan22_pad_weights(m, &m->experts[e], role)) < 0 ||
+            (rc = wan22_weights_group(m, e)) < 0)   /* streaming policies (issue 7) */
             goto fail;
     }
     double def_boundary = m->d.in_ch == 36 ? 0.9 : 0.875;
@@ -246,6 +256,27 @@ static int wan22_set_hook(void *self, const struct ghc_adapter_hook *hook)
     struct wan22 *m = self;
     m->has_hook = hook != NULL;
     m->hook = hook ? *hook : (struct ghc_adapter_hook){ 0 };
+    bool concat = false;
+    if (m->pad && hook && hook->concat_rank && hook->concat_forward && hook->concat_backward) {
+        if (!m->crank && !(m->crank = calloc((size_t)m->n_targets, sizeof(*m->crank))))
+            return ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
+        for (int32_t t = 0; t < m->n_targets; t++) {
+            int32_t r = hook->concat_rank(hook->user, t);
+            int j = t % WAN22_TARGETS;
+            bool fits = r > 0 && r <= m->pad && wan22_pad_cols(m, j) > 0 &&
+                        ghc_tensor_dtype(m->experts[0].blocks[t / WAN22_TARGETS].w[j]) != GHC_DTYPE_F8_E4M3;
+            m->crank[t] = fits ? r : 0;
+            concat = concat || fits;
+            if (r > m->pad && wan22_pad_cols(m, j) > 0 && !m->pad_told++)
+                ghc_log(m->core, GHC_LOG_INFO, "wan22: %s (and any other such target): the adapter's rank %d is "
+                        "above adapter_pad = %lld: its part runs in passes of its own (adapter_pad >= %d puts it "
+                        "into the model's GEMMs)", m->targets[t].name, (int)r, (long long)m->pad, (int)r);
+        }
+    }
+    if (hook && concat != m->concat) {   /* (no hook: the spare columns stay, unused) */
+        wan22_state_free(m);   /* the activations' spare columns come and go with it */
+        m->concat = concat;
+    }
     return 0;
 }
 
@@ -306,6 +337,14 @@ static int wan22_target_weight(void *self, int32_t expert, int32_t target, const
     const struct wan22_block_w *bw = &m->experts[expert].blocks[target / WAN22_TARGETS];
     int j = target % WAN22_TARGETS;
     *w = bw->w[j];
+    int64_t N, K;
+    wan22_slot_dims(m, j, &N, &K);
+    if (ghc_tensor_dim(*w, 1) != K) {   /* with spare room: the weight's view */
+        ghc_tensor_free(m->twv);
+        if (!(m->twv = wan22_wsub(m, *w, 0, N, 0, K)))
+            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        *w = m->twv;
+    }
     *w_scale = bw->wscale[j];
     *b = bw->b[j];
     return 0;

@@ -87,7 +87,10 @@ enum wan22_slot {
 
 struct wan22_block_w {
     ghc_tensor_t *mod;                    /* [1, 6, D] f32 */
-    ghc_tensor_t *w[WAN22_TARGETS];       /* [out, in] base dtype, or e4m3 (fp8) */
+    ghc_tensor_t *w[WAN22_TARGETS];       /* [out, in] base dtype, or e4m3 (fp8); with spare room
+                                           * for K-concatenation (wan22_pad_cols) [out + pad,
+                                           * in + cols]: the weight in the first out rows' first
+                                           * in columns (see wan22_wsub) */
     float         wscale[WAN22_TARGETS];  /* w's dequantisation scale (1 unless e4m3) */
     ghc_tensor_t *b[WAN22_TARGETS];       /* [out] f32 */
     ghc_tensor_t *norm_q, *norm_k;        /* self-attn RMSNorm weights [D] f32 */
@@ -114,11 +117,14 @@ struct wan22_weights {                    /* one expert */
 struct wan22_act {
     ghc_tensor_t *m[6];                   /* modulation m0..m5 [B, D] f32 */
     ghc_tensor_t *st1, *st3, *st2;        /* LayerNorm stats [B L, 2] f32 */
-    ghc_tensor_t *u;                      /* modulated LN1 [B, L, D] base */
+    ghc_tensor_t *u;                      /* modulated LN1 [B, L, D] base (a column view of up
+                                           * when the model keeps spare columns, see wan22_pad_x) */
+    ghc_tensor_t *up, *cp, *u2p, *op, *ocp, *gp;   /* u, c, u2, o, oc and g with their spare
+                                           * columns (K-concatenation), or NULL */
     ghc_tensor_t *qp, *kp, *vp;           /* q, k, v linear outputs [B, L, D] f32 */
     ghc_tensor_t *rq, *rk;                /* RMSNorm rstd [B L] f32 */
     ghc_tensor_t *q, *k, *v, *o;          /* [B, L, D] base (q, k after RoPE) */
-    ghc_tensor_t *q4, *k4, *v4, *o4;      /* views [B, L, H, Dh] */
+    ghc_tensor_t *q4, *k4, *v4;           /* views [B, L, H, Dh] */
     ghc_tensor_t *lse;                    /* [B, H, L] f32 */
     ghc_tensor_t *y;                      /* a linear's output before a residual [B, L, D] f32 */
     ghc_tensor_t *x1, *x2;                /* residual after self- and cross-attention f32 */
@@ -126,7 +132,7 @@ struct wan22_act {
     ghc_tensor_t *qcp, *rqc, *qc, *qc4;   /* cross q: pre-norm f32, rstd, base, view */
     ghc_tensor_t *kcp, *rkc, *kc, *kc4;   /* cross k over the context [B, 512, D] */
     ghc_tensor_t *vcp, *vc, *vc4;
-    ghc_tensor_t *oc, *oc4, *lsec;        /* cross-attention output base, view, lse [B, H, L] */
+    ghc_tensor_t *oc, *lsec;              /* cross-attention output base, lse [B, H, L] */
     ghc_tensor_t *u2;                     /* modulated LN2 [B, L, D] base */
     ghc_tensor_t *h1;                     /* ffn.0 output (pre-GELU) [B, L, F] f32 */
     ghc_tensor_t *g;                      /* GELU output [B, L, F] base */
@@ -139,6 +145,8 @@ struct wan22_grad {
     ghc_tensor_t *du;                     /* gradient of a linear's input [B, L, D] f32 */
     ghc_tensor_t *dF, *dF2;               /* [B, L, F] f32 */
     ghc_tensor_t *cD, *cD4, *cF;          /* casts to base: [B, L, D] (and its view), [B, L, F] */
+    ghc_tensor_t *gD, *gF;                /* K-concatenation: dy cast to base with pad spare
+                                           * columns [B, L, D + pad], [B, L, F + pad], or NULL */
     ghc_tensor_t *dq, *dk, *dv, *dq4, *dk4, *dv4;   /* attention grads base, views */
     ghc_tensor_t *dqp, *dkp, *dvp;        /* f32 */
     ghc_tensor_t *dkc, *dvc, *dkc4, *dvc4;          /* cross k, v grads [B, 512, D] base */
@@ -197,7 +205,35 @@ struct wan22 {
     bool                    has_hook;
     struct wan22_state      st;
     ghc_tensor_t           *fbuf;         /* the hook's fold: one block linear + its adapter */
+    int64_t                 pad;          /* K-concatenation: spare rows and columns a block
+                                           * linear keeps for its adapter (key adapter_pad;
+                                           * 0: none, also with fp8 weights) */
+    int32_t                *crank;        /* [n_targets] the hook's concat_rank (0: none), or NULL */
+    bool                    concat;       /* some target concatenates: inputs with spare columns */
+    ghc_tensor_t           *twv;          /* target_weight's view of a weight with spare room */
+    int                     pad_told;     /* a rank above pad was logged */
 };
+
+/* K-concatenation (model.h, API 7). Slot j's spare columns of its weight (the q, k and v
+ * of self-attention share their input u, whose spare columns hold their three H side by side:
+ * their weights keep 3 pad columns, of which each uses its own; cross-attention's k and v,
+ * over the text context, keep none) and where its H starts after the input's columns. */
+static inline int64_t wan22_pad_cols(const struct wan22 *m, int j)
+{
+    if (!m->pad || j == WAN22_CA_K || j == WAN22_CA_V)
+        return 0;
+    return j <= WAN22_SA_V ? 3 * m->pad : m->pad;
+}
+/* Block linear j's [out, in]. */
+static inline void wan22_slot_dims(const struct wan22 *m, int j, int64_t *out, int64_t *in)
+{
+    *out = j == WAN22_FFN_0 ? m->d.ffn_dim : m->d.dim;
+    *in = j == WAN22_FFN_2 ? m->d.ffn_dim : m->d.dim;
+}
+static inline int64_t wan22_pad_off(const struct wan22 *m, int j)
+{
+    return j <= WAN22_SA_V ? j * m->pad : 0;
+}
 
 /* With checkpointing, is block i recomputed in backward (else its activations are kept)? */
 static inline bool wan22_recomputed(const struct wan22 *m, int64_t i)
@@ -256,6 +292,12 @@ ghc_tensor_t *wan22_tensor(struct wan22 *m, enum ghc_dtype dt, int ndim, const i
                            enum ghc_mem_role role);
 /* Random weights for m->d, seeded, into `w`. Returns 0 or GHC_E*. */
 int wan22_random(struct wan22 *m, uint64_t seed, struct wan22_weights *w, enum ghc_mem_role role);
+/* K-concatenation: every block linear of `w` (not e4m3) moved into storage with spare room
+ * (wan22_pad_cols columns, m->pad rows), zeroed. Returns 0 or GHC_E*. */
+int wan22_pad_weights(struct wan22 *m, struct wan22_weights *w, enum ghc_mem_role role);
+/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a weight's storage t (a column view unless
+ * whole rows), or NULL (message set). */
+ghc_tensor_t *wan22_wsub(struct wan22 *m, const ghc_tensor_t *t, int64_t r0, int64_t nr, int64_t c0, int64_t nc);
 /* Release an expert's tensors (NULL-safe). */
 void wan22_weights_free(struct wan22 *m, struct wan22_weights *w);
 /* Every tensor of an expert, for advise(): calls fn on each. */
