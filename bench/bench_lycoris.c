@@ -26,7 +26,9 @@
  * its steps with and without the hook in turn (ghc_model_set_hook), and the median of the N
  * differences over 3 is the adapter's time per block (no subtraction of separate runs; its share
  * uses the no-network block time).
- *   bench_lycoris [--iters N] [--only linears|model]
+ *   bench_lycoris [--iters N] [--only linears|model] [--tokens 4096|32760] [--what NAME]
+ * (--tokens: the model part at that token count only; --what NAME: only the row of that name,
+ * e.g. "LoRA r16", for a profiler.)
  * Needs GHC_BUILD_PLUGINS pointing at plugins/.libs (the device policy, ghc_lycoris, ghc_wan22). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,8 @@
 
 static ghc_core_t *core;
 static int iters = 10;
+static long only_tokens;   /* --tokens: the model part at this token count only (0: both) */
+static const char *only_what;   /* --what: the model part's row of this name only */
 
 static void die(const char *what)
 {
@@ -304,8 +308,12 @@ static void bench_model(void)
            "paired_adapter_ms_per_block,paired_share\n");
     for (int k = 0; k < 2; k++) {
         int64_t N = lats[k][0] * lats[k][1] / 2 * lats[k][2] / 2;
+        if (only_tokens && only_tokens != N)
+            continue;
         double base = 0;
         for (size_t j = 0; j < sizeof(a) / sizeof(a[0]); j++) {
+            if (only_what && strcmp(only_what, a[j].what) != 0)
+                continue;
             double pd = 0, t1 = time_model(1, lats[k], a[j].cfg, NULL), t3 = time_model(3, lats[k], a[j].cfg, &pd);
             double blk = (t3 - t1) / 2, pa = pd / 3;   /* paired: the adapter's time over the 3 blocks */
             if (j == 0)
@@ -325,6 +333,10 @@ int main(int argc, char **argv)
             iters = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc)
+            only_tokens = atol(argv[++i]);
+        else if (strcmp(argv[i], "--what") == 0 && i + 1 < argc)
+            only_what = argv[++i];
     if (only && strcmp(only, "model") == 0) {
         bench_model();
         return 0;

@@ -71,7 +71,8 @@ struct ghc_adapter_hook {
      *   (the operand of the model's own dx GEMM, e.g. bf16), or NULL: the adapter may take its
      *   products from g (as the frozen part does). Returns 1 when done: the model's GEMM then adds
      *   dy W to dx and backward is not called; 0 when not done (backward after the GEMM); GHC_E*.
-     *   Not called where dx is NULL. */
+     *   Since API 7 also where dx is NULL (no input gradient: the parameter gradients only,
+     *   from g where given); 0 there: backward is called. */
     int (*forward_first)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
     int (*backward_first)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                           const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
@@ -89,7 +90,9 @@ struct ghc_adapter_hook {
      *   columns, a column view), wcols [out, r] (the weight's spare columns, the weight's
      *   dtype, a column view): write H = s x A^T into h and B into wcols. Returns 1 when
      *   written (the model's GEMM then takes [x | h]), 0 when the target has nothing to add
-     *   in this step (e.g. module dropout: the model runs its plain GEMM), or GHC_E*.
+     *   in this step (e.g. module dropout: the model runs its plain GEMM), or GHC_E*. again:
+     *   this call is the recomputation (gradient checkpointing, right before the backward) of
+     *   a forward of this step with the same x, so the H written then may be written again.
      * concat_backward: after concat_forward returned 1 on the same input in this step (with
      *   checkpointing, in the recomputation right before): x and h as there (h still holds
      *   H), g [B, rows, out] (dy in x's dtype, a column view), dh [B, rows, r] (its spare
@@ -99,7 +102,7 @@ struct ghc_adapter_hook {
      *   the target has nothing to add in this step, or GHC_E*. */
     int32_t (*concat_rank)(void *user, int32_t target);
     int (*concat_forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
-                          void *stream);
+                          bool again, void *stream);
     int (*concat_backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
                            const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
 };

@@ -1083,7 +1083,7 @@ int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x,
 /* ---- K-concatenation (the model's GEMMs take H and the factors) ---------------------------------- */
 
 int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
-                       ghc_tensor_t *wcols, void *stream)
+                       ghc_tensor_t *wcols, bool again, void *stream)
 {
     const int64_t N = ghc_tensor_numel(x) / md->in, r = md->rank;
     char b1[160], b2[160];
@@ -1094,13 +1094,36 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
                              ghc_tensor_describe(h, b1, sizeof(b1)), ghc_tensor_describe(wcols, b2, sizeof(b2)),
                              (long long)r, (long long)md->out, (long long)r);
     int rc = 0;
-    ghc_tensor_t *x2 = V2(x, N, md->in), *h2 = V2(h, N, r), *wc2 = V2(wcols, md->out, r);
-    ghc_tensor_t *ax = as_dtype(net, WS_CAST_W, md->p[0], ghc_tensor_dtype(x), stream);
-    if (!x2 || !h2 || !wc2 || !ax) {
+    ghc_tensor_t *x2 = V2(x, N, md->in), *h2 = V2(h, N, r), *wc2 = V2(wcols, md->out, r), *ax = NULL;
+    if (!x2 || !h2 || !wc2) {
         rc = nomem(net);
         goto out;
     }
-    TRY(gemm(h2, x2, ax, false, true, md->scale, 0.0f, stream));   /* H = s X A^T */
+    const int64_t shape[2] = { N, r };
+    const enum ghc_dtype dt = ghc_tensor_dtype(x);
+    if (again && md->hc && md->hc_step == net->step && ghc_tensor_same_shape(md->hc, h2) &&
+        ghc_tensor_dtype(md->hc) == dt) {
+        TRY(ghc_op_cast(h2, md->hc, 1.0f, NULL, stream));             /* H as this step's forward wrote it */
+        net->hc_hits++;
+    } else {
+        if (!(ax = as_dtype(net, WS_CAST_W, md->p[0], dt, stream))) {
+            rc = nomem(net);
+            goto out;
+        }
+        TRY(gemm(h2, x2, ax, false, true, md->scale, 0.0f, stream));   /* H = s X A^T */
+        if (net->keep_h) {   /* kept for the recomputation (one [N, r] per module) */
+            if (md->hc && (!ghc_tensor_same_shape(md->hc, h2) || ghc_tensor_dtype(md->hc) != dt)) {
+                ghc_tensor_free(md->hc);
+                md->hc = NULL;
+            }
+            if (!md->hc && !(md->hc = ghc_tensor_init(net->core, dt, 2, shape, net->device, GHC_ROLE_ACTIVATIONS))) {
+                rc = nomem(net);
+                goto out;
+            }
+            TRY(ghc_op_cast(md->hc, h2, 1.0f, NULL, stream));
+            md->hc_step = again ? -1 : net->step;   /* (a recomputation without a forward: not kept) */
+        }
+    }
     TRY(ghc_op_cast(wc2, md->p[1], 1.0f, NULL, stream));            /* the weight's spare columns: B */
     rc = 1;
 out:

@@ -156,6 +156,7 @@ static void expert_free(struct lyc_expert *e)
             ghc_tensor_free(md->g[k]);
         }
         ghc_tensor_free(md->mask);
+        ghc_tensor_free(md->hc);
         free(md->wn2);
         free(md->bias);
     }
@@ -598,14 +599,14 @@ static int32_t hook_concat_rank(void *user, int32_t target)
 }
 
 static int hook_concat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
-                           void *stream)
+                           bool again, void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
     if (!md || md->dropped || hook_concat_rank(user, target) == 0)
         return 0;
     int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_concat_forward(net, md, x, h, wcols, stream);
+    return rc < 0 ? rc : lyc_concat_forward(net, md, x, h, wcols, again, stream);
 }
 
 static int hook_concat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,

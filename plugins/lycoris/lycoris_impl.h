@@ -27,6 +27,9 @@ enum lyc_format { LYC_FMT_COMFYUI = 0, LYC_FMT_MUSUBI, LYC_FMT_DIFFUSERS };
  *   lora with DoRA: 2 dora_scale [out, 1] (g, output axis, spec §5) */
 struct lyc_module {
     int32_t        target;          /* index into the model's targets */
+    ghc_tensor_t  *hc;              /* K-concatenation with keep_h: the H its forward wrote in
+                                     * step hc_step (for the recomputation), or NULL */
+    int64_t        hc_step;
     const char    *name;            /* official name "blocks.0.self_attn.q" (the model's) */
     const char    *alias;           /* diffusers name or NULL (the model's) */
     int64_t        in, out;
@@ -101,6 +104,7 @@ struct lycoris {
     struct lyc_hkeep    hk[LYC_HKEEP];
     uint64_t            hk_clock;
     int64_t             hk_hits;            /* backward calls that took H from hk (for tests) */
+    int64_t             hc_hits;            /* concat recomputations that took H from md->hc (tests) */
     int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
     bool                dora;               /* dora_wd */
     bool                fold;               /* hand out the fold and grads hooks (LoRA) */
@@ -140,7 +144,7 @@ int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, 
  * holding H, writes dH = s G B into dh and A into wrows and accumulates dB += G^T H,
  * dA += dH^T X. x, h, g, dh, wcols, wrows may be column views. Return 1, or GHC_E*. */
 int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
-                       ghc_tensor_t *wcols, void *stream);
+                       ghc_tensor_t *wcols, bool again, void *stream);
 int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *h,
                         const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
 int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);

@@ -98,6 +98,23 @@ static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, con
     return rc;
 }
 
+/* The hook's backward of a target without an input gradient (cross-attention k and v over the
+ * constant text context): backward_first with g (dy in the base dtype, NULL for f32: dy) and
+ * no dx where the hook takes it (the products in the GEMM dtype), else backward. */
+static int call_hook_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                          const ghc_tensor_t *g, void *stream)
+{
+    if (m->hook.backward_first) {
+        ghc_error_clear(m->core);
+        int rc = m->hook.backward_first(m->hook.user, target, x, dy, g, NULL, false, stream);
+        if (rc < 0 && !*ghc_error_message(m->core))
+            ghc_error_set(m->core, rc, "wan22: adapter hook backward_first failed on %s", m->targets[target].name);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    return call_hook(m, target, x, dy, NULL, stream);
+}
+
 /* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
  * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients. With
  * K-concatenation (the forward's, model.h API 7): dy cast into gp (the cast with spare
@@ -221,10 +238,13 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));
     TRY(LBWD(WAN22_CA_Q, g->du, a->c, a->cp, g->dqp, g->cD, g->gD, false));
     if (hb) {   /* the context is a constant: only the adapters of k and v learn from it */
+        const bool lp = m->base != GHC_DTYPE_F32;   /* dk, dv also in the base dtype (dkc after the norm) */
         TRY(ghc_op_rmsnorm_bwd(g->dkcp, g->dkc, a->kcp, a->rkc, bw->cnorm_k, stream));
         TRY(ghc_op_cast(g->dvcp, g->dvc, 1.0f, NULL, stream));
-        TRY(call_hook(m, t0 + WAN22_CA_K, s->ctx, g->dkcp, NULL, stream));
-        TRY(call_hook(m, t0 + WAN22_CA_V, s->ctx, g->dvcp, NULL, stream));
+        if (lp)
+            TRY(ghc_op_cast(g->dkc, g->dkcp, 1.0f, NULL, stream));
+        TRY(call_hook_nodx(m, t0 + WAN22_CA_K, s->ctx, g->dkcp, lp ? g->dkc : NULL, stream));
+        TRY(call_hook_nodx(m, t0 + WAN22_CA_V, s->ctx, g->dvcp, lp ? g->dvc : NULL, stream));
     }
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x1, a->st3, bw->norm3_w, NULL, true, stream));
 
@@ -298,8 +318,11 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
         TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
         rc = 0;
-        if (wan22_recomputed(m, i))   /* recompute; xs[i + 1] gets the same values again */
+        if (wan22_recomputed(m, i)) {   /* recompute; xs[i + 1] gets the same values again */
+            m->again = true;   /* the same inputs as in this step's forward (model.h, concat_forward) */
             rc = wan22_block_forward(m, bw, (int32_t)i, s->xs[i], s->xs[i + 1], a, stream);
+            m->again = false;
+        }
         if (rc == 0)
             rc = block_backward(m, bw, (int32_t)i, s->xs[i], a, stream);
         wan22_block_unmap(&w->blocks[i], bw == &mapped ? &mapped : NULL);

@@ -356,7 +356,7 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
                 goto out;
             }
             ghc_error_clear(m->core);
-            if ((rc = first = m->hook.concat_forward(m->hook.user, target, x, h, wc, stream)) < 0) {
+            if ((rc = first = m->hook.concat_forward(m->hook.user, target, x, h, wc, m->again, stream)) < 0) {
                 if (!*ghc_error_message(m->core))
                     ghc_error_set(m->core, rc, "wan22: adapter hook concat_forward failed on %s",
                                   m->targets[target].name);

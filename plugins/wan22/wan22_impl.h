@@ -212,6 +212,7 @@ struct wan22 {
     bool                    concat;       /* some target concatenates: inputs with spare columns */
     ghc_tensor_t           *twv;          /* target_weight's view of a weight with spare room */
     int                     pad_told;     /* a rank above pad was logged */
+    bool                    again;        /* the backward's recomputation of a block forward */
 };
 
 /* K-concatenation (model.h, API 7). Slot j's spare columns of its weight (the q, k and v
