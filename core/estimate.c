@@ -140,7 +140,9 @@ static void est_random_bytes(struct est_model *m)
 {
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn;
     const uint64_t p = (uint64_t)m->pad;
-    uint64_t lin = 3 * (D + p) * (D + 3 * p) + 3 * (D + p) * (D + p) + 2 * D * D + 2 * (D + p) * (F + p), small = 6 * D + (9 * D + F) + 6 * D;   /* mod, biases, norms */
+    /* the block linears with their spare room: q, k, v; o and cross q, o; cross k, v; ffn.0, ffn.2 */
+    uint64_t lin = 3 * (D + p) * (D + 3 * p) + 3 * (D + p) * (D + p) + 2 * D * D + 2 * (D + p) * (F + p);
+    uint64_t small = 6 * D + (9 * D + F) + 6 * D;   /* mod, biases, norms */
     m->block_bytes = lin * (uint64_t)m->block_elem + small * 4;
     uint64_t rest = (D * 4 * (uint64_t)m->in_ch + D) * 4                         /* patch embedding */
                   + (D * (uint64_t)m->text_dim + D * D) * (uint64_t)m->base + 2 * D * 4   /* text MLP */

@@ -1111,7 +1111,7 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
             goto out;
         }
         TRY(gemm(h2, x2, ax, false, true, md->scale, 0.0f, stream));   /* H = s X A^T */
-        if (net->keep_h) {   /* kept for the recomputation (one [N, r] per module) */
+        if (net->keep_h && !again) {   /* kept for the recomputation (one [N, r] per module) */
             if (md->hc && (!ghc_tensor_same_shape(md->hc, h2) || ghc_tensor_dtype(md->hc) != dt)) {
                 ghc_tensor_free(md->hc);
                 md->hc = NULL;
@@ -1121,7 +1121,7 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
                 goto out;
             }
             TRY(ghc_op_cast(md->hc, h2, 1.0f, NULL, stream));
-            md->hc_step = again ? -1 : net->step;   /* (a recomputation without a forward: not kept) */
+            md->hc_step = net->step;
         }
     }
     TRY(ghc_op_cast(wc2, md->p[1], 1.0f, NULL, stream));            /* the weight's spare columns: B */

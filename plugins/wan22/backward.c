@@ -129,7 +129,7 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
     int rc = 0, folded = 0, first = 0;
     ghc_tensor_t *view = NULL, *fview = NULL, *wv = NULL, *gv = NULL, *h = NULL, *dh = NULL, *wr = NULL, *ga = NULL,
                  *wa = NULL;
-    const ghc_tensor_t *g = dy;
+    const ghc_tensor_t *g = dy, *gc = NULL;   /* gc: dy in the base dtype, once made */
     int64_t N = 0, K = 0;
     if (target >= 0)
         wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
@@ -148,6 +148,7 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
                 goto out;
             }
             TRY(ghc_op_cast(gv, dy, 1.0f, NULL, stream));
+            gc = gv;
             ghc_error_clear(m->core);
             if ((rc = first = m->hook.concat_backward(m->hook.user, target, x, h, gv, dh, wr, stream)) < 0) {
                 if (!*ghc_error_message(m->core))
@@ -171,9 +172,10 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
             goto out;
         }
         TRY(folded = wan22_fold(m, target, &wd, view, &fview, stream));   /* dx gets the adapter's part */
-        if (ghc_tensor_dtype(wd) != GHC_DTYPE_F32) {
-            TRY(ghc_op_cast(cast, dy, 1.0f, NULL, stream));
-            g = cast;
+        if (ghc_tensor_dtype(wd) != GHC_DTYPE_F32) {   /* (the hook declined K-concatenation: its cast serves) */
+            if (!gc)
+                TRY(ghc_op_cast(cast, dy, 1.0f, NULL, stream));
+            g = gc ? gc : cast;
         }
         if (!folded && target >= 0 && m->has_hook && m->hook.backward_first) {   /* dx (+)= the hook's part */
             ghc_error_clear(m->core);

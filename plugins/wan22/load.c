@@ -386,7 +386,7 @@ int wan22_pad_weights(struct wan22 *m, struct wan22_weights *w, enum ghc_mem_rol
         for (int j = 0; j < WAN22_TARGETS; j++) {
             ghc_tensor_t **slot = &w->blocks[i].w[j], *t = *slot, *p = NULL, *v = NULL;
             const int64_t pc = wan22_pad_cols(m, j), N = ghc_tensor_dim(t, 0), K = ghc_tensor_dim(t, 1);
-            if (!pc || ghc_tensor_dtype(t) == GHC_DTYPE_F8_E4M3)
+            if (!pc)
                 continue;
             int rc = 0;
             if (!(p = wan22_tensor(m, ghc_tensor_dtype(t), 2, (const int64_t[]){ N + m->pad, K + pc }, role)) ||

@@ -293,8 +293,9 @@ ghc_tensor_t *wan22_tensor(struct wan22 *m, enum ghc_dtype dt, int ndim, const i
                            enum ghc_mem_role role);
 /* Random weights for m->d, seeded, into `w`. Returns 0 or GHC_E*. */
 int wan22_random(struct wan22 *m, uint64_t seed, struct wan22_weights *w, enum ghc_mem_role role);
-/* K-concatenation: every block linear of `w` (not e4m3) moved into storage with spare room
- * (wan22_pad_cols columns, m->pad rows), zeroed. Returns 0 or GHC_E*. */
+/* K-concatenation: every block linear of `w` moved into storage with spare room (wan22_pad_cols
+ * columns, m->pad rows), zeroed; none when m->pad is 0 (also with e4m3 weights). Returns 0 or
+ * GHC_E*. */
 int wan22_pad_weights(struct wan22 *m, struct wan22_weights *w, enum ghc_mem_role role);
 /* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a weight's storage t (a column view unless
  * whole rows), or NULL (message set). */
