@@ -18,14 +18,15 @@
  * block checkpointing, the recomputation and the backward; bf16, A14B dims, random weights) at
  * 4096 tokens (latent 2 x 64 x 128) and 32760 (21 x 60 x 104) with no network, LoRA r16 on the
  * 10 linears of every block (the default preset: K-concatenation, H and the factors in the
- * model's own GEMMs), the same with concat = false (the hooks' passes before and after the
- * model's GEMMs), with concat = false and keep_h = false (H computed again in the backward) and
- * with fold; a block's time is the
- * difference of a 3-block and a 1-block model (what the blocks share cancels), median of N. The
- * "paired" columns measure the adapter more directly: the 3-block model with the network runs
- * its steps with and without the hook in turn (ghc_model_set_hook), and the median of the N
- * differences over 3 is the adapter's time per block (no subtraction of separate runs; its share
- * uses the no-network block time).
+ * model's own GEMMs, with ghc_op_lora_fwd and ghc_op_lora_cast_bwd: H, its kept copy and B in
+ * one pass over x, and the cast of dy with dH and dB in one pass over dy), the same with
+ * fuse_cast = false (the model casts dy, then two GEMMs over the cast), with concat = false (the
+ * hooks' passes before and after the model's GEMMs), with concat = false and keep_h = false (H
+ * computed again in the backward) and with fold. A block's time is the difference of a 3-block
+ * and a 1-block model (what the blocks share cancels), median of N. The "paired" columns: the
+ * 3-block model with the network and the one without, loaded side by side in one process, step
+ * in turn; the median of the N differences over 3 is the adapter's time per block (both steps of
+ * a pair see the same clocks and neighbours; its share uses the no-network block time).
  *   bench_lycoris [--iters N] [--only linears|model] [--tokens 4096|32760] [--what NAME]
  * (--tokens: the model part at that token count only; --what NAME: only the row of that name,
  * e.g. "LoRA r16", for a profiler.)
@@ -193,8 +194,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median seconds of a training step (forward keeping what backward needs, backward) of an
- * A14B-dims model with `layers` blocks on a latent [1, 16, f, h, w]; net_cfg NULL: no network. */
 /* One timed training step (forward with keep, backward), synchronised at both ends; exits on
  * error. */
 static double model_step(ghc_core_t *c, ghc_model_t *m, const struct ghc_model_batch *b, ghc_tensor_t *out,
@@ -210,7 +209,18 @@ static double model_step(ghc_core_t *c, ghc_model_t *m, const struct ghc_model_b
     return now() - t0;
 }
 
-static double time_model(int layers, const int64_t lat[3], const char *net_cfg, double *paired)
+/* An A14B-dims model with `layers` blocks on a latent [1, 16, f, h, w], its inputs, and the
+ * network of net_cfg attached (NULL: no network). */
+struct bmodel {
+    ghc_core_t *c;
+    ghc_model_t *m;
+    bool net;
+    ghc_tensor_t *t[5];   /* noisy, out, dout, text, timesteps */
+    struct ghc_model_batch b;
+    int64_t step;
+};
+
+static void bmodel_init(struct bmodel *bm, int layers, const int64_t lat[3], const char *net_cfg)
 {
     char text[1024];
     snprintf(text, sizeof(text),
@@ -219,13 +229,15 @@ static double time_model(int layers, const int64_t lat[3], const char *net_cfg, 
              "  random = { dim = 5120; ffn_dim = 13824; heads = 40; layers = %d; seed = 1; }; };\n%s%s%s",
              layers, net_cfg ? "network = { plugin = \"lycoris\"; device = 0; " : "", net_cfg ? net_cfg : "",
              net_cfg ? " };\n" : "");
-    ghc_core_t *c = ghc_core_init();
+    memset(bm, 0, sizeof(*bm));
+    ghc_core_t *c = bm->c = ghc_core_init();
     if (ghc_plugin_add_path(c, getenv("GHC_BUILD_PLUGINS") ? getenv("GHC_BUILD_PLUGINS") : "plugins/.libs") ||
         ghc_config_load_string(c, text, "bench.cfg", NULL, NULL, 0) || ghc_run_init(c)) {
         fprintf(stderr, "bench_lycoris: model: %s\n", ghc_error_message(c));
         exit(EXIT_FAILURE);
     }
-    ghc_model_t *m = ghc_model_get(c);
+    bm->m = ghc_model_get(c);
+    bm->net = net_cfg != NULL;
     if (net_cfg) {
         ghc_network_t *net = ghc_network_get(c);
         const struct ghc_model_target *tg;
@@ -233,8 +245,8 @@ static double time_model(int layers, const int64_t lat[3], const char *net_cfg, 
         struct ghc_adapter_hook h;
         struct ghc_param *ps;
         int32_t np;
-        if (ghc_model_targets(m, &tg, &nt) || ghc_network_attach(net, 0, tg, nt) || ghc_network_hook(net, 0, &h) ||
-            ghc_model_set_hook(m, &h) || ghc_network_params(net, 0, &ps, &np)) {
+        if (ghc_model_targets(bm->m, &tg, &nt) || ghc_network_attach(net, 0, tg, nt) || ghc_network_hook(net, 0, &h) ||
+            ghc_model_set_hook(bm->m, &h) || ghc_network_params(net, 0, &ps, &np)) {
             fprintf(stderr, "bench_lycoris: network: %s\n", ghc_error_message(c));
             exit(EXIT_FAILURE);
         }
@@ -245,53 +257,72 @@ static double time_model(int layers, const int64_t lat[3], const char *net_cfg, 
         }
     }
     const int64_t shape[5] = { 1, 16, lat[0], lat[1], lat[2] };
-    ghc_tensor_t *noisy = dev_normal(c, 5, shape, 1.0f, 11), *out = dev_normal(c, 5, shape, 1.0f, 12);
-    ghc_tensor_t *dout = dev_normal(c, 5, shape, 1e-3f, 13);
-    ghc_tensor_t *txt = dev_normal(c, 3, (const int64_t[]){ 1, 512, 4096 }, 0.5f, 14);
-    ghc_tensor_t *ts = dev_normal(c, 1, (const int64_t[]){ 1 }, 0.0f, 15);
-    if (!noisy || !out || !dout || !txt || !ts || ghc_op_fill(ts, 500.0f, NULL)) {
-        fprintf(stderr, "bench_lycoris: model inputs: %s\n", ghc_error_message(c));
+    bm->t[0] = dev_normal(c, 5, shape, 1.0f, 11);
+    bm->t[1] = dev_normal(c, 5, shape, 1.0f, 12);
+    bm->t[2] = dev_normal(c, 5, shape, 1e-3f, 13);
+    bm->t[3] = dev_normal(c, 3, (const int64_t[]){ 1, 512, 4096 }, 0.5f, 14);
+    bm->t[4] = dev_normal(c, 1, (const int64_t[]){ 1 }, 0.0f, 15);
+    for (int k = 0; k < 5; k++)
+        if (!bm->t[k]) {
+            fprintf(stderr, "bench_lycoris: model inputs: %s\n", ghc_error_message(c));
+            exit(EXIT_FAILURE);
+        }
+    ghc_op_fill(bm->t[4], 500.0f, NULL);
+    bm->b = (struct ghc_model_batch){ .noisy = bm->t[0], .timesteps = bm->t[4], .text_embed = bm->t[3] };
+}
+
+static double bmodel_step(struct bmodel *bm)
+{
+    if (bm->net && ghc_network_begin_step(ghc_network_get(bm->c), bm->step)) {
+        fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(bm->c));
         exit(EXIT_FAILURE);
     }
-    struct ghc_model_batch b = { .noisy = noisy, .timesteps = ts, .text_embed = txt };
+    bm->step++;
+    return model_step(bm->c, bm->m, &bm->b, bm->t[1], bm->t[2]);
+}
+
+static void bmodel_free(struct bmodel *bm)
+{
+    for (int k = 0; k < 5; k++)
+        ghc_tensor_free(bm->t[k]);
+    ghc_core_free(bm->c);
+}
+
+/* Median seconds of a training step of the model (2 warm-up steps, then N). */
+static double time_model(int layers, const int64_t lat[3], const char *net_cfg)
+{
+    struct bmodel bm;
+    bmodel_init(&bm, layers, lat, net_cfg);
     double t[64];
     int n = iters < 64 ? iters : 64;
     for (int it = -2; it < n; it++) {
-        if (net_cfg && ghc_network_begin_step(ghc_network_get(c), it + 2)) {
-            fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
-            exit(EXIT_FAILURE);
-        }
-        double dt = model_step(c, m, &b, out, dout);
+        double dt = bmodel_step(&bm);
         if (it >= 0)
             t[it] = dt;
     }
+    bmodel_free(&bm);
     qsort(t, (size_t)n, sizeof(double), cmp_double);
-    if (paired && net_cfg) {   /* the same model with and without the hook, step by step in turn */
-        struct ghc_adapter_hook h;
-        double d[64];
-        if (ghc_network_hook(ghc_network_get(c), 0, &h)) {
-            fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
-            exit(EXIT_FAILURE);
-        }
-        for (int it = 0; it < n; it++) {
-            double ts2[2];
-            for (int on = 1; on >= 0; on--) {
-                if (ghc_model_set_hook(m, on ? &h : NULL) || ghc_network_begin_step(ghc_network_get(c), 100 + it)) {
-                    fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
-                    exit(EXIT_FAILURE);
-                }
-                ts2[on] = model_step(c, m, &b, out, dout);
-            }
-            d[it] = ts2[1] - ts2[0];
-        }
-        qsort(d, (size_t)n, sizeof(double), cmp_double);
-        *paired = d[n / 2];
-    }
-    ghc_tensor_t *all[] = { noisy, out, dout, txt, ts };
-    for (int k = 0; k < 5; k++)
-        ghc_tensor_free(all[k]);
-    ghc_core_free(c);
     return t[n / 2];
+}
+
+/* The 3-block model with the network and the one without, loaded side by side, stepping in
+ * turn (2 warm-up pairs): the median of the N differences over 3 blocks. */
+static double time_paired(const int64_t lat[3], const char *net_cfg)
+{
+    struct bmodel with, base;
+    bmodel_init(&with, 3, lat, net_cfg);
+    bmodel_init(&base, 3, lat, NULL);
+    double d[64];
+    int n = iters < 64 ? iters : 64;
+    for (int it = -2; it < n; it++) {
+        double tw = bmodel_step(&with), tb = bmodel_step(&base);
+        if (it >= 0)
+            d[it] = tw - tb;
+    }
+    bmodel_free(&with);
+    bmodel_free(&base);
+    qsort(d, (size_t)n, sizeof(double), cmp_double);
+    return d[n / 2] / 3;
 }
 
 static void bench_model(void)
@@ -300,6 +331,7 @@ static void bench_model(void)
     static const struct { const char *what, *cfg; } a[] = {
         { "no network", NULL },
         { "LoRA r16", "algo = \"lora\"; rank = 16;" },
+        { "LoRA r16 fuse_cast = false", "algo = \"lora\"; rank = 16; fuse_cast = false;" },
         { "LoRA r16 concat = false", "algo = \"lora\"; rank = 16; concat = false;" },
         { "LoRA r16 concat = false keep_h = false", "algo = \"lora\"; rank = 16; concat = false; keep_h = false;" },
         { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
@@ -314,8 +346,8 @@ static void bench_model(void)
         for (size_t j = 0; j < sizeof(a) / sizeof(a[0]); j++) {
             if (only_what && strcmp(only_what, a[j].what) != 0)
                 continue;
-            double pd = 0, t1 = time_model(1, lats[k], a[j].cfg, NULL), t3 = time_model(3, lats[k], a[j].cfg, &pd);
-            double blk = (t3 - t1) / 2, pa = pd / 3;   /* paired: the adapter's time over the 3 blocks */
+            double t1 = time_model(1, lats[k], a[j].cfg), t3 = time_model(3, lats[k], a[j].cfg);
+            double blk = (t3 - t1) / 2, pa = a[j].cfg ? time_paired(lats[k], a[j].cfg) : 0;
             if (j == 0)
                 base = blk;
             printf("%lld,%s,%.3f,%.3f,%.3f,%.3f,%.2f%%,%.3f,%.2f%%\n", (long long)N, a[j].what, t1 * 1e3, t3 * 1e3,

@@ -422,6 +422,100 @@ int ghc_op_gemm(ghc_tensor_t *c_, const ghc_tensor_t *a, const ghc_tensor_t *b,
     return DISPATCH(&c, ghc_cpu_gemm(c_, a, b, args), ghc_k_gemm(c_, a, b, args, stream));
 }
 
+/* The optional side copy of the LoRA ops: dst and src both given or both NULL; dst a [rows,
+ * cols] view or dense tensor (f32 or bf16), src the same shape, dense, f32 or `dt`. */
+static int check_side(const struct op_ctx *c, const char *dname, const ghc_tensor_t *dst, const char *sname,
+                      const ghc_tensor_t *src, enum ghc_dtype dt, int64_t rows, int64_t cols)
+{
+    if (!dst && !src)
+        return 0;
+    if (!dst || !src)
+        return bad(c, dst ? sname : dname, dst ? src : dst, "a tensor, since '%s' is given", dst ? dname : sname);
+    CHECK(check_view(c, dname, dst, DT_F32_BF16));
+    CHECK(check_tensor(c, sname, src, DT_F32 | DT(dt), false));
+    if (ghc_tensor_ndim(dst) != 2 || ghc_tensor_dim(dst, 0) != rows || ghc_tensor_dim(dst, 1) != cols)
+        return bad(c, dname, dst, "[%lld, %lld]", (long long)rows, (long long)cols);
+    SHAPE(c, sname, src, rows, cols);
+    return 0;
+}
+
+/* x (or g) [.., K] with N rows and h-like [.., r] tensors of N rows. */
+static int check_rows_of(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, int64_t N, int64_t r,
+                         const char *why)
+{
+    if (ghc_tensor_ndim(t) < 1 || ghc_tensor_dim(t, -1) != r || ghc_tensor_numel(t) != N * r)
+        return bad(c, name, t, "%lld rows of %lld (%s)", (long long)N, (long long)r, why);
+    return 0;
+}
+
+int ghc_op_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_tensor_t *x, const ghc_tensor_t *a, float scale,
+                    ghc_tensor_t *wcols, const ghc_tensor_t *b, void *stream)
+{
+    struct op_ctx c = OP_CTX("lora_fwd", h, keep, x, a, wcols, b);
+    NEED_VIEW(&c, "h", h, DT_F32_BF16);
+    const enum ghc_dtype dt = ghc_tensor_dtype(h);
+    MAYBE(&c, "keep", keep, DT(dt));
+    if (ghc_tensor_ndim(h) < 1)
+        return bad(&c, "h", h, "at least 1 dimension");
+    const int64_t r = ghc_tensor_dim(h, -1), N = r > 0 ? ghc_tensor_numel(h) / r : 0;
+    if (keep && ghc_tensor_numel(keep) != ghc_tensor_numel(h))
+        return bad(&c, "keep", keep, "%lld elements like 'h'", (long long)ghc_tensor_numel(h));
+    if (!x && !keep)
+        return bad(&c, "x", x, "a tensor (or 'keep' to copy h from)");
+    if (r < 1)
+        return bad(&c, "h", h, "[.., r] with r at least 1");
+    if (x) {
+        NEED_VIEW(&c, "x", x, DT(dt));
+        NEED(&c, "a", a, DT(dt) | DT_F32);
+        if (ghc_tensor_ndim(a) != 2 || ghc_tensor_dim(a, 0) != r)
+            return bad(&c, "a", a, "[%lld, K] (h's r rows)", (long long)r);
+        if (r < 1 || ghc_tensor_dim(a, 1) < 1)
+            return bad(&c, "a", a, "[r, K] with r and K at least 1");
+        CHECK(check_rows_of(&c, "x", x, N, ghc_tensor_dim(a, 1), "h's rows, a's columns"));
+    }
+    if (wcols || b) {
+        const ghc_tensor_t *t = wcols ? wcols : b;
+        CHECK(check_side(&c, "wcols", wcols, "b", b, dt, ghc_tensor_ndim(t) == 2 ? ghc_tensor_dim(t, 0) : -1, r));
+    }
+    return DISPATCH(&c, ghc_cpu_lora_fwd(h, keep, x, a, scale, wcols, b),
+                    ghc_k_lora_fwd(h, keep, x, a, scale, wcols, b, stream));
+}
+
+int ghc_op_lora_cast_bwd(ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *db, const ghc_tensor_t *dy,
+                         const ghc_tensor_t *h, const ghc_tensor_t *b, float scale, ghc_tensor_t *wrows,
+                         const ghc_tensor_t *a, void *stream)
+{
+    struct op_ctx c = OP_CTX("lora_cast_bwd", g, dh, db, dy, h, b, wrows, a);
+    char buf[160];
+    NEED_VIEW(&c, "g", g, DT_F32_BF16);
+    const enum ghc_dtype gdt = ghc_tensor_dtype(g);
+    NEED_VIEW(&c, "dy", dy, DT_F32_BF16);
+    NEED_VIEW(&c, "h", h, DT(gdt));
+    NEED_VIEW(&c, "dh", dh, DT(gdt));
+    NEED(&c, "b", b, DT(gdt) | DT_F32);
+    NEED(&c, "db", db, DT_F32);
+    if (ghc_tensor_ndim(g) < 1 || ghc_tensor_ndim(b) != 2)
+        return bad(&c, ghc_tensor_ndim(g) < 1 ? "g" : "b", ghc_tensor_ndim(g) < 1 ? g : b,
+                   ghc_tensor_ndim(g) < 1 ? "at least 1 dimension" : "[M, r] (2 dimensions)");
+    const int64_t M = ghc_tensor_dim(g, -1), r = ghc_tensor_dim(b, 1);
+    const int64_t N = M > 0 ? ghc_tensor_numel(g) / M : 0;
+    if (ghc_tensor_ndim(dy) < 1 || ghc_tensor_dim(dy, -1) != M || ghc_tensor_numel(dy) != ghc_tensor_numel(g))
+        return bad(&c, "dy", dy, "the shape of 'g' %s (rows of M = %lld)", ghc_tensor_describe(g, buf, sizeof(buf)),
+                   (long long)M);
+    SHAPE(&c, "b", b, M, r);
+    SHAPE(&c, "db", db, M, r);
+    if (M < 1 || r < 1)
+        return bad(&c, "b", b, "[M, r] with M and r at least 1");
+    CHECK(check_rows_of(&c, "h", h, N, r, "g's rows, b's columns"));
+    CHECK(check_rows_of(&c, "dh", dh, N, r, "g's rows, b's columns"));
+    if (wrows || a) {
+        const ghc_tensor_t *t = wrows ? wrows : a;
+        CHECK(check_side(&c, "wrows", wrows, "a", a, gdt, r, ghc_tensor_ndim(t) == 2 ? ghc_tensor_dim(t, 1) : -1));
+    }
+    return DISPATCH(&c, ghc_cpu_lora_cast_bwd(g, dh, db, dy, h, b, scale, wrows, a),
+                    ghc_k_lora_cast_bwd(g, dh, db, dy, h, b, scale, wrows, a, stream));
+}
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 /* q [B, Lq, H, Dh], k and v [B, Lk, H, Dh] of one dtype (f32 or bf16), Dh even and <= 256,

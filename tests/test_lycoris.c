@@ -409,7 +409,7 @@ static int count_bwd_first(void *user, int32_t target, const ghc_tensor_t *x, co
 /* wan_step with the hook's K-concatenation members (wrapped, counting the calls that wrote);
  * without, the model takes the other members (the tests before K-concatenation). */
 static bool with_concat;
-static int n_cat_fwd, n_cat_bwd;
+static int n_cat_fwd, n_cat_bwd, n_cat_dy;   /* n_cat_bwd counts concat_backward_dy's too */
 
 static int count_cat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
                          bool again, void *stream)
@@ -427,6 +427,15 @@ static int count_cat_bwd(void *user, int32_t target, const ghc_tensor_t *x, cons
     return rc;
 }
 
+static int count_cat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                            const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+{
+    int rc = real_hook.concat_backward_dy(user, target, x, h, dy, g, dh, wrows, stream);
+    n_cat_bwd += rc == 1;
+    n_cat_dy += rc == 1;
+    return rc;
+}
+
 static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool bwd)
 {
     ghc_model_t *model = ghc_model_get(core);
@@ -441,10 +450,12 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
     if (with_concat && hook.concat_rank) {
         hook.concat_forward = count_cat_fwd;
         hook.concat_backward = count_cat_bwd;
+        hook.concat_backward_dy = hook.concat_backward_dy ? count_cat_bwd_dy : NULL;
     } else {
         hook.concat_rank = NULL;
         hook.concat_forward = NULL;
         hook.concat_backward = NULL;
+        hook.concat_backward_dy = NULL;
     }
     ok(core, ghc_model_set_hook(model, &hook));
     ghc_tensor_t *xh = load(core, cs, "x_sigma_700"), *th = load(core, cs, "t_700");
@@ -709,6 +720,7 @@ static const char *const concat_cfgs[] = {
     "algo = \"lora\"; rank = 4; module_dropout = 0.5; seed = 11;",
     "algo = \"lora\"; rank = 20;",
     "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
+    "algo = \"lora\"; rank = 4; alpha = 2.0; fuse_cast = false;",
 };
 
 START_TEST(wan22_concat)
@@ -720,7 +732,7 @@ START_TEST(wan22_concat)
     ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
     ck_assert_ptr_nonnull(cs);
     ghc_tensor_t *pred[2], **grads[2];
-    int cat[2] = { 0, 0 };
+    int cat[3] = { 0, 0, 0 };
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(ghc_network_get(core), 0, &hook));
     const struct lycoris *lnet = hook.user;   /* the plugin's own (tests link its header) */
@@ -728,12 +740,12 @@ START_TEST(wan22_concat)
     for (int pass = 0; pass < 2; pass++) {   /* K-concatenation, then the passes */
         for (int32_t k = 0; k < np; k++)
             ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
-        n_cat_fwd = n_cat_bwd = 0;
+        n_cat_fwd = n_cat_bwd = n_cat_dy = 0;
         with_concat = pass == 0;
         wan_step(core, cs, &pred[pass], true);
         with_concat = false;
         if (pass == 0)
-            cat[0] = n_cat_fwd, cat[1] = n_cat_bwd, kept = lnet->hc_hits - kept;
+            cat[0] = n_cat_fwd, cat[1] = n_cat_bwd, cat[2] = n_cat_dy, kept = lnet->hc_hits - kept;
         else
             ck_assert_int_eq(n_cat_fwd + n_cat_bwd, 0);
         grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
@@ -741,14 +753,17 @@ START_TEST(wan22_concat)
             grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
     }
     printf("concat (%s): concat_forward wrote %d times (%lld in the recomputation from the kept H), "
-           "concat_backward %d\n", concat_cfgs[_i], cat[0], (long long)kept, cat[1]);
+           "concat_backward %d (%d of them concat_backward_dy)\n", concat_cfgs[_i], cat[0], (long long)kept, cat[1],
+           cat[2]);
     ck_assert_int_eq(kept, cat[0] / 2);   /* keep_h (the default): every recomputation takes H as kept */
-    if (_i == 0) {
+    if (_i == 0 || _i == 4) {
         ck_assert_int_eq(cat[0], 48);   /* 8 targets x 3 blocks x (forward, recomputation) */
         ck_assert_int_eq(cat[1], 24);
+        ck_assert_int_eq(cat[2], _i == 0 ? 24 : 0);   /* fuse_cast (the default): the hook casts dy */
     } else if (_i == 1) {
         ck_assert(cat[0] > 0 && cat[0] < 48);
         ck_assert_int_eq(cat[1], cat[0] / 2);
+        ck_assert_int_eq(cat[2], cat[1]);
     } else {
         ck_assert_int_eq(cat[0] + cat[1], 0);
     }

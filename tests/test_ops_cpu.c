@@ -783,6 +783,131 @@ START_TEST(views_gemm_epilogue)
 }
 END_TEST
 
+/* lora_cast_bwd (since API 8): dy cast into the first M columns of a [.., M + 16] (as wan22's
+ * cast with spare columns), dh into r of the spare columns, h from a view, db accumulating, A
+ * into a view of rows: g holds the bits of ghc_op_cast, dh and db the sums over the rounded g
+ * (double reference), the parents' other columns stay; wrong shapes and dtypes are refused. */
+START_TEST(lora_cast_bwd)
+{
+    seed(31);
+    static const struct { enum ghc_dtype dt; int64_t B, L, M, r; } cs[] = {
+        { BF16, 2, 7, 12, 5 }, { F32, 1, 9, 8, 3 }, { BF16, 1, 1, 4, 1 }, { BF16, 1, 3, 5, 16 },
+    };
+    for (size_t k = 0; k < sizeof(cs) / sizeof(cs[0]); k++) {
+        const enum ghc_dtype dt = cs[k].dt;
+        const int64_t B = cs[k].B, L = cs[k].L, M = cs[k].M, r = cs[k].r, Nr = B * L;
+        ghc_tensor_t *dy = rnd(T(F32, B, L, M), -2, 2), *gp = T(dt, B, L, M + 16), *hp;
+        fillv(gp, SENTINEL);
+        ghc_tensor_t *gv = ghc_tensor_view_cols(gp, 0, M), *dhv = ghc_tensor_view_cols(gp, M, r);
+        ck_assert(gv && dhv);
+        pool[npool++] = gv, pool[npool++] = dhv;
+        ghc_tensor_t *hd = rnd(T(dt, B, L, r), -1, 1), *hv = embed(hd, 3, 6, &hp);
+        ghc_tensor_t *b = rnd(T(dt, M, r), -1, 1), *db = rnd(T(F32, M, r), -1, 1);
+        double *rdh = dalloc(Nr * r), *rdb = dalloc(M * r);
+        for (int64_t i = 0; i < M * r; i++)
+            rdb[i] = get(db, i);
+        for (int64_t n = 0; n < Nr; n++)
+            for (int64_t m = 0; m < M; m++) {
+                const double gr = rt(dt, (float)get(dy, n * M + m));
+                for (int64_t j = 0; j < r; j++) {
+                    rdh[n * r + j] += 0.75 * gr * get(b, m * r + j);
+                    rdb[m * r + j] += gr * get(hd, n * r + j);
+                }
+            }
+        ghc_tensor_t *af = rnd(T(F32, r, 6), -1, 1), *wp = T(dt, r, 9);   /* A into a [r, 6] view */
+        fillv(wp, SENTINEL);
+        ghc_tensor_t *wv = ghc_tensor_view_cols(wp, 2, 6);
+        ck_assert(wv);
+        pool[npool++] = wv;
+        OK(ghc_op_lora_cast_bwd(gv, dhv, db, dy, hv, b, 0.75f, wv, af, NULL));
+        for (int64_t i = 0; i < r * 9; i++)
+            ck_assert_msg(get(wp, i) == (i % 9 >= 2 && i % 9 < 8 ? rt(dt, (float)get(af, i / 9 * 6 + i % 9 - 2))
+                                                              : rt(dt, (float)SENTINEL)),
+                          "lora_cast_bwd: wrows [%lld, %lld]", (long long)(i / 9), (long long)(i % 9));
+        ghc_tensor_t *gc = like(dy, dt);
+        OK(ghc_op_cast(gc, dy, 1.0f, NULL, NULL));
+        expect_same_bits("lora_cast_bwd g", dense_of(gv), gc);
+        expect("lora_cast_bwd dh", dense_of(dhv), rdh, 1e-5, dt == BF16 ? 8e-3 : 1e-5);
+        expect("lora_cast_bwd db", db, rdb, 1e-5, 1e-5);
+        for (int64_t i = 0; i < N(gp); i++)
+            if (i % (M + 16) >= M + r)
+                ck_assert_msg(get(gp, i) == rt(dt, (float)SENTINEL), "lora_cast_bwd: spare column %lld changed",
+                              (long long)(i % (M + 16)));
+        free(rdh);
+        free(rdb);
+    }
+    ghc_tensor_t *dy = rnd(T(F32, 6, 8), -1, 1), *g = T(BF16, 6, 8), *dh = T(BF16, 6, 2), *h = T(BF16, 6, 2);
+    ghc_tensor_t *b = T(BF16, 8, 2), *db = T(F32, 8, 2);
+    expect_einval(ghc_op_lora_cast_bwd(g, dh, T(F32, 8, 3), dy, h, b, 1.0f, NULL, NULL, NULL), "lora_cast_bwd", "'db'");
+    expect_einval(ghc_op_lora_cast_bwd(g, dh, db, dy, T(F32, 6, 2), b, 1.0f, NULL, NULL, NULL), "lora_cast_bwd", "'h'");
+    expect_einval(ghc_op_lora_cast_bwd(g, dh, db, T(F32, 6, 9), h, b, 1.0f, NULL, NULL, NULL), "lora_cast_bwd", "'dy'");
+    expect_einval(ghc_op_lora_cast_bwd(g, T(BF16, 5, 2), db, dy, h, b, 1.0f, NULL, NULL, NULL), "lora_cast_bwd", "'dh'");
+    expect_einval(ghc_op_lora_cast_bwd(g, dh, db, dy, h, T(BF16, 7, 2), 1.0f, NULL, NULL, NULL), "lora_cast_bwd", "'b'");
+    expect_einval(ghc_op_lora_cast_bwd(g, dh, db, dy, h, b, 1.0f, T(BF16, 2, 5), NULL, NULL), "lora_cast_bwd", "'a'");
+    expect_einval(ghc_op_lora_cast_bwd(g, dh, db, dy, h, b, 1.0f, T(BF16, 3, 5), T(F32, 3, 5), NULL), "lora_cast_bwd",
+                  "'wrows'");
+    OK(ghc_op_lora_cast_bwd(g, dh, db, dy, h, b, 1.0f, T(BF16, 2, 5), T(F32, 2, 5), NULL));
+}
+END_TEST
+
+/* lora_fwd (since API 8): h = s x a^T from a view of x into a view (a f32, rounded to x's
+ * dtype; double reference), keep a copy of it, B into a view of spare columns; with x NULL, h
+ * from keep; wrong shapes are refused. */
+START_TEST(lora_fwd)
+{
+    seed(37);
+    static const struct { enum ghc_dtype dt; int64_t B, L, K, r; } cs[] = {
+        { BF16, 2, 5, 12, 4 }, { F32, 1, 7, 9, 3 }, { BF16, 1, 2, 6, 16 },
+    };
+    for (size_t k = 0; k < sizeof(cs) / sizeof(cs[0]); k++) {
+        const enum ghc_dtype dt = cs[k].dt;
+        const int64_t B = cs[k].B, L = cs[k].L, K = cs[k].K, r = cs[k].r, Nr = B * L;
+        ghc_tensor_t *xd = rnd(T(dt, B, L, K), -1, 1), *xp, *xv = embed(xd, 1, 20, &xp);
+        ghc_tensor_t *hv = ghc_tensor_view_cols(xp, K + 2, r);   /* h in x's spare columns, as in wan22 */
+        ck_assert(hv);
+        pool[npool++] = hv;
+        ghc_tensor_t *a = rnd(T(F32, r, K), -1, 1), *keep = T(dt, Nr, r), *b = rnd(T(F32, 5, r), -1, 1);
+        ghc_tensor_t *wp = T(dt, 5, r + 3), *wv = ghc_tensor_view_cols(wp, 3, r);
+        ck_assert(wv);
+        pool[npool++] = wv;
+        fillv(wp, SENTINEL);
+        OK(ghc_op_lora_fwd(hv, keep, xv, a, 0.5f, wv, b, NULL));
+        double *ref = dalloc(Nr * r);
+        for (int64_t n = 0; n < Nr; n++)
+            for (int64_t j = 0; j < r; j++) {
+                for (int64_t q = 0; q < K; q++)
+                    ref[n * r + j] += get(xd, n * K + q) * rt(dt, (float)get(a, j * K + q));
+                ref[n * r + j] *= 0.5;
+            }
+        ghc_tensor_t *hd = dense_of(hv);
+        expect("lora_fwd h", hd, ref, 1e-5, dt == BF16 ? 8e-3 : 1e-5);
+        expect_same_bits("lora_fwd keep", keep, hd);
+        for (int64_t i = 0; i < N(wp); i++)
+            ck_assert_msg(get(wp, i) == (i % (r + 3) >= 3 ? rt(dt, (float)get(b, i / (r + 3) * r + i % (r + 3) - 3))
+                                                           : rt(dt, (float)SENTINEL)),
+                          "lora_fwd: wcols element %lld", (long long)i);
+        for (int64_t i = 0; i < N(xp); i++)   /* x and the other spare columns kept */
+            if (i % (K + 20) < 1 || (i % (K + 20) >= K + 1 && (i % (K + 20) < K + 2 || i % (K + 20) >= K + 2 + r)))
+                ck_assert_msg(get(xp, i) == rt(dt, (float)SENTINEL), "lora_fwd: x's column %lld changed",
+                              (long long)(i % (K + 20)));
+        fillv(keep, 0.0);   /* h from keep: zeros now */
+        OK(ghc_op_lora_fwd(hv, keep, NULL, NULL, 1.0f, NULL, NULL, NULL));
+        hd = dense_of(hv);
+        for (int64_t i = 0; i < N(hd); i++)
+            ck_assert_msg(get(hd, i) == 0.0, "lora_fwd: h from keep [%lld]", (long long)i);
+        free(ref);
+    }
+    ghc_tensor_t *x = rnd(T(BF16, 6, 8), -1, 1), *h = T(BF16, 6, 2), *a = T(F32, 2, 8);
+    expect_einval(ghc_op_lora_fwd(h, NULL, x, T(F32, 3, 8), 1.0f, NULL, NULL, NULL), "lora_fwd", "'a'");
+    expect_einval(ghc_op_lora_fwd(h, NULL, T(BF16, 6, 9), a, 1.0f, NULL, NULL, NULL), "lora_fwd", "'x'");
+    expect_einval(ghc_op_lora_fwd(h, T(BF16, 5, 2), x, a, 1.0f, NULL, NULL, NULL), "lora_fwd", "'keep'");
+    expect_einval(ghc_op_lora_fwd(h, NULL, NULL, NULL, 1.0f, NULL, NULL, NULL), "lora_fwd", "'x'");
+    expect_einval(ghc_op_lora_fwd(h, NULL, x, a, 1.0f, T(BF16, 4, 3), T(F32, 4, 3), NULL), "lora_fwd", "'wcols'");
+    expect_einval(ghc_op_lora_fwd(h, NULL, x, a, 1.0f, T(BF16, 4, 2), NULL, NULL), "lora_fwd", "'b'");
+    OK(ghc_op_lora_fwd(h, NULL, x, a, 1.0f, T(BF16, 4, 2), T(F32, 4, 2), NULL));
+}
+END_TEST
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 #define AROW(b, i, h, L, H, Dh) ((((b) * (L) + (i)) * (H) + (h)) * (Dh))
@@ -1559,6 +1684,8 @@ int main(void)
     tcase_add_test(tc, views_gelu);
     tcase_add_test(tc, views_attention);
     tcase_add_test(tc, views_gemm_epilogue);
+    tcase_add_test(tc, lora_cast_bwd);
+    tcase_add_test(tc, lora_fwd);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("backward");

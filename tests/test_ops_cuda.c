@@ -1360,6 +1360,169 @@ START_TEST(views_gemm_epilogue)
 }
 END_TEST
 
+/* ---- LoRA in K-concatenated GEMMs (since API 8) ------------------------------------------------ */
+
+/* The GPU tensor `got` (any shape) holds the bits of the CPU tensor `want`, both read through
+ * dense copies (either may be a column view). */
+static void expect_bits_dense(const char *what, const ghc_tensor_t *got, const ghc_tensor_t *want)
+{
+    ghc_tensor_t *g = gout(want, ghc_tensor_dtype(want), false), *w = like(want, ghc_tensor_dtype(want), CPUD);
+    OK(ghc_op_copy(g, got, NULL));
+    OK(ghc_op_copy(w, want, NULL));
+    expect_bits(what, g, w);
+}
+
+/* dy [.., M] f32 cast into the first M columns of a [.., M + pad] (wan22's cast with spare
+ * columns), dh into r of the spare columns, h from a view, db accumulating, scale 0.5, and A
+ * (f32 [r, 40]) into a view of a weight's spare rows: against the CPU op on the same inputs, g
+ * and the A copy bit for bit, dh and db within tolerance (another order of sums); the spare
+ * columns past r keep their sentinel; a second call gives the same bits (the partial sums add in
+ * a fixed order). misaligned: dy one element into a larger buffer (the plain path). */
+static void lora_bwd_case(enum ghc_dtype dt, int nd, const int64_t *shape, int64_t r, int64_t pad, bool misaligned)
+{
+    const int mark = npool;
+    ghc_tensor_t *dy = randn(F32, 1.0, 0.0, nd, shape);
+    const int64_t M = ghc_tensor_dim(dy, -1), Nr = ghc_tensor_numel(dy) / M;
+    int64_t hs[GHC_TENSOR_MAX_DIMS];
+    memcpy(hs, shape, (size_t)nd * sizeof(int64_t));
+    hs[nd - 1] = r;
+    ghc_tensor_t *hd = randn(dt, 0.5, 0.0, nd, hs), *b = randn(F32, 0.05, 0.0, SHP(M, r));
+    ghc_tensor_t *db0 = randn(F32, 1.0, 0.0, SHP(M, r)), *gshape = like(dy, dt, CPUD), *a = randn(F32, 0.1, 0.0, SHP(r, 40));
+    /* CPU */
+    ghc_tensor_t *cp = widen(gshape, dt, 0, pad, false), *hcp = widen(hd, dt, 2, 14, true), *dbc = like(db0, F32, CPUD);
+    ghc_tensor_t *gvc = keep(ghc_tensor_view_cols(cp, 0, M)), *dhc = keep(ghc_tensor_view_cols(cp, M, r));
+    ghc_tensor_t *hvc = keep(ghc_tensor_view_cols(hcp, 2, r)), *wc = widen(a, dt, 0, 16, false);
+    ghc_tensor_t *wvc = keep(ghc_tensor_view_cols(wc, 0, 40));
+    OK(ghc_op_copy(dbc, db0, NULL));
+    OK(ghc_op_lora_cast_bwd(gvc, dhc, dbc, dy, hvc, b, 0.5f, wvc, a, NULL));
+    ghc_tensor_t *dhwant = like(hd, dt, CPUD);
+    OK(ghc_op_copy(dhwant, dhc, NULL));
+    /* GPU, twice */
+    ghc_tensor_t *gdy = up_(dy, misaligned), *ghp, *gb = up(b), *ga = up(a), *dh1 = NULL, *db1 = NULL;
+    ghc_tensor_t *ghv = gview(hd, dt, 2, 14, true, &ghp);
+    char sh[96], what[200];
+    shape_str(dy, sh, sizeof(sh));
+    for (int pass = 0; pass < 2; pass++) {
+        ghc_tensor_t *gp, *gv = gview(gshape, dt, 0, pad, false, &gp), *gdh = keep(ghc_tensor_view_cols(gp, M, r));
+        ghc_tensor_t *gdb = up(db0), *dh = gout(hd, dt, false), *wp, *wv = gview(a, dt, 0, 16, false, &wp);
+        OK(ghc_op_lora_cast_bwd(gv, gdh, gdb, gdy, ghv, gb, 0.5f, wv, ga, NULL));
+        OK(ghc_op_copy(dh, gdh, NULL));
+        if (pass == 1) {
+            snprintf(what, sizeof(what), "lora_cast_bwd dh again %s r %" PRId64, sh, r);
+            expect_bits(what, dh, down(dh1));
+            snprintf(what, sizeof(what), "lora_cast_bwd db again %s r %" PRId64, sh, r);
+            expect_bits(what, gdb, down(db1));
+            break;
+        }
+        dh1 = dh;
+        db1 = gdb;
+        snprintf(what, sizeof(what), "lora_cast_bwd g %s%s", dn(dt), misaligned ? " misaligned dy" : "");
+        expect_bits_dense(what, gv, gvc);
+        snprintf(what, sizeof(what), "lora_cast_bwd dh r %" PRId64 " pad %" PRId64, r, pad);
+        expect_close(what, dh, dhwant, dt == BF16 ? 4e-3 : 1e-5);
+        snprintf(what, sizeof(what), "lora_cast_bwd db r %" PRId64, r);
+        expect_close(what, gdb, dbc, 1e-5);
+        ghc_tensor_t *awant = like(a, dt, CPUD);
+        OK(ghc_op_cast(awant, a, 1.0f, NULL, NULL));
+        expect_view_bits("lora_cast_bwd a into spare rows", wp, wv, awant);
+        ghc_tensor_t *p = down(gp);
+        const double sentinel = dt == F32 ? SENTINEL : ghc_bf16_to_f32(ghc_f32_to_bf16((float)SENTINEL));
+        int64_t changed = 0;
+        for (int64_t i = 0; i < Nr * (M + pad); i++)
+            if (i % (M + pad) >= M + r && get(p, i) != sentinel)
+                changed++;
+        ck_assert_msg(changed == 0, "lora_cast_bwd %s: %" PRId64 " spare columns past r changed", sh, changed);
+    }
+    pool_release(mark);
+}
+
+/* The tensor-core path (bf16, r <= 16): tails in rows and columns (300 rows, 1040 columns: two
+ * 512-column strips and 16), 3-D, r below 16, many row strips, a Wan-sized output gradient;
+ * the plain path: M not a multiple of 4, f32, a misaligned dy, r above 16. */
+START_TEST(lora_cast_bwd_cases)
+{
+    lora_bwd_case(BF16, SHP(300, 1040), 16, 16, false);
+    lora_bwd_case(BF16, SHP(2, 150, 1040), 5, 16, false);
+    lora_bwd_case(BF16, SHP(4100, 520), 16, 16, false);
+    lora_bwd_case(BF16, SHP(1, 4096, 5120), 16, 16, false);
+    lora_bwd_case(BF16, SHP(50, 22), 3, 16, false);
+    lora_bwd_case(F32, SHP(40, 24), 4, 16, false);
+    lora_bwd_case(BF16, SHP(70, 64), 16, 16, true);
+    lora_bwd_case(BF16, SHP(64, 64), 20, 32, false);
+}
+END_TEST
+
+/* x [.., K] from a view (as wan22's input with spare columns), h = 0.5 x a^T into that input's
+ * spare columns, keep, B (f32 [96, r]) into a weight's spare columns, against the CPU op: h and
+ * keep within tolerance (another order of sums), keep the bits of h, the B copy bit for bit,
+ * x's columns and the other spare columns untouched; twice, the same bits; then h from keep.
+ * misaligned: x one element into its buffer's row (the plain path). */
+static void lora_fwd_case(enum ghc_dtype dt, int nd, const int64_t *shape, int64_t r, bool misaligned)
+{
+    const int mark = npool;
+    ghc_tensor_t *x = randn(dt, 1.0, 0.0, nd, shape);
+    const int64_t K = ghc_tensor_dim(x, -1), Nr = ghc_tensor_numel(x) / K, col0 = misaligned ? 1 : 0, pad = 48;
+    int64_t hs[GHC_TENSOR_MAX_DIMS];
+    memcpy(hs, shape, (size_t)nd * sizeof(int64_t));
+    hs[nd - 1] = r;
+    ghc_tensor_t *a = randn(F32, 0.05, 0.0, SHP(r, K)), *b = randn(F32, 0.1, 0.0, SHP(96, r));
+    ghc_tensor_t *hshape = like(randn(dt, 1.0, 0.0, nd, hs), dt, CPUD);
+    /* CPU */
+    ghc_tensor_t *xc = widen(x, dt, col0, pad, true), *xvc = keep(ghc_tensor_view_cols(xc, col0, K));
+    ghc_tensor_t *hvc = keep(ghc_tensor_view_cols(xc, col0 + K + 3, r)), *kc = like(hshape, dt, CPUD);
+    ghc_tensor_t *wc = widen(b, dt, 0, 16, false), *wvc = keep(ghc_tensor_view_cols(wc, 16, r));
+    OK(ghc_op_lora_fwd(hvc, kc, xvc, a, 0.5f, wvc, b, NULL));
+    /* GPU, twice */
+    ghc_tensor_t *ga = up(a), *gb = up(b), *k1 = NULL;
+    char sh[96], what[200];
+    shape_str(x, sh, sizeof(sh));
+    for (int pass = 0; pass < 2; pass++) {
+        ghc_tensor_t *gxp = up(xc), *gxv = keep(ghc_tensor_view_cols(gxp, col0, K));
+        ghc_tensor_t *ghv = keep(ghc_tensor_view_cols(gxp, col0 + K + 3, r)), *gk = gout(hshape, dt, false);
+        ghc_tensor_t *gwp = up(widen(b, dt, 0, 16, false)), *gwv = keep(ghc_tensor_view_cols(gwp, 16, r));
+        OK(ghc_op_lora_fwd(ghv, gk, gxv, ga, 0.5f, gwv, gb, NULL));
+        if (pass == 1) {
+            snprintf(what, sizeof(what), "lora_fwd h again %s r %" PRId64, sh, r);
+            expect_bits(what, gk, down(k1));
+            break;
+        }
+        k1 = gk;
+        snprintf(what, sizeof(what), "lora_fwd h %s r %" PRId64 "%s", dn(dt), r, misaligned ? " misaligned x" : "");
+        expect_close(what, gk, kc, dt == BF16 ? 4e-3 : 1e-5);
+        expect_bits_dense("lora_fwd keep = h", ghv, down(gk));
+        expect_bits_dense("lora_fwd b into spare columns", gwv, wvc);
+        ghc_tensor_t *p = down(gxp);   /* x and the spare columns but h's: as before */
+        int64_t changed = 0;
+        const int64_t ld = K + pad;
+        for (int64_t i = 0; i < Nr * ld; i++) {
+            const int64_t c = i % ld;
+            const bool in_h = c >= col0 + K + 3 && c < col0 + K + 3 + r;
+            if (!in_h && memcmp((const char *)ghc_tensor_cdata(p) + (size_t)i * ghc_dtype_size(dt),
+                                (const char *)ghc_tensor_cdata(xc) + (size_t)i * ghc_dtype_size(dt), ghc_dtype_size(dt)))
+                changed++;
+        }
+        ck_assert_msg(changed == 0, "lora_fwd %s: %" PRId64 " elements of x's buffer outside h changed", sh, changed);
+        ghc_tensor_t *g2 = gout(hshape, dt, false);   /* h from keep */
+        OK(ghc_op_lora_fwd(g2, gk, NULL, NULL, 1.0f, NULL, NULL, NULL));
+        expect_bits("lora_fwd h from keep", g2, down(gk));
+    }
+    pool_release(mark);
+}
+
+/* The tensor-core path (bf16, r <= 16): rows not a multiple of 32, K split unevenly over the
+ * warps (5120 + 8), 3-D, r 5, Wan's 13824; the plain path: f32, r above 16, misaligned x. */
+START_TEST(lora_fwd_cases)
+{
+    lora_fwd_case(BF16, SHP(300, 5128), 16, false);
+    lora_fwd_case(BF16, SHP(2, 45, 1024), 5, false);
+    lora_fwd_case(BF16, SHP(4096, 5120), 16, false);
+    lora_fwd_case(BF16, SHP(130, 13824), 16, false);
+    lora_fwd_case(F32, SHP(40, 24), 4, false);
+    lora_fwd_case(BF16, SHP(33, 64), 20, false);
+    lora_fwd_case(BF16, SHP(70, 64), 8, true);
+}
+END_TEST
+
 /* ---- main --------------------------------------------------------------------------------- */
 
 int main(void)
@@ -1393,6 +1556,7 @@ int main(void)
         { "elementwise", { activations_small, activations_wan, binary_small, gated_residual_small, elementwise_wan } },
         { "reduce", { sum_mean, sum_rows, mse_loss } },
         { "column_views", { views_cast, views_copy, views_layernorm, views_gelu, views_attention, views_gemm_epilogue } },
+        { "lora", { lora_cast_bwd_cases, lora_fwd_cases } },
     };
     for (size_t g = 0; g < sizeof(groups) / sizeof(*groups); g++) {
         TCase *tc = tcase_create(groups[g].name);

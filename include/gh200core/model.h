@@ -105,6 +105,16 @@ struct ghc_adapter_hook {
                           bool again, void *stream);
     int (*concat_backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
                            const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
+    /* optional (since API 8), beside the three above: concat_backward before the model has cast
+     * dy, so that the adapter can take the cast and its products from one read of dy
+     * (ghc_op_lora_cast_bwd in ops.h). dy [B, rows, out] is f32 as in backward; g is the view
+     * concat_backward gets, still to be written: on 1 the hook has written g = dy in x's dtype
+     * (round to nearest even) as well as what concat_backward writes; on 0 the model casts dy
+     * itself and runs its plain GEMM (g may have been written). Where present, the model calls
+     * it instead of concat_backward. */
+    int (*concat_backward_dy)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                              const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
+                              void *stream);
 };
 
 struct ghc_model_ops {

@@ -97,6 +97,31 @@ struct ghc_gemm {
 GHC_API int ghc_op_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b,
                         const struct ghc_gemm *args, void *stream);
 
+/* ---- LoRA in the model's own GEMMs (K-concatenation, model.h; since API 8) ---------------------
+ * For a linear y = x W^T whose GEMMs take [x | H] [W | B]^T and [g | dH] [W ; A] (H = s x A^T,
+ * dH = s g B): the products of a rank-r LoRA with the factors a [r, K] and b [M, r], and the
+ * factors' copies into the weight's spare room, in as few passes as the data allows. x, h, g,
+ * dh, dy and the spare-room tensors may be column views (rows further apart); a and b are
+ * dense, f32 or x's dtype, and are rounded to x's (g's) dtype before they multiply. fp32
+ * accumulation; on CUDA the sums' order is fixed, so repeated calls agree bit for bit. */
+
+/* The forward: h = scale x a^T, x [.., K] and h [.., r] (N rows) f32 or bf16 alike; keep
+ * (optional, dense, like h) gets a copy of h; with x NULL, h = keep instead (the recomputation
+ * of a checkpointed block: the H its forward kept). wcols (optional, with b) = b in wcols's
+ * dtype (f32 or bf16, [M, r]). CUDA: one pass over x (bf16, r <= 16, K a multiple of 8,
+ * 16-byte aligned rows; one thread per output otherwise). */
+GHC_API int ghc_op_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_tensor_t *x, const ghc_tensor_t *a,
+                            float scale, ghc_tensor_t *wcols, const ghc_tensor_t *b, void *stream);
+/* The backward at the output, from one read of dy: g = dy in g's dtype (round to nearest even),
+ * then from that rounded g: dh = scale g b and db += g^T h. dy [.., M] f32 or bf16 and g [.., M]
+ * (N rows) f32 or bf16; h and dh [.., r] (N rows) in g's dtype; b [M, r]; db [M, r] f32 dense.
+ * wrows (optional, with a [r, K]) = a in wrows's dtype (f32 or bf16). g, dh, db and wrows must
+ * not overlap the inputs. CUDA: one pass over dy (bf16 g, r <= 16, M a multiple of 4, 16-byte
+ * aligned rows; the cast and one thread per output otherwise). */
+GHC_API int ghc_op_lora_cast_bwd(ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *db, const ghc_tensor_t *dy,
+                                 const ghc_tensor_t *h, const ghc_tensor_t *b, float scale, ghc_tensor_t *wrows,
+                                 const ghc_tensor_t *a, void *stream);
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 /* O = softmax(scale Q K^T) V per batch and head, non-causal, no mask.

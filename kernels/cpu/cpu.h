@@ -17,6 +17,11 @@ int ghc_cpu_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const 
 int ghc_cpu_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng);
 int ghc_cpu_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng);
 int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, const struct ghc_gemm *args);
+int ghc_cpu_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_tensor_t *x, const ghc_tensor_t *a, float scale,
+                     ghc_tensor_t *wcols, const ghc_tensor_t *b);
+int ghc_cpu_lora_cast_bwd(ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *db, const ghc_tensor_t *dy,
+                          const ghc_tensor_t *h, const ghc_tensor_t *b, float scale, ghc_tensor_t *wrows,
+                          const ghc_tensor_t *a);
 int ghc_cpu_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
                           const ghc_tensor_t *v, float scale);
 int ghc_cpu_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, const ghc_tensor_t *dout,

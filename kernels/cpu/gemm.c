@@ -117,3 +117,79 @@ out_a:
 out:
     return rc;
 }
+
+/* ghc_op_lora_cast_bwd: each row of dy cast into g, then dh's row from the rounded g and b
+ * (fp32 sums in m order) and db's sums (fp32, in row order, added to db at the end like a GEMM with
+ * beta 1); then the copy of a. */
+int ghc_cpu_lora_cast_bwd(ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *db, const ghc_tensor_t *dy,
+                          const ghc_tensor_t *h, const ghc_tensor_t *b, float scale, ghc_tensor_t *wrows,
+                          const ghc_tensor_t *a)
+{
+    const int64_t M = ghc_tensor_dim(g, -1), r = ghc_tensor_dim(b, 1), N = ghc_tensor_numel(g) / M;
+    const int64_t ldg = ghc_tensor_row_stride(g), ldy = ghc_tensor_row_stride(dy);
+    const int64_t ldh = ghc_tensor_row_stride(h), ldd = ghc_tensor_row_stride(dh);
+    const enum ghc_dtype gdt = ghc_tensor_dtype(g), ydt = ghc_tensor_dtype(dy);
+    float *row = malloc((size_t)M * sizeof(float) + 1), *acc = calloc((size_t)(M * r) + 1, sizeof(float));
+    float *bf = ghc_cpu_f32_copy(b, "lora_cast_bwd");
+    if (!row || !acc || !bf) {
+        free(row);
+        free(acc);
+        free(bf);
+        return bf ? ghc_error_set(ghc_tensor_core(g), GHC_ENOMEM, "lora_cast_bwd: out of memory") : GHC_ENOMEM;
+    }
+    for (int64_t i = 0; i < M * r; i++)   /* b as g's dtype holds it */
+        bf[i] = ghc_cpu_round(gdt, bf[i]);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t m = 0; m < M; m++) {
+            float v = ghc_cpu_load(ghc_tensor_cdata(dy), ydt, n * ldy + m);
+            ghc_cpu_store(ghc_tensor_data(g), gdt, n * ldg + m, v);
+            row[m] = ghc_cpu_load(ghc_tensor_cdata(g), gdt, n * ldg + m);
+        }
+        for (int64_t j = 0; j < r; j++) {
+            float s = 0.0f, hv = ghc_cpu_load(ghc_tensor_cdata(h), gdt, n * ldh + j);
+            for (int64_t m = 0; m < M; m++) {
+                s += row[m] * bf[m * r + j];
+                acc[m * r + j] += row[m] * hv;
+            }
+            ghc_cpu_store(ghc_tensor_data(dh), gdt, n * ldd + j, scale * s);
+        }
+    }
+    float *d = ghc_tensor_data(db);
+    for (int64_t i = 0; i < M * r; i++)
+        d[i] += acc[i];
+    free(row);
+    free(acc);
+    free(bf);
+    return wrows ? ghc_cpu_cast(wrows, a, 1.0f, NULL) : 0;
+}
+
+/* ghc_op_lora_fwd: each h[n, j] an fp32 sum in k order over x's row and a's row j (rounded to
+ * x's dtype), scaled and rounded; then the copies. */
+int ghc_cpu_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_tensor_t *x, const ghc_tensor_t *a, float scale,
+                     ghc_tensor_t *wcols, const ghc_tensor_t *b)
+{
+    const int64_t r = ghc_tensor_dim(h, -1), N = ghc_tensor_numel(h) / r, ldh = ghc_tensor_row_stride(h);
+    const enum ghc_dtype dt = ghc_tensor_dtype(h);
+    int rc = 0;
+    if (!x) {
+        rc = ghc_cpu_cast(h, keep, 1.0f, NULL);
+    } else {
+        const int64_t K = ghc_tensor_dim(a, 1), ldx = ghc_tensor_row_stride(x);
+        float *af = ghc_cpu_f32_copy(a, "lora_fwd");
+        if (!af)
+            return GHC_ENOMEM;
+        for (int64_t i = 0; i < r * K; i++)
+            af[i] = ghc_cpu_round(dt, af[i]);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < r; j++) {
+                float s = 0.0f;
+                for (int64_t k = 0; k < K; k++)
+                    s += ghc_cpu_load(ghc_tensor_cdata(x), dt, n * ldx + k) * af[j * K + k];
+                ghc_cpu_store(ghc_tensor_data(h), dt, n * ldh + j, scale * s);
+            }
+        free(af);
+        if (keep)
+            rc = ghc_cpu_cast(keep, h, 1.0f, NULL);
+    }
+    return rc == 0 && wcols ? ghc_cpu_cast(wcols, b, 1.0f, NULL) : rc;
+}

@@ -43,7 +43,6 @@
 #include <cuda_runtime.h>
 
 #include <math.h>
-#include <mutex>
 #include <stdint.h>
 
 #include "kernels.h"
@@ -1690,54 +1689,6 @@ __global__ void dq_convert_bf16(bf16 *dq, const float4 *acc, int64_t n4, float s
     }
 }
 
-/* ---- scratch ------------------------------------------------------------------------------ */
-
-struct scratch {
-    int device;
-    cudaStream_t stream;
-    void *ptr;
-    size_t bytes;
-};
-std::mutex g_scratch_lock;
-scratch g_scratch[32];
-int g_nscratch;
-
-/* At least `bytes` of device memory for (device, stream), reused across calls. */
-cudaError_t get_scratch(int dev, cudaStream_t st, size_t bytes, void **out)
-{
-    std::lock_guard<std::mutex> lk(g_scratch_lock);
-    scratch *s = NULL;
-    for (int i = 0; i < g_nscratch; i++)
-        if (g_scratch[i].device == dev && g_scratch[i].stream == st)
-            s = &g_scratch[i];
-    if (!s) {
-        if (g_nscratch == 32)
-            return cudaErrorMemoryAllocation;
-        s = &g_scratch[g_nscratch++];
-        *s = scratch{ dev, st, NULL, 0 };
-    }
-    if (s->bytes < bytes) {
-        cudaError_t e;
-        if (s->ptr) {
-            /* the old buffer may still be in use by work queued on this stream */
-            if ((e = cudaStreamSynchronize(st)) != cudaSuccess)
-                return e;
-            cudaFree(s->ptr);
-            s->ptr = NULL;
-            s->bytes = 0;
-        }
-        size_t grow = bytes + bytes / 8;
-        if ((e = cudaMalloc(&s->ptr, grow)) != cudaSuccess) {
-            cudaGetLastError();
-            if ((e = cudaMalloc(&s->ptr, bytes)) != cudaSuccess)
-                return e;
-            grow = bytes;
-        }
-        s->bytes = grow;
-    }
-    *out = s->ptr;
-    return cudaSuccess;
-}
 
 struct device_guard {
     int prev = -1;
@@ -2059,7 +2010,7 @@ extern "C" int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tenso
     const size_t dsum_bytes = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
     const size_t acc_bytes = tc && dq ? (size_t)rows * D * sizeof(float) : 0;
     void *scr;
-    if ((e = get_scratch(dev, st, dsum_bytes + acc_bytes, &scr)) != cudaSuccess)
+    if ((e = (cudaError_t)ghc_k_scratch(dev, st, dsum_bytes + acc_bytes, &scr)) != cudaSuccess)
         return e;
     float *dsum = (float *)scr;
     float *acc = (float *)((char *)scr + dsum_bytes);

@@ -1,6 +1,8 @@
 /* device.cu: CUDA device queries and a smoke kernel (see device.h), and the memory entries
- * of kernels.h: copies between any two devices (column views as 2-D copies) and stream
- * synchronisation. */
+ * of kernels.h: copies between any two devices (column views as 2-D copies), stream
+ * synchronisation and the ops' scratch memory per (device, stream). */
+#include <mutex>
+
 #include <cuda_runtime.h>
 
 #include "device.h"
@@ -98,4 +100,55 @@ extern "C" int ghc_k_sync(int device, void *stream)
 {
     dev_scope scope(device);
     return (int)cudaStreamSynchronize((cudaStream_t)stream);
+}
+
+/* ---- scratch ------------------------------------------------------------------------------ */
+
+namespace {
+struct scratch {
+    int device;
+    cudaStream_t stream;
+    void *ptr;
+    size_t bytes;
+};
+std::mutex g_scratch_lock;
+scratch g_scratch[32];
+int g_nscratch;
+}   /* namespace */
+
+extern "C" int ghc_k_scratch(int dev, void *stream, size_t bytes, void **out)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    std::lock_guard<std::mutex> lk(g_scratch_lock);
+    scratch *s = NULL;
+    for (int i = 0; i < g_nscratch; i++)
+        if (g_scratch[i].device == dev && g_scratch[i].stream == st)
+            s = &g_scratch[i];
+    if (!s) {
+        if (g_nscratch == 32)
+            return (int)cudaErrorMemoryAllocation;
+        s = &g_scratch[g_nscratch++];
+        *s = scratch{ dev, st, NULL, 0 };
+    }
+    if (s->bytes < bytes) {
+        cudaError_t e;
+        if (s->ptr) {
+            /* the old buffer may still be in use by work queued on this stream */
+            if ((e = cudaStreamSynchronize(st)) != cudaSuccess)
+                return (int)e;
+            cudaFree(s->ptr);
+            s->ptr = NULL;
+            s->bytes = 0;
+        }
+        size_t grow = bytes + bytes / 8;
+        if ((e = cudaMalloc(&s->ptr, grow)) != cudaSuccess) {
+            cudaGetLastError();
+            if ((e = cudaMalloc(&s->ptr, bytes)) != cudaSuccess)
+                return (int)e;
+            grow = bytes;
+        }
+        s->bytes = grow;
+    }
+    *out = s->ptr;
+    return 0;
 }

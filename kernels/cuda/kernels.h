@@ -15,12 +15,22 @@ GHC_BEGIN_DECLS
  * either is a column view). */
 int ghc_k_copy(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream);
 int ghc_k_sync(int device, void *stream);
+/* At least `bytes` of device memory of `dev` for work on `stream` (a cudaStream_t), reused
+ * across calls and ops on that stream (stream order keeps them apart; growing it synchronises
+ * the stream). Returns 0 or a cudaError_t. */
+int ghc_k_scratch(int dev, void *stream, size_t bytes, void **out);
 
 int ghc_k_fill(ghc_tensor_t *t, double value, void *stream);
 int ghc_k_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng, void *stream);
 int ghc_k_rand_uniform(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
 int ghc_k_rand_normal(ghc_tensor_t *t, const struct ghc_rng *rng, void *stream);
 int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, const struct ghc_gemm *args, void *stream);
+/* kernels/cuda/lora.cu */
+int ghc_k_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_tensor_t *x, const ghc_tensor_t *a, float scale,
+                   ghc_tensor_t *wcols, const ghc_tensor_t *b, void *stream);
+int ghc_k_lora_cast_bwd(ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *db, const ghc_tensor_t *dy,
+                        const ghc_tensor_t *h, const ghc_tensor_t *b, float scale, ghc_tensor_t *wrows,
+                        const ghc_tensor_t *a, void *stream);
 int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
                           const ghc_tensor_t *v, float scale, void *stream);
 int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, const ghc_tensor_t *dout,

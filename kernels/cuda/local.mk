@@ -17,3 +17,5 @@ $(kernels_libghc_cuda_la_OBJECTS): kernels/cuda/common.cuh kernels/cuda/kernels.
 endif
 # optimizer updates (issue 6)
 CUDA_KERNEL_SOURCES += kernels/cuda/optim.cu
+# LoRA's backward at a K-concatenated linear's output (issue 5)
+CUDA_KERNEL_SOURCES += kernels/cuda/lora.cu

@@ -1082,6 +1082,13 @@ int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x,
 
 /* ---- K-concatenation (the model's GEMMs take H and the factors) ---------------------------------- */
 
+/* The LoRA ops of ops.h (ghc_op_lora_fwd, ghc_op_lora_cast_bwd) where they are fast: rank up to
+ * 16 on CUDA (their tensor-core kernels), any rank on the CPU; GEMMs and casts otherwise. */
+static bool lora_ops(const struct lycoris *net, const struct lyc_module *md)
+{
+    return md->rank <= 16 || net->device == GHC_DEVICE_CPU;
+}
+
 int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
                        ghc_tensor_t *wcols, bool again, void *stream)
 {
@@ -1101,30 +1108,39 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
     }
     const int64_t shape[2] = { N, r };
     const enum ghc_dtype dt = ghc_tensor_dtype(x);
-    if (again && md->hc && md->hc_step == net->step && ghc_tensor_same_shape(md->hc, h2) &&
-        ghc_tensor_dtype(md->hc) == dt) {
-        TRY(ghc_op_cast(h2, md->hc, 1.0f, NULL, stream));             /* H as this step's forward wrote it */
-        net->hc_hits++;
+    /* kept: H as this step's forward wrote it (the recomputation); keep: this forward's H kept
+     * for that (keep_h; one [N, r] per module) */
+    const bool kept = again && md->hc && md->hc_step == net->step && ghc_tensor_same_shape(md->hc, h2) &&
+                      ghc_tensor_dtype(md->hc) == dt;
+    const bool keep = net->keep_h && !again;
+    if (keep && md->hc && (!ghc_tensor_same_shape(md->hc, h2) || ghc_tensor_dtype(md->hc) != dt)) {
+        ghc_tensor_free(md->hc);
+        md->hc = NULL;
+    }
+    if (keep && !md->hc && !(md->hc = ghc_tensor_init(net->core, dt, 2, shape, net->device, GHC_ROLE_ACTIVATIONS))) {
+        rc = nomem(net);
+        goto out;
+    }
+    if (lora_ops(net, md)) {   /* H (or the kept H), its copy and B into the spare columns: one pass over X */
+        TRY(ghc_op_lora_fwd(h2, kept || keep ? md->hc : NULL, kept ? NULL : x2, kept ? NULL : md->p[0], md->scale,
+                            wc2, md->p[1], stream));
     } else {
-        if (!(ax = as_dtype(net, WS_CAST_W, md->p[0], dt, stream))) {
-            rc = nomem(net);
-            goto out;
-        }
-        TRY(gemm(h2, x2, ax, false, true, md->scale, 0.0f, stream));   /* H = s X A^T */
-        if (net->keep_h && !again) {   /* kept for the recomputation (one [N, r] per module) */
-            if (md->hc && (!ghc_tensor_same_shape(md->hc, h2) || ghc_tensor_dtype(md->hc) != dt)) {
-                ghc_tensor_free(md->hc);
-                md->hc = NULL;
-            }
-            if (!md->hc && !(md->hc = ghc_tensor_init(net->core, dt, 2, shape, net->device, GHC_ROLE_ACTIVATIONS))) {
+        if (kept) {
+            TRY(ghc_op_cast(h2, md->hc, 1.0f, NULL, stream));
+        } else {
+            if (!(ax = as_dtype(net, WS_CAST_W, md->p[0], dt, stream))) {
                 rc = nomem(net);
                 goto out;
             }
-            TRY(ghc_op_cast(md->hc, h2, 1.0f, NULL, stream));
-            md->hc_step = net->step;
+            TRY(gemm(h2, x2, ax, false, true, md->scale, 0.0f, stream));   /* H = s X A^T */
+            if (keep)
+                TRY(ghc_op_cast(md->hc, h2, 1.0f, NULL, stream));
         }
+        TRY(ghc_op_cast(wc2, md->p[1], 1.0f, NULL, stream));            /* the weight's spare columns: B */
     }
-    TRY(ghc_op_cast(wc2, md->p[1], 1.0f, NULL, stream));            /* the weight's spare columns: B */
+    net->hc_hits += kept;
+    if (keep)
+        md->hc_step = net->step;
     rc = 1;
 out:
     ghc_tensor_free(x2);
@@ -1135,30 +1151,40 @@ out:
 }
 
 int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                        const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+                        const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
 {
     const int64_t N = ghc_tensor_numel(x) / md->in, r = md->rank;
     const enum ghc_dtype xdt = ghc_tensor_dtype(x);
     char b1[160], b2[160], b3[160];
     if (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != xdt || ghc_tensor_numel(dh) != N * r ||
-        ghc_tensor_dtype(dh) != xdt || ghc_tensor_numel(wrows) != r * md->in || ghc_tensor_dim(wrows, -1) != md->in)
+        ghc_tensor_dtype(dh) != xdt || ghc_tensor_numel(wrows) != r * md->in || ghc_tensor_dim(wrows, -1) != md->in ||
+        (dy && ghc_tensor_numel(dy) != N * md->out))
         return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: concat_backward: g %s, dh %s, wrows %s, expected "
-                             "[.., %lld] and [.., %lld] in x's dtype and [%lld, %lld]", md->name,
+                             "[.., %lld] and [.., %lld] in x's dtype and [%lld, %lld]%s", md->name,
                              ghc_tensor_describe(g, b1, sizeof(b1)), ghc_tensor_describe(dh, b2, sizeof(b2)),
                              ghc_tensor_describe(wrows, b3, sizeof(b3)), (long long)md->out, (long long)r,
-                             (long long)r, (long long)md->in);
+                             (long long)r, (long long)md->in, dy ? ", dy like g" : "");
     int rc = 0;
     ghc_tensor_t *x2 = V2(x, N, md->in), *h2 = V2(h, N, r), *g2 = V2(g, N, md->out), *dh2 = V2(dh, N, r);
-    ghc_tensor_t *wr2 = V2(wrows, r, md->in);
-    ghc_tensor_t *bx = as_dtype(net, WS_P2, md->p[1], xdt, stream);
-    if (!x2 || !h2 || !g2 || !dh2 || !wr2 || !bx) {
+    ghc_tensor_t *wr2 = V2(wrows, r, md->in), *dy2 = dy ? V2(dy, N, md->out) : NULL, *bx = NULL;
+    if (!x2 || !h2 || !g2 || !dh2 || !wr2 || (dy && !dy2)) {
         rc = nomem(net);
         goto out;
     }
-    TRY(gemm(md->g[1], g2, h2, true, false, 1.0f, 1.0f, stream));      /* dB += G^T H (H holds s) */
-    TRY(gemm(dh2, g2, bx, false, false, md->scale, 0.0f, stream));     /* dH = s G B */
-    TRY(gemm(md->g[0], dh2, x2, true, false, 1.0f, 1.0f, stream));     /* dA += dH^T X */
-    TRY(ghc_op_cast(wr2, md->p[0], 1.0f, NULL, stream));               /* the weight's spare rows: A */
+    if (dy && lora_ops(net, md)) {   /* G, dH and dB from one read of dy, and A into the spare rows */
+        TRY(ghc_op_lora_cast_bwd(g2, dh2, md->g[1], dy2, h2, md->p[1], md->scale, wr2, md->p[0], stream));
+    } else {
+        if (!(bx = as_dtype(net, WS_P2, md->p[1], xdt, stream))) {
+            rc = nomem(net);
+            goto out;
+        }
+        if (dy)
+            TRY(ghc_op_cast(g2, dy2, 1.0f, NULL, stream));
+        TRY(gemm(md->g[1], g2, h2, true, false, 1.0f, 1.0f, stream));      /* dB += G^T H (H holds s) */
+        TRY(gemm(dh2, g2, bx, false, false, md->scale, 0.0f, stream));     /* dH = s G B */
+        TRY(ghc_op_cast(wr2, md->p[0], 1.0f, NULL, stream));               /* the weight's spare rows: A */
+    }
+    TRY(gemm(md->g[0], dh2, x2, true, false, 1.0f, 1.0f, stream));         /* dA += dH^T X */
     rc = 1;
 out:
     ghc_tensor_free(x2);
@@ -1166,6 +1192,7 @@ out:
     ghc_tensor_free(g2);
     ghc_tensor_free(dh2);
     ghc_tensor_free(wr2);
+    ghc_tensor_free(dy2);
     ghc_tensor_free(bx);
     return rc;
 }

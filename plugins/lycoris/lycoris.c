@@ -88,6 +88,7 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { "fold", GHC_CFG_BOOL },            /* LoRA: delta-W folded into the model's GEMM weight */
     { "keep_h", GHC_CFG_BOOL },          /* LoRA: H = X A^T kept from the forward for the backward */
     { "concat", GHC_CFG_BOOL },          /* LoRA: its factors in the model's GEMMs (K-concatenation) */
+    { "fuse_cast", GHC_CFG_BOOL },       /* concat: the backward casts dy itself (one read of dy) */
     { NULL, 0 }
 };
 
@@ -216,6 +217,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_bool(cfg, "fold", false, &net->fold)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "keep_h", true, &net->keep_h)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "concat", true, &net->concat)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "fuse_cast", true, &net->fuse_cast)) < 0 ||
         (rc = read_list(cfg, "include", &net->include, &net->n_include)) < 0 ||
         (rc = read_list(cfg, "exclude", &net->exclude, &net->n_exclude)) < 0 ||
         (rc = read_overrides(net, cfg)) < 0)
@@ -617,7 +619,19 @@ static int hook_concat_bwd(void *user, int32_t target, const ghc_tensor_t *x, co
     if (!md || md->dropped || hook_concat_rank(user, target) == 0)
         return 0;
     int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, g, dh, wrows, stream);
+    return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, NULL, (ghc_tensor_t *)g, dh, wrows, stream);
+}
+
+static int hook_concat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                              const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
+                              void *stream)
+{
+    struct lycoris *net = user;
+    struct lyc_module *md = hooked(net, target);
+    if (!md || md->dropped || hook_concat_rank(user, target) == 0)
+        return 0;
+    int rc = check_x(net, md, x);
+    return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, dy, g, dh, wrows, stream);
 }
 
 static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
@@ -633,6 +647,7 @@ static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
         out->concat_rank = hook_concat_rank;
         out->concat_forward = hook_concat_fwd;
         out->concat_backward = hook_concat_bwd;
+        out->concat_backward_dy = net->fuse_cast ? hook_concat_bwd_dy : NULL;
     }
     return 0;
 }

@@ -110,6 +110,7 @@ struct lycoris {
     bool                fold;               /* hand out the fold and grads hooks (LoRA) */
     bool                overwrite;          /* in a forward_first call: write y, not add to it */
     bool                concat;             /* hand out the K-concatenation hooks (LoRA; key concat) */
+    bool                fuse_cast;          /* K-concatenation: concat_backward_dy (one read of dy) */
     ghc_model_t        *model;              /* the run's model (DoRA's frozen weights), or NULL */
     float              *hbuf;               /* DoRA: host scratch */
     size_t              hbuf_len;
@@ -142,11 +143,13 @@ int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, 
 /* K-concatenation (model.h, API 7) of a LoRA module without DoRA or rank dropout: the forward
  * writes H = s X A^T into h and B into wcols (the weight's dtype); the backward, with h still
  * holding H, writes dH = s G B into dh and A into wrows and accumulates dB += G^T H,
- * dA += dH^T X. x, h, g, dh, wcols, wrows may be column views. Return 1, or GHC_E*. */
+ * dA += dH^T X. With dy (API 8's concat_backward_dy; else NULL: g holds the model's cast) it
+ * first writes G = dy in g's dtype, from the same read of dy as dH and dB where r <= 16
+ * (ghc_op_lora_cast_bwd). x, h, g, dh, wcols, wrows may be column views. Return 1, or GHC_E*. */
 int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
                        ghc_tensor_t *wcols, bool again, void *stream);
 int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                        const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
+                        const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
 int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
 /* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's
  * device. Returns 0 or GHC_E*. */

@@ -118,7 +118,8 @@ static int call_hook_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x
 /* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
  * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients. With
  * K-concatenation (the forward's, model.h API 7): dy cast into gp (the cast with spare
- * columns), the hook's dH = s g B into them and A into the weight's spare rows, then one GEMM
+ * columns; by the hook's concat_backward_dy where it has one, API 8), the hook's dH = s g B
+ * into them and A into the weight's spare rows, then one GEMM
  * dx = [g | dH] [W ; A]. Else before the GEMM by backward_first where the hook has it (the GEMM
  * then adds to dx), or after. dx NULL: no input gradient (the text context). xp: x with its
  * spare columns (holding the forward's H), or NULL. */
@@ -147,13 +148,18 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
                 rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
                 goto out;
             }
-            TRY(ghc_op_cast(gv, dy, 1.0f, NULL, stream));
-            gc = gv;
+            const bool own = m->hook.concat_backward_dy != NULL;   /* the hook casts dy into gv (API 8) */
+            if (!own) {
+                TRY(ghc_op_cast(gv, dy, 1.0f, NULL, stream));
+                gc = gv;
+            }
             ghc_error_clear(m->core);
-            if ((rc = first = m->hook.concat_backward(m->hook.user, target, x, h, gv, dh, wr, stream)) < 0) {
+            rc = first = own ? m->hook.concat_backward_dy(m->hook.user, target, x, h, dy, gv, dh, wr, stream)
+                             : m->hook.concat_backward(m->hook.user, target, x, h, gv, dh, wr, stream);
+            if (rc < 0) {
                 if (!*ghc_error_message(m->core))
-                    ghc_error_set(m->core, rc, "wan22: adapter hook concat_backward failed on %s",
-                                  m->targets[target].name);
+                    ghc_error_set(m->core, rc, "wan22: adapter hook %s failed on %s",
+                                  own ? "concat_backward_dy" : "concat_backward", m->targets[target].name);
                 goto out;
             }
             if (first == 1) {   /* dx (+)= [g | dH] [W ; A] */
