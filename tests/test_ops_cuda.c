@@ -14,6 +14,10 @@
  * [1, 4096, 40, 128] with f, h, w = 16, 16, 16, and the loss on [16, 21, 60, 104] latents.
  * Each case prints one line: op, shape, dtypes and error. GHC_TEST_SEED picks other inputs.
  *
+ * The LoRA ops of K-concatenation (since API 8; group lora): lora_cast_bwd and lora_fwd
+ * against the CPU op on the same inputs, both the tensor-core and the plain path; the cast and
+ * the factors' copies bit for bit, the products within bf16 rounding, repeated calls bit for bit.
+ *
  * Column views (since API 7; group column_views, attention and GEMM included): cast, copy,
  * layernorm_fwd, gelu_tanh and attention write into (cast and copy also read from) a view of
  * a wider tensor whose other columns hold a sentinel; the view's columns must hold the bits

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "common.cuh"
+#include "mma.cuh"   /* defines: smem_addr, ldsm_x2, ldsm_x2_t, ldsm_x4, ldsm_x4_t, mma16816 */
 
 namespace {
 
@@ -45,38 +46,6 @@ struct fast_args {
     int64_t N, M, np, mp, rows;
     int r;
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x2(uint32_t r[2], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x2_t(uint32_t r[2], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
-/* d (16 x 8 f32) += a (16 x 16 bf16, row) b (16 x 8 bf16, col). */
-__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi)
 {
@@ -171,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_lora_cast_bwd(fast_args a)
         nxt[i] = 0.0f;
     load_sub(a, r0, rend, c0, 0, 0, cur);
 
-    const uint32_t bs_lane = smem_u32(Bs) + ((nb * 8 + (lane & 7)) * kBS + ((lane >> 3) & 1) * 8) * 2;
+    const uint32_t bs_lane = smem_addr(Bs) + ((nb * 8 + (lane & 7)) * kBS + ((lane >> 3) & 1) * 8) * 2;
     const uint32_t ga_lane = ((wb * 16 + (lane & 15)) * kGS + (lane >> 4) * 8) * 2;                 /* A = g */
     const uint32_t gt_lane = (((lane & 7) + (lane >> 4) * 8) * kGS + wb * 16 + ((lane >> 3) & 1) * 8) * 2;  /* A = g^T */
     const uint32_t hs_lane = ((lane & 15) * kHS + nb * 8) * 2;
@@ -205,16 +174,16 @@ __global__ void __launch_bounds__(kThreads, 2) k_lora_cast_bwd(fast_args a)
                                                                                : (uint16_t)0;
             }
             __syncthreads();
-            const uint32_t gsa = smem_u32(gs), hsa = smem_u32(hs);
+            const uint32_t gsa = smem_addr(gs), hsa = smem_addr(hs);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 uint32_t af[4], bf[2];
                 ldsm_x4(af, gsa + ga_lane + kk * 32);                       /* g rows, m kk*16.. */
                 ldsm_x2(bf, bs_lane + (cs * kSub + kk * 16) * 2);           /* B rows m, r nb*8.. */
-                mma16816(acch, af, bf);
+                mma16816(acch, af, bf[0], bf[1]);
                 ldsm_x4_t(af, gsa + gt_lane + kk * 16 * kGS * 2);           /* g^T: m rows, n kk*16.. */
                 ldsm_x2_t(bf, hsa + hs_lane + kk * 16 * kHS * 2);           /* H rows n, r nb*8.. */
-                mma16816(accb[cs], af, bf);
+                mma16816(accb[cs], af, bf[0], bf[1]);
             }
 #pragma unroll
             for (int i = 0; i < 16; i++)
@@ -421,7 +390,7 @@ __global__ void __launch_bounds__(kFwdThreads) k_lora_fwd(fwd_args p, copy_job s
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
                     const uint32_t bf[2] = { s2 ? av[nt].z : av[nt].x, s2 ? av[nt].w : av[nt].y };
-                    mma16816(acc[mt][nt], af, bf);
+                    mma16816(acc[mt][nt], af, bf[0], bf[1]);
                 }
             }
     }
