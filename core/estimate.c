@@ -33,15 +33,16 @@ struct est_model {
 };
 
 /* Elements of a block linear [out, in] as wan22 stores it with `pad` spare rows and columns
- * (load.c wan22_pad_weights: self-attention q, k, v 3 pad columns, cross-attention k, v none). */
+ * (load.c wan22_pad_weights: self-attention q, k, v 3 pad columns, cross-attention k, v 2). */
 static int64_t padded_numel(const char *name, int64_t out, int64_t in, int64_t pad)
 {
-    if (!pad || strstr(name, "cross_attn.k.") || strstr(name, "cross_attn.v.") || strstr(name, "attn2.to_k.") ||
-        strstr(name, "attn2.to_v."))
+    if (!pad)
         return out * in;
     bool qkv = strstr(name, "self_attn.q.") || strstr(name, "self_attn.k.") || strstr(name, "self_attn.v.") ||
                strstr(name, "attn1.to_q.") || strstr(name, "attn1.to_k.") || strstr(name, "attn1.to_v.");
-    return (out + pad) * (in + (qkv ? 3 : 1) * pad);
+    bool ckv = strstr(name, "cross_attn.k.") || strstr(name, "cross_attn.v.") || strstr(name, "attn2.to_k.") ||
+               strstr(name, "attn2.to_v.");
+    return (out + pad) * (in + (qkv ? 3 : ckv ? 2 : 1) * pad);
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -141,7 +142,8 @@ static void est_random_bytes(struct est_model *m)
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn;
     const uint64_t p = (uint64_t)m->pad;
     /* the block linears with their spare room: q, k, v; o and cross q, o; cross k, v; ffn.0, ffn.2 */
-    uint64_t lin = 3 * (D + p) * (D + 3 * p) + 3 * (D + p) * (D + p) + 2 * D * D + 2 * (D + p) * (F + p);
+    uint64_t lin = 3 * (D + p) * (D + 3 * p) + 3 * (D + p) * (D + p) + 2 * (D + p) * (D + 2 * p) +
+                   2 * (D + p) * (F + p);
     uint64_t small = 6 * D + (9 * D + F) + 6 * D;   /* mod, biases, norms */
     m->block_bytes = lin * (uint64_t)m->block_elem + small * 4;
     uint64_t rest = (D * 4 * (uint64_t)m->in_ch + D) * 4                         /* patch embedding */

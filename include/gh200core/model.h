@@ -111,7 +111,8 @@ struct ghc_adapter_hook {
      * concat_backward gets, still to be written: on 1 the hook has written g = dy in x's dtype
      * (round to nearest even) as well as what concat_backward writes; on 0 the model casts dy
      * itself and runs its plain GEMM (g may have been written). Where present, the model calls
-     * it instead of concat_backward. */
+     * it instead of concat_backward; also on a target without an input gradient (a linear over
+     * a constant input, Wan's text context: then no GEMM reads g, dh or wrows after it). */
     int (*concat_backward_dy)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
                               const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
                               void *stream);

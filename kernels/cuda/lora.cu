@@ -20,10 +20,14 @@
 
 #include <stdint.h>
 
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "mma.cuh"   /* defines: smem_addr, ldsm_x2, ldsm_x2_t, ldsm_x4, ldsm_x4_t, mma16816 */
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kSub = 64;                   /* subtile rows and columns */
@@ -64,9 +68,8 @@ struct copy_job {
     int64_t rows, cols;
 };
 
-__device__ __forceinline__ void copy_one(const copy_job &c, int64_t i)
+__device__ __forceinline__ void copy_one(const copy_job &c, int64_t row, int64_t col)
 {
-    const int64_t row = i / c.cols, col = i % c.cols;
     const float v = ghc_ld_dt(c.src, c.src_bf16, row * c.lds + col);
     if (c.dst_bf16)
         ((uint16_t *)c.dst)[row * c.ldd + col] = ghc_dev_f32_to_bf16(v);
@@ -74,12 +77,23 @@ __device__ __forceinline__ void copy_one(const copy_job &c, int64_t i)
         ((float *)c.dst)[row * c.ldd + col] = v;
 }
 
-/* Element i of a grid-stride loop over the job (nothing where the job is empty). */
+/* A grid-stride loop over the job's elements (nothing where the job is empty), all blocks of
+ * the grid (x and y) taking part; 32-bit index arithmetic where the job is below 2^31 elements
+ * (every factor and H is). */
 __device__ __forceinline__ void copy_all(const copy_job &c)
 {
     const int64_t n = c.rows * c.cols;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        copy_one(c, i);
+    const uint32_t first = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    const uint32_t step = gridDim.x * gridDim.y * blockDim.x;
+    if (n < ((int64_t)1 << 31)) {
+        const uint32_t cols = (uint32_t)c.cols;
+#pragma unroll 4
+        for (uint32_t i = first; i < (uint32_t)n; i += step)
+            copy_one(c, i / cols, i % cols);
+        return;
+    }
+    for (int64_t i = first; i < n; i += step)
+        copy_one(c, i / c.cols, i % c.cols);
 }
 
 __global__ void k_lora_copies(copy_job c0, copy_job c1)
@@ -293,6 +307,9 @@ static size_t fwd_smem(int S)
     return ring > red ? ring : red;
 }
 
+/* Whether S stages fit a block's shared memory of `avail` bytes (with the static partial sums). */
+static bool fwd_fits(int S, int avail) { return fwd_smem(S) + kFwdRows * 16 * sizeof(float) <= (size_t)avail; }
+
 /* 16 bytes from global to shared, zeros where !ok (src-size 0). */
 __device__ __forceinline__ void cp16(uint32_t dst, const void *src, bool ok)
 {
@@ -347,11 +364,14 @@ __global__ void __launch_bounds__(kFwdThreads) k_lora_fwd(fwd_args p, copy_job s
 #pragma unroll
         for (int j = 0; j < 2; j++)
             acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-    const int64_t n = (p.K + kFwdCols - 1) / kFwdCols;
+    /* this block's stages: the blockIdx.y-th of gridDim.y equal parts of K (a cluster along y
+     * where there are few row blocks) */
+    const int64_t total = (p.K + kFwdCols - 1) / kFwdCols, per = (total + gridDim.y - 1) / gridDim.y;
+    const int64_t s0 = (int64_t)blockIdx.y * per, n = s0 < total ? min(per, total - s0) : 0;
     /* blocks start at different stages (all of them reading the same columns of a at once would
-     * queue on the same L2 slices); stage i is the (i + rot) % n-th */
-    const int64_t rot = (int64_t)blockIdx.x * n / gridDim.x;
-    auto kcol = [&](int64_t i) { return ((i + rot) % n) * kFwdCols; };
+     * queue on the same L2 slices); stage i is the s0 + (i + rot) % n-th */
+    const int64_t rot = n ? (int64_t)blockIdx.x * n / gridDim.x : 0;
+    auto kcol = [&](int64_t i) { return (s0 + (i + rot) % n) * kFwdCols; };
     for (int s = 0; s < S - 1; s++) {   /* the first S - 1 stages (empty groups past the end) */
         if (s < n)
             fwd_issue(p, base + s * kFwdStage, r0, kcol(s));
@@ -407,20 +427,33 @@ __global__ void __launch_bounds__(kFwdThreads) k_lora_fwd(fwd_args p, copy_job s
             red[warp][mt * 16 + t4 + 8][nt * 8 + 2 * c + 1] = acc[mt][nt][3];
         }
     __syncthreads();
+    __shared__ float part[kFwdRows * 16];   /* the block's sums (over its warps, in warp order) */
     for (int o = tid; o < kFwdRows * 16; o += kFwdThreads) {
-        const int rl = o >> 4, j = o & 15;
-        const int64_t row = r0 + rl;
-        if (row < p.N && j < p.r) {
-            float s = 0.0f;
+        float s = 0.0f;
 #pragma unroll
-            for (int w = 0; w < kFwdWarps; w++)
-                s += red[w][rl][j];
-            const uint16_t v = ghc_dev_f32_to_bf16(p.scale * s);
-            p.h[row * p.ldh + j] = v;
-            if (p.keep)
-                p.keep[row * p.r + j] = v;
-        }
+        for (int w = 0; w < kFwdWarps; w++)
+            s += red[w][o >> 4][o & 15];
+        part[o] = s;
     }
+    cg::cluster_group cl = cg::this_cluster();
+    if (gridDim.y > 1)
+        cl.sync();   /* the cluster's blocks (along y) have their sums */
+    if (blockIdx.y == 0)
+        for (int o = tid; o < kFwdRows * 16; o += kFwdThreads) {
+            const int rl = o >> 4, j = o & 15;
+            const int64_t row = r0 + rl;
+            if (row < p.N && j < p.r) {
+                float s = part[o];
+                for (unsigned c = 1; c < gridDim.y; c++)   /* the other blocks' sums, in order */
+                    s += cl.map_shared_rank(part, c)[o];
+                const uint16_t v = ghc_dev_f32_to_bf16(p.scale * s);
+                p.h[row * p.ldh + j] = v;
+                if (p.keep)
+                    p.keep[row * p.r + j] = v;
+            }
+        }
+    if (gridDim.y > 1)
+        cl.sync();   /* their shared memory stays until read */
     copy_all(side);
 }
 
@@ -473,9 +506,27 @@ extern "C" int ghc_k_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_ten
         k_lora_copies<<<ghc_k_blocks(N * r + side.rows * side.cols, 256), 256, 0, st>>>(c, side);
         return (int)cudaGetLastError();
     }
+    /* stages: as many as the shared memory of a block allows, up to 6 (H100: 6; GB10: 2) */
+    static int optin[64];
+    const int dev = ghc_tensor_device(h);
+    if (dev >= 0 && dev < 64 && !optin[dev]) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+            cudaGetLastError();
+            v = 48 * 1024;
+        }
+        void (*const kerns[3])(fwd_args, copy_job) = { k_lora_fwd<2>, k_lora_fwd<3>, k_lora_fwd<6> };
+        const int ss[3] = { 2, 3, 6 };
+        for (int i = 0; i < 3; i++)
+            if (fwd_fits(ss[i], v))
+                GHC_K_TRY(cudaFuncSetAttribute(kerns[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)fwd_smem(ss[i])));
+        optin[dev] = v;
+    }
+    const int avail = dev >= 0 && dev < 64 ? optin[dev] : 48 * 1024;
     const int64_t K = ghc_tensor_dim(x, -1), ldx = ghc_tensor_row_stride(x), ldh = ghc_tensor_row_stride(h);
     const bool fast = ghc_tensor_dtype(h) == GHC_DTYPE_BF16 && r <= 16 && K % 8 == 0 && ldx % 8 == 0 &&
-                      ghc_k_aligned(ghc_tensor_cdata(x), 2, 8) &&
+                      fwd_fits(2, avail) && ghc_k_aligned(ghc_tensor_cdata(x), 2, 8) &&
                       ghc_k_aligned(ghc_tensor_cdata(a), ghc_dtype_size(ghc_tensor_dtype(a)), 8);
     if (!fast || N == 0) {
         if (N > 0) {
@@ -491,22 +542,6 @@ extern "C" int ghc_k_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_ten
             k_lora_copies<<<ghc_k_blocks(side.rows * side.cols, 256), 256, 0, st>>>(side, job(NULL, NULL));
         return (int)cudaGetLastError();
     }
-    /* stages: as many as the shared memory of a block allows, up to 6 (H100: 6; GB10: 2) */
-    static int optin[64];
-    const int dev = ghc_tensor_device(h);
-    if (dev >= 0 && dev < 64 && !optin[dev]) {
-        int v = 0;
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-            cudaGetLastError();
-            v = 48 * 1024;
-        }
-        optin[dev] = v;
-        GHC_K_TRY(cudaFuncSetAttribute(k_lora_fwd<6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)fwd_smem(6) <= v ? (int)fwd_smem(6) : (int)fwd_smem(2)));
-        GHC_K_TRY(cudaFuncSetAttribute(k_lora_fwd<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)fwd_smem(3) <= v ? (int)fwd_smem(3) : (int)fwd_smem(2)));
-    }
-    const int avail = dev >= 0 && dev < 64 ? optin[dev] : 48 * 1024;
     fwd_args p;
     p.x = (const uint16_t *)ghc_tensor_cdata(x);
     p.ldx = ldx;
@@ -519,14 +554,31 @@ extern "C" int ghc_k_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_ten
     p.K = K;
     p.r = (int)r;
     p.scale = scale;
-    const unsigned blocks = (unsigned)((N + kFwdRows - 1) / kFwdRows);
-    if ((int)fwd_smem(6) <= avail)
-        k_lora_fwd<6><<<blocks, kFwdThreads, fwd_smem(6), st>>>(p, side);
-    else if ((int)fwd_smem(3) <= avail)
-        k_lora_fwd<3><<<blocks, kFwdThreads, fwd_smem(3), st>>>(p, side);
-    else
-        k_lora_fwd<2><<<blocks, kFwdThreads, fwd_smem(2), st>>>(p, side);
-    return (int)cudaGetLastError();
+    /* few row blocks (the 512 text rows: 16): K split over a cluster of up to 8 along y */
+    const int64_t blocks = (N + kFwdRows - 1) / kFwdRows, stages = (K + kFwdCols - 1) / kFwdCols;
+    int64_t ks = ghc_k_sm_count() / blocks;
+    ks = ks < 1 ? 1 : ks > 8 ? 8 : ks > stages ? stages : ks;
+    const int S = fwd_fits(6, avail) ? 6 : fwd_fits(3, avail) ? 3 : 2;
+    void (*kern)(fwd_args, copy_job) = S == 6 ? k_lora_fwd<6> : S == 3 ? k_lora_fwd<3> : k_lora_fwd<2>;
+    for (;;) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        cfg.gridDim = dim3((unsigned)blocks, (unsigned)ks, 1);
+        cfg.blockDim = dim3(kFwdThreads, 1, 1);
+        cfg.dynamicSmemBytes = fwd_smem(S);
+        cfg.stream = st;
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 1;
+        at[0].val.clusterDim.y = (unsigned)ks;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = ks > 1 ? 1 : 0;
+        cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p, side);
+        if (e == cudaSuccess || ks == 1)
+            return (int)e;
+        cudaGetLastError();   /* no such cluster here: one block a row group */
+        ks = 1;
+    }
 }
 
 extern "C" int ghc_k_lora_cast_bwd(ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *db, const ghc_tensor_t *dy,

@@ -57,6 +57,7 @@ static int grad_prepare(struct wan22 *m)
     if (m->concat) {   /* K-concatenation: dy cast with the adapter's spare columns */
         TRY(mk(m, &g->gD, b, SH(B, L, D + m->pad)));
         TRY(mk(m, &g->gF, b, SH(B, L, F + m->pad)));
+        TRY(mk(m, &g->gC, b, SH(B, Lc, D + m->pad)));
     }
     TRY(mk(m, &g->dq, b, SH(B, L, D)));
     TRY(mk(m, &g->dk, b, SH(B, L, D)));
@@ -113,6 +114,44 @@ static int call_hook_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x
             return rc < 0 ? rc : 0;
     }
     return call_hook(m, target, x, dy, NULL, stream);
+}
+
+/* The hook's backward of cross-attention k or v (no input gradient: the text context is a
+ * constant): with K-concatenation, concat_backward_dy (dy cast into gp, dH into its spare
+ * columns, the parameter gradients; the weight's spare rows get A, which no GEMM reads here)
+ * where the hook has it (API 8); else call_hook_nodx, with dy cast into `cast` for a bf16
+ * model first. */
+static int linear_bwd_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *xp,
+                           const ghc_tensor_t *dy, const ghc_tensor_t *w, ghc_tensor_t *cast, ghc_tensor_t *gp,
+                           void *stream)
+{
+    int64_t N = 0, K = 0;
+    wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
+    const int32_t r = m->crank ? m->crank[target] : 0;
+    if (r > 0 && xp && gp && m->concat && m->hook.concat_backward_dy && ghc_tensor_dim(w, 1) != K) {
+        const int64_t off = K + wan22_pad_off(m, target % WAN22_TARGETS);
+        ghc_tensor_t *gv = ghc_tensor_view_cols(gp, 0, N), *dh = ghc_tensor_view_cols(gp, N, r);
+        ghc_tensor_t *h = ghc_tensor_view_cols(xp, off, r), *wr = wan22_wsub(m, w, N, r, 0, K);
+        int rc = 0;
+        if (!gv || !dh || !h || !wr) {
+            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        } else {
+            ghc_error_clear(m->core);
+            rc = m->hook.concat_backward_dy(m->hook.user, target, x, h, dy, gv, dh, wr, stream);
+            if (rc < 0 && !*ghc_error_message(m->core))
+                ghc_error_set(m->core, rc, "wan22: adapter hook concat_backward_dy failed on %s",
+                              m->targets[target].name);
+        }
+        ghc_tensor_free(gv);
+        ghc_tensor_free(dh);
+        ghc_tensor_free(h);
+        ghc_tensor_free(wr);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    const bool lp = m->base != GHC_DTYPE_F32;   /* the products in the base dtype */
+    int rc = lp ? ghc_op_cast(cast, dy, 1.0f, NULL, stream) : 0;
+    return rc < 0 ? rc : call_hook_nodx(m, target, x, dy, lp ? cast : NULL, stream);
 }
 
 /* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
@@ -246,13 +285,10 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));
     TRY(LBWD(WAN22_CA_Q, g->du, a->c, a->cp, g->dqp, g->cD, g->gD, false));
     if (hb) {   /* the context is a constant: only the adapters of k and v learn from it */
-        const bool lp = m->base != GHC_DTYPE_F32;   /* dk, dv also in the base dtype (dkc after the norm) */
         TRY(ghc_op_rmsnorm_bwd(g->dkcp, g->dkc, a->kcp, a->rkc, bw->cnorm_k, stream));
         TRY(ghc_op_cast(g->dvcp, g->dvc, 1.0f, NULL, stream));
-        if (lp)
-            TRY(ghc_op_cast(g->dkc, g->dkcp, 1.0f, NULL, stream));
-        TRY(call_hook_nodx(m, t0 + WAN22_CA_K, s->ctx, g->dkcp, lp ? g->dkc : NULL, stream));
-        TRY(call_hook_nodx(m, t0 + WAN22_CA_V, s->ctx, g->dvcp, lp ? g->dvc : NULL, stream));
+        TRY(linear_bwd_nodx(m, t0 + WAN22_CA_K, s->ctx, s->ctxp, g->dkcp, bw->w[WAN22_CA_K], g->dkc, g->gC, stream));
+        TRY(linear_bwd_nodx(m, t0 + WAN22_CA_V, s->ctx, s->ctxp, g->dvcp, bw->w[WAN22_CA_V], g->dvc, g->gC, stream));
     }
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x1, a->st3, bw->norm3_w, NULL, true, stream));
 

@@ -119,8 +119,8 @@ out:
 void wan22_state_free(struct wan22 *m)
 {
     struct wan22_state *s = &m->st;
-    ghc_tensor_t *single[] = { s->ctx, s->ctx_in, s->ctx_h, s->sinus, s->e, s->se, s->th, s->patches,
-                               s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq };
+    ghc_tensor_t *single[] = { s->ctxv, s->ctxp, s->ctx, s->ctx_in, s->ctx_h, s->sinus, s->e, s->se, s->th,
+                               s->patches, s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq };
     for (size_t i = 0; i < sizeof(single) / sizeof(single[0]); i++)
         ghc_tensor_free(single[i]);
     for (int k = 0; k < 6; k++)
@@ -155,6 +155,8 @@ static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
     TRY(mk(m, &s->ctx_in, b, SH(B, Lc, m->d.text_dim)));
     TRY(mk(m, &s->ctx_h, b, SH(B, Lc, D)));
     TRY(mk(m, &s->ctx, b, SH(B, Lc, D)));
+    if (m->concat)   /* the context again with cross-attention k and v's spare columns */
+        TRY(mkpad(m, &s->ctxp, &s->ctxv, b, B, Lc, D, 2 * m->pad));
     TRY(mk(m, &s->sinus, f, SH(B, m->d.freq_dim)));
     TRY(mk(m, &s->th, f, SH(B, D)));
     TRY(mk(m, &s->e, f, SH(B, D)));
@@ -460,9 +462,9 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     TRY(ghc_op_layernorm_fwd(a->c, a->st3, a->x1, bw->norm3_w, bw->norm3_b, NULL, NULL, WAN22_EPS, stream));
     TRY(BLIN(WAN22_CA_Q, a->qcp, a->c, a->cp));
     TRY(ghc_op_rmsnorm_fwd(a->qc, a->rqc, a->qcp, bw->cnorm_q, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_CA_K, a->kcp, s->ctx, NULL));
+    TRY(BLIN(WAN22_CA_K, a->kcp, s->ctx, s->ctxp));
     TRY(ghc_op_rmsnorm_fwd(a->kc, a->rkc, a->kcp, bw->cnorm_k, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_CA_V, a->vcp, s->ctx, NULL));
+    TRY(BLIN(WAN22_CA_V, a->vcp, s->ctx, s->ctxp));
     TRY(ghc_op_cast(a->vc, a->vcp, 1.0f, NULL, stream));
     TRY(ghc_op_attention_fwd(a->oc, a->lsec, a->qc4, a->kc4, a->vc4, scale, stream));
     TRY(BLIN(WAN22_CA_O, a->y, a->oc, a->ocp));
@@ -674,6 +676,8 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
     struct ghc_gemm g1 = { .trans_b = true, .epilogue = GHC_EPI_BIAS_GELU, .bias = w->te0_b };
     TRY(ghc_op_gemm(s->ctx_h, s->ctx_in, w->te0_w, &g1, stream));
     TRY(linear(m, -1, s->ctx, s->ctx_h, w->te2_w, w->te2_b, stream));
+    if (s->ctxp)
+        TRY(ghc_op_copy(s->ctxv, s->ctx, stream));
 
     /* blocks */
     if (mp)

@@ -145,8 +145,9 @@ struct wan22_grad {
     ghc_tensor_t *du;                     /* gradient of a linear's input [B, L, D] f32 */
     ghc_tensor_t *dF, *dF2;               /* [B, L, F] f32 */
     ghc_tensor_t *cD, *cD4, *cF;          /* casts to base: [B, L, D] (and its view), [B, L, F] */
-    ghc_tensor_t *gD, *gF;                /* K-concatenation: dy cast to base with pad spare
-                                           * columns [B, L, D + pad], [B, L, F + pad], or NULL */
+    ghc_tensor_t *gD, *gF, *gC;           /* K-concatenation: dy cast to base with pad spare
+                                           * columns [B, L, D + pad], [B, L, F + pad], and for
+                                           * the text rows [B, 512, D + pad], or NULL */
     ghc_tensor_t *dq, *dk, *dv, *dq4, *dk4, *dv4;   /* attention grads base, views */
     ghc_tensor_t *dqp, *dkp, *dvp;        /* f32 */
     ghc_tensor_t *dkc, *dvc, *dkc4, *dvc4;          /* cross k, v grads [B, 512, D] base */
@@ -163,6 +164,9 @@ struct wan22_state {
     int64_t           B, T, Hl, Wl, f, h, w, L;
     int64_t           c_noisy;            /* channels of batch->noisy (C_in minus cond's) */
     ghc_tensor_t     *ctx;                /* text context [B, 512, D] base */
+    ghc_tensor_t     *ctxp;               /* K-concatenation: ctx with cross k and v's H in 2 pad
+                                           * spare columns [B, 512, D + 2 pad], or NULL */
+    ghc_tensor_t     *ctxv;               /* its first D columns (a view) */
     ghc_tensor_t     *ctx_in;             /* padded text embedding [B, 512, text_dim] base */
     ghc_tensor_t     *ctx_h;              /* text MLP hidden [B, 512, D] base */
     ghc_tensor_t     *sinus;              /* [B, freq_dim] f32 */
@@ -217,13 +221,13 @@ struct wan22 {
 
 /* K-concatenation (model.h, API 7). Slot j's spare columns of its weight (the q, k and v
  * of self-attention share their input u, whose spare columns hold their three H side by side:
- * their weights keep 3 pad columns, of which each uses its own; cross-attention's k and v,
- * over the text context, keep none) and where its H starts after the input's columns. */
+ * their weights keep 3 pad columns, of which each uses its own; cross-attention's k and v share
+ * the text context the same way, with 2) and where its H starts after the input's columns. */
 static inline int64_t wan22_pad_cols(const struct wan22 *m, int j)
 {
-    if (!m->pad || j == WAN22_CA_K || j == WAN22_CA_V)
+    if (!m->pad)
         return 0;
-    return j <= WAN22_SA_V ? 3 * m->pad : m->pad;
+    return j <= WAN22_SA_V ? 3 * m->pad : j == WAN22_CA_K || j == WAN22_CA_V ? 2 * m->pad : m->pad;
 }
 /* Block linear j's [out, in]. */
 static inline void wan22_slot_dims(const struct wan22 *m, int j, int64_t *out, int64_t *in)
@@ -233,7 +237,7 @@ static inline void wan22_slot_dims(const struct wan22 *m, int j, int64_t *out, i
 }
 static inline int64_t wan22_pad_off(const struct wan22 *m, int j)
 {
-    return j <= WAN22_SA_V ? j * m->pad : 0;
+    return j <= WAN22_SA_V ? j * m->pad : j == WAN22_CA_V ? m->pad : 0;
 }
 
 /* With checkpointing, is block i recomputed in backward (else its activations are kept)? */
