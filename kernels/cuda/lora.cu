@@ -1,6 +1,7 @@
-/* lora.cu: ghc_op_lora_cast_bwd, the output side of a rank-r LoRA's backward from one read of
- * dy: g = bf16(dy) for the model's input-gradient GEMM, dh = s g B and dB += g^T H.
+/* lora.cu: the LoRA ops of K-concatenation (ops.h, since API 8).
  *
+ * ghc_op_lora_cast_bwd, the output side of a rank-r LoRA's backward from one read of dy:
+ * g = bf16(dy) for the model's input-gradient GEMM, dh = s g B and dB += g^T H, and A's copy.
  * The fast kernel (bf16 g, r <= 16, M a multiple of 4, 16-byte aligned rows) streams dy once.
  * A block owns a tile of rows x 512 columns and walks it in 64 x 64 subtiles: each subtile of
  * dy is loaded into registers one subtile ahead (16-byte streaming loads), rounded to bf16,
@@ -9,13 +10,17 @@
  * in registers over the block's columns, the columns' g^T H over the block's rows. Each
  * block writes its two partial sums to scratch (rows x 16 and columns x 16 floats); a second
  * kernel adds the partials in a fixed order (so the result does not depend on scheduling),
- * scales dh and rounds it, and adds to dB. Blocks: about two per multiprocessor, rows per
- * block chosen for that (a multiple of 64). Scratch: (M / 512 N + N / rows M) 64 bytes
+ * scales dh and rounds it, adds to dB and copies A. Blocks: about two per multiprocessor, rows
+ * per block chosen for that (a multiple of 64). Scratch: (M / 512 N + N / rows M) 64 bytes
  * (7 MB at N = 4096, M = 13824).
  *
- * Otherwise (f32 g, r > 16, other alignments): the cast, then one thread per output element
- * (plain sums over m or n). Correct everywhere, fast nowhere; the LoRA network takes this op
- * only where the fast kernel applies. */
+ * ghc_op_lora_fwd: h = s x A^T, its kept copy and B's copy in one pass over x (k_lora_fwd,
+ * below: cp.async stages of 32 rows x 256 columns, K split over a cluster where there are few
+ * rows), or h from the kept copy (the recomputation) with B's copy in one small kernel.
+ *
+ * Otherwise (f32, r > 16, other alignments): plain kernels, one thread per output element
+ * (sums over m, n or K). Correct everywhere, fast nowhere; the LoRA network takes these ops
+ * on the GPU only up to r = 16. */
 #include <cuda_runtime.h>
 
 #include <stdint.h>
