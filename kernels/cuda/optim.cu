@@ -19,6 +19,8 @@
  *              against the new absmax. Reductions in f32 in a fixed order (deterministic;
  *              within float rounding of the CPU's f64 sums). A block finds its chunk's tensor
  *              in a table of the plan (one load). */
+#include <stdlib.h>
+
 #include <algorithm>
 #include <mutex>
 #include <type_traits>
@@ -2008,6 +2010,27 @@ static struct {
     double      ms[3];
     int64_t     calls;
 } g_am_prof;   /* ghc_k_automagic_profile */
+/* k_am_fused's groups after the first run on streams of their own, per device (made once) */
+#define AF_STREAMS 7
+static struct {
+    cudaStream_t s[AF_STREAMS];
+    cudaEvent_t  fork, join[AF_STREAMS];
+    bool         made;
+} g_af_st[64];
+static bool g_af_serial = getenv("GHC_AUTOMAGIC_SERIAL") != NULL;   /* (measurement) */
+
+static cudaError_t af_streams(int dev)
+{
+    if (g_af_st[dev].made)
+        return cudaSuccess;
+    cudaError_t e = cudaEventCreateWithFlags(&g_af_st[dev].fork, cudaEventDisableTiming);
+    for (int i = 0; i < AF_STREAMS && e == cudaSuccess; i++)
+        if ((e = cudaStreamCreateWithFlags(&g_af_st[dev].s[i], cudaStreamNonBlocking)) == cudaSuccess)
+            e = cudaEventCreateWithFlags(&g_af_st[dev].join[i], cudaEventDisableTiming);
+    g_af_st[dev].made = e == cudaSuccess;
+    return e;
+}
+
 static am_plan    g_am[AM_PLANS];
 static int        g_am_count;
 static uint64_t   g_am_clock;
@@ -2356,10 +2379,27 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
         GHC_K_TRY(g_am_prof.ev[k] ? cudaSuccess : cudaEventCreate(&g_am_prof.ev[k]));
     if (prof)
         cudaEventRecord(g_am_prof.ev[0], s);
-    for (const am_plan::group &g : p->fused) {   /* one cluster a tensor */
+    /* one cluster a tensor; the groups (independent tensors) on streams of their own, so that
+     * one group's clusters take the multiprocessors another leaves idle or has finished with */
+    const int dev = ghc_tensor_device(ts[0].param);
+    const size_t ng = p->fused.size();
+    const bool conc = ng > 1 && ng <= AF_STREAMS + 1 && dev >= 0 && dev < 64 && !g_af_serial;
+    if (conc) {
+        GHC_K_TRY(af_streams(dev));
+        GHC_K_TRY(cudaEventRecord(g_af_st[dev].fork, s));
+    }
+    for (size_t i = 0; i < ng; i++) {
+        const am_plan::group &g = p->fused[i];
+        cudaStream_t gs = conc && i > 0 ? g_af_st[dev].s[i - 1] : s;
+        if (gs != s)
+            GHC_K_TRY(cudaStreamWaitEvent(gs, g_af_st[dev].fork, 0));
         cudaLaunchAttribute at;
-        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)(g.ncl * g.nc), g.smem, s);
+        const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)(g.ncl * g.nc), g.smem, gs);
         GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late));
+        if (gs != s) {
+            GHC_K_TRY(cudaEventRecord(g_af_st[dev].join[i - 1], gs));
+            GHC_K_TRY(cudaStreamWaitEvent(s, g_af_st[dev].join[i - 1], 0));
+        }
     }
     if (p->thin1 > 0)
         k_am_stats_thin<<<p->thin1, AM_T, 0, s>>>(p->d, *args);
