@@ -469,7 +469,7 @@ int ghc_op_lora_fwd(ghc_tensor_t *h, ghc_tensor_t *keep, const ghc_tensor_t *x, 
         NEED(&c, "a", a, DT(dt) | DT_F32);
         if (ghc_tensor_ndim(a) != 2 || ghc_tensor_dim(a, 0) != r)
             return bad(&c, "a", a, "[%lld, K] (h's r rows)", (long long)r);
-        if (r < 1 || ghc_tensor_dim(a, 1) < 1)
+        if (ghc_tensor_dim(a, 1) < 1)   /* (r >= 1: checked above) */
             return bad(&c, "a", a, "[r, K] with r and K at least 1");
         CHECK(check_rows_of(&c, "x", x, N, ghc_tensor_dim(a, 1), "h's rows, a's columns"));
     }

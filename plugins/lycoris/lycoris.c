@@ -611,17 +611,7 @@ static int hook_concat_fwd(void *user, int32_t target, const ghc_tensor_t *x, gh
     return rc < 0 ? rc : lyc_concat_forward(net, md, x, h, wcols, again, stream);
 }
 
-static int hook_concat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                           const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
-{
-    struct lycoris *net = user;
-    struct lyc_module *md = hooked(net, target);
-    if (!md || md->dropped || hook_concat_rank(user, target) == 0)
-        return 0;
-    int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, NULL, (ghc_tensor_t *)g, dh, wrows, stream);
-}
-
+/* concat_backward_dy (API 8): dy given, g to write; concat_backward below: g the model's cast. */
 static int hook_concat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
                               const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
                               void *stream)
@@ -632,6 +622,12 @@ static int hook_concat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x,
         return 0;
     int rc = check_x(net, md, x);
     return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, dy, g, dh, wrows, stream);
+}
+
+static int hook_concat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                           const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+{
+    return hook_concat_bwd_dy(user, target, x, h, NULL, (ghc_tensor_t *)g, dh, wrows, stream);
 }
 
 static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
