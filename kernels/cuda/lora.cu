@@ -336,23 +336,15 @@ __device__ __forceinline__ void fwd_issue(const fwd_args &p, uint32_t slot, int6
         const bool ok = r0 + row < p.N && col < p.K;
         cp16(slot + row * kFwdXS + pc * 16, ok ? (const void *)(p.x + (r0 + row) * p.ldx + col) : (const void *)p.x, ok);
     }
+    /* a: 16 rows of kFwdCols columns in 16-byte pieces of `per` elements (4 f32 or 8 bf16) */
     const uint32_t as = slot + kFwdXBytes;
-    if (p.a_f32) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {   /* 16 rows x 64 pieces of 4 f32 */
-            const int q = tid + kFwdThreads * i, n = q >> 6, pc = q & 63;
-            const int64_t col = k + pc * 4;
-            const bool ok = n < p.r && col < p.K;
-            cp16(as + n * kFwdAS + pc * 16, ok ? (const void *)((const float *)p.a + n * p.K + col) : p.a, ok);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {   /* 16 rows x 32 pieces of 8 bf16 */
-            const int q = tid + kFwdThreads * i, n = q >> 5, pc = q & 31;
-            const int64_t col = k + pc * 8;
-            const bool ok = n < p.r && col < p.K;
-            cp16(as + n * kFwdAS + pc * 16, ok ? (const void *)((const uint16_t *)p.a + n * p.K + col) : p.a, ok);
-        }
+    const int per = p.a_f32 ? 4 : 8, npc = kFwdCols / per, es = p.a_f32 ? 4 : 2, sh = p.a_f32 ? 6 : 5;
+#pragma unroll 4
+    for (int q = tid; q < 16 * npc; q += kFwdThreads) {
+        const int n = q >> sh, pc = q & (npc - 1);   /* (npc: 64 or 32) */
+        const int64_t col = k + pc * per;
+        const bool ok = n < p.r && col < p.K;
+        cp16(as + n * kFwdAS + pc * 16, ok ? (const void *)((const char *)p.a + (n * p.K + col) * es) : p.a, ok);
     }
 }
 
