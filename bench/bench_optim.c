@@ -123,22 +123,22 @@ int main(void)
     struct job jaw = { aw, n, 1, NULL, NULL, 0 }, jam = { am, n, 2, NULL, NULL, 0 };
     double copy_gbs = 2.0 * (double)cbytes / (time_ms(20, run_job, &copy) * 1e-3) / 1e9;
     float ms_aw = time_ms(20, run_job, &jaw);
-    /* automagic as it runs (the thin tensors in one cluster each) and in the separate passes,
-     * in turn, twice: the better of each */
-    float ms_am = 1e30f, ms_ps = 1e30f, ms_late = 1e30f;
+    /* automagic as it runs (the thin tensors in one cluster each), with the new scale after
+     * the update, and in the separate passes, in turn, twice: the better of each */
+    static const int modes[3] = { 1, 2, 0 };
+    float best_ms[3] = { 1e30f, 1e30f, 1e30f };
     for (int rep = 0; rep < 6; rep++) {
-        const int mode = rep % 3 == 0 ? 1 : rep % 3 == 1 ? 0 : 2;
-        ghc_k_automagic_fused(mode);
+        ghc_k_automagic_fused(modes[rep % 3]);
         float ms = time_ms(20, run_job, &jam);
-        float *best = mode == 1 ? &ms_am : mode == 0 ? &ms_ps : &ms_late;
-        if (ms < *best)
-            *best = ms;
+        if (ms < best_ms[rep % 3])
+            best_ms[rep % 3] = ms;
     }
+    const float ms_am = best_ms[0], ms_late = best_ms[1], ms_ps = best_ms[2];
     {   /* a build with -DAF_TRACE (kernels/cuda/optim.cu): the clusters' phases in SM cycles, the
          * mean over the first cluster's 8 blocks and its 7th to 23rd wide K = 16 tensors */
         void (*tr)(long long *) = (void (*)(long long *))dlsym(RTLD_DEFAULT, "ghc_k_automagic_trace");
         if (tr) {
-            static long long t[8][32][12];
+            static long long t[8][32][14];
             static const int from[9] = { 0, 1, 2, 6, 7, 8, 3, 4, 5 }, to[9] = { 1, 2, 6, 7, 8, 9, 4, 5, 0 };
             static const char *const what[9] = { "stage wait", "stats", "partials wait", "their sums",
                                                  "trees", "lane 0", "update", "end", "next" };
@@ -154,7 +154,49 @@ int main(void)
             printf("trace (SM cycles a tensor):");
             for (int p = 0; p < 9; p++)
                 printf(" %s %.0f%s", what[p], sum[p] / (8 * 17), p < 8 ? "," : "\n");
+            double gat = 0, psh = 0, wt = 0, wmin = 0;
+            for (int k = 6; k < 23; k++) {
+                long long mn = 1LL << 62;
+                for (int b = 0; b < 8; b++) {
+                    gat += (double)(t[b][k][12] - t[b][k][2]);
+                    psh += (double)(t[b][k][13] - t[b][k][12]);
+                    wt += (double)(t[b][k][6] - t[b][k][13]);
+                    mn = t[b][k][6] - t[b][k][13] < mn ? t[b][k][6] - t[b][k][13] : mn;
+                }
+                wmin += (double)mn;
+            }
+            printf("trace: partials wait = gather %.0f, pushes %.0f, wait after pushing %.0f (the least of the "
+                   "blocks %.0f) cycles\n",
+                   gat / (8 * 17), psh / (8 * 17), wt / (8 * 17), wmin / 17);
         }
+    }
+    /* automagic on each kind of tensor alone (a list of those only): where the time goes */
+    static const char *const kname[4] = { "A [16, 5120]", "B [5120, 16]", "A [16, 13824]", "B [13824, 16]" };
+    double kind_ms[4], kind_pct[4];
+    int32_t kind_n[4];
+    for (int k = 0; k < 4; k++) {
+        struct ghc_optim_tensor *sub = calloc((size_t)n, sizeof(*sub));
+        int64_t elems = 0;
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const int64_t *d = ghc_tensor_shape(am[i].param);
+            const int64_t len = i % 2 ? d[0] : d[1];
+            if (i % 2 == k % 2 && (len == 13824) == (k >= 2)) {
+                sub[m++] = am[i];
+                elems += d[0] * d[1];
+            }
+        }
+        struct job js = { sub, m, 2, NULL, NULL, 0 };
+        float best = 1e30f;
+        ghc_k_automagic_fused(1);
+        for (int rep = 0; rep < 2; rep++) {
+            float ms = time_ms(20, run_job, &js);
+            best = ms < best ? ms : best;
+        }
+        kind_ms[k] = best;
+        kind_pct[k] = 100.0 * 14.25 * (double)elems / (best * 1e-3) / 1e9 / copy_gbs;
+        kind_n[k] = m;
+        free(sub);
     }
     ghc_k_automagic_fused(0);
     need(cudaGetLastError() == cudaSuccess, "launch", NULL);
@@ -175,6 +217,9 @@ int main(void)
     printf("automagic, separate passes: %.3f ms/step, %.1f GB/s, %.0f%% of copy; per pass (synchronised calls): "
            "stats and finish %.3f, update %.3f, mask %.3f ms\n",
            ms_ps, gbs_ps, 100.0 * gbs_ps / copy_gbs, pass[0], pass[1], pass[2]);
+    printf("automagic by kind of tensor (a list of those alone):");
+    for (int k = 0; k < 4; k++)
+        printf(" %s x %d: %.3f ms, %.0f%%%s", kname[k], (int)kind_n[k], kind_ms[k], kind_pct[k], k < 3 ? ";" : "\n");
     cudaFree(src);
     cudaFree(dst);
     ghc_core_free(core);   /* the process exits: tensors go with the device context */

@@ -50,6 +50,7 @@ END_TEST
  * that the clusters take where their params are f32 (k_am_fused: wide and tall, ranks 4 to 32,
  * clusters of 1 to 16 blocks, a last block shorter than the others). */
 #define FU_N 25
+#define FU_MAX 40
 static const int64_t fu_shape[FU_N][3] = { { 1, 16, 3000 }, { 1, 3000, 16 }, { 1, 40, 1000 }, { 1, 7, 33 },
                                            { 1, 1, 5000 }, { 1, 5000, 1 }, { 0, 1, 2500 }, { 0, 1, 9000 },
                                            { 3, 40, 24 }, { 1, 64, 64 }, { 1, 300, 300 }, { 1, 16, 20000 },
@@ -57,6 +58,17 @@ static const int64_t fu_shape[FU_N][3] = { { 1, 16, 3000 }, { 1, 3000, 16 }, { 1
                                            { 1, 16, 5120 }, { 1, 8, 256 }, { 1, 13824, 16 }, { 1, 2048, 4 },
                                            { 1, 6000, 8 }, { 1, 2048, 4 }, { 1, 8, 1024 }, { 1, 32, 1280 },
                                            { 1, 4, 3968 } };
+
+/* LoRA r16's A [16, 5120] and B [5120, 16], 20 each, all f32 with int8 masks: more than the
+ * clusters resident at once (15 clusters of 8 on an H100), so that some clusters step two
+ * tensors in turn, the second one's stage and params loaded while the first is computed
+ * (fu_run, below). */
+static int64_t fu_many[FU_MAX][3];
+
+/* the list fu_run takes: its shapes, how many, and whether all are f32 with int8 masks */
+static const int64_t (*fu_sh)[3] = fu_shape;
+static int  fu_n = FU_N;
+static bool fu_plain;
 
 /* A tensor of dtype dt on `dev` holding v (f32 values; raw bytes for U8 and I32). */
 static ghc_tensor_t *fu_tensor(ghc_core_t *core, int dev, enum ghc_dtype dt, int ndim, const int64_t *shape,
@@ -87,9 +99,9 @@ static ghc_tensor_t *fu_tensor(ghc_core_t *core, int dev, enum ghc_dtype dt, int
  * codes, polarity and second moments. */
 static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
 {
-    for (int i = 0; i < FU_N; i++) {
-        const bool fact = fu_shape[i][0] != 0, m8 = i != 9;
-        const int64_t B = fact ? fu_shape[i][0] : 1, R = fu_shape[i][1], C = fu_shape[i][2], n = B * R * C;
+    for (int i = 0; i < fu_n; i++) {
+        const bool fact = fu_sh[i][0] != 0, m8 = fu_plain || i != 9;
+        const int64_t B = fact ? fu_sh[i][0] : 1, R = fu_sh[i][1], C = fu_sh[i][2], n = B * R * C;
         const int64_t shape[3] = { B, R, C }, words = (n + 31) / 32, two = 2;
         const int nd = fact ? (B > 1 ? 3 : 2) : 1;
         const int64_t rows[2] = { B, R }, cols[2] = { B, C };
@@ -99,7 +111,7 @@ static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
         srand(17u + (unsigned)i);
         for (int64_t e = 0; e < n; e++)
             v[e] = (float)(rand() % 2001 - 1000) * 1e-4f;
-        ts[i].param = fu_tensor(core, dev, i % 4 == 1 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32, nd, fact ? shape + 3 - nd : &n, v);
+        ts[i].param = fu_tensor(core, dev, i % 4 == 1 && !fu_plain ? GHC_DTYPE_BF16 : GHC_DTYPE_F32, nd, fact ? shape + 3 - nd : &n, v);
         for (int64_t e = 0; e < n; e++)   /* second moments: positive */
             v[e] = (float)(rand() % 1000 + 1) * 1e-9f;
         ts[i].state[0] = fact ? fu_tensor(core, dev, GHC_DTYPE_F32, nd - 1, B > 1 ? rows : rows + 1, v)
@@ -131,7 +143,7 @@ static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
 
 static void fu_free(struct ghc_optim_tensor *ts)
 {
-    for (int i = 0; i < FU_N; i++) {
+    for (int i = 0; i < fu_n; i++) {
         ghc_tensor_free(ts[i].param);
         for (int k = 0; k < 6; k++)
             ghc_tensor_free(ts[i].state[k]);
@@ -175,39 +187,41 @@ static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t
  * fused: with the thin tensors' clusters (1, the default; 2: the clusters taking the new int8
  * scale after the update, as they do where a u underflows) or every tensor in the separate
  * passes (0). */
-static void fu_run(int fused)
+static void fu_run(int fused, int steps)
 {
     ghc_k_automagic_fused(fused);
     fu_mode = fused;
     ghc_core_t *core = oc_core("");
     static const char *const what[6] = { "row state", "column state", "lr mask", "scale and mean", "polarity",
                                          "agreement" };
-    struct ghc_optim_tensor gd[FU_N], cp[FU_N];
-    ghc_tensor_t *gdg[FU_N] = { 0 }, *cpg[FU_N] = { 0 };   /* their grads */
+    struct ghc_optim_tensor gd[FU_MAX], cp[FU_MAX];
+    ghc_tensor_t *gdg[FU_MAX] = { 0 }, *cpg[FU_MAX] = { 0 };   /* their grads */
     memset(gd, 0, sizeof(gd));
     memset(cp, 0, sizeof(cp));
     fu_list(core, 0, gd);
     fu_list(core, GHC_DEVICE_CPU, cp);
     const struct ghc_automagic_args am = { 0.999f, 0.001f, 1e-30f, 1.0f, 1e-5f, 1e-6f, 2e-4f, 0.01f };
-    for (int step = 0; step < 6; step++) {
-        for (int i = 0; i < FU_N; i++) {
-            const int64_t n = (fu_shape[i][0] ? fu_shape[i][0] : 1) * fu_shape[i][1] * fu_shape[i][2];
+    for (int step = 0; step < steps; step++) {
+        for (int i = 0; i < fu_n; i++) {
+            const int64_t R = fu_sh[i][1], C = fu_sh[i][2], n = (fu_sh[i][0] ? fu_sh[i][0] : 1) * R * C;
             float *g = malloc((size_t)n * sizeof(float));
             ck_assert_ptr_nonnull(g);
             srand(1000u * (unsigned)step + (unsigned)i);
             for (int64_t e = 0; e < n; e++)
                 g[e] = rand() % 7 == 0 ? 0.0f : (float)(rand() % 2001 - 1000) * 1e-6f;
-            if (step == 3 && i == 16)   /* u underflowing to zero (the clusters' fallback): a huge and a */
-                for (int64_t c = 0; c < 5120; c += 97) {   /* tiny g in one column of A [16, 5120] */
+            /* u underflowing to zero (the clusters' fallback): a huge and a tiny g in columns of
+             * A [16, 5120] and rows of B [13824, 16] (fu_many: [5120, 16]) */
+            if (step == 3 && (fu_sh == fu_shape ? i == 16 : i == 0))
+                for (int64_t c = 0; c < C; c += 97) {
                     g[c] = 1e12f;
-                    g[5120 + c] = 1e-40f;
+                    g[C + c] = 1e-40f;
                 }
-            if (step == 3 && i == 18)   /* and in one row of B [13824, 16] */
-                for (int64_t r = 0; r < 13824; r += 89) {
+            if (step == 3 && (fu_sh == fu_shape ? i == 18 : i == 35))
+                for (int64_t r = 0; r < R; r += 89) {
                     g[16 * r] = -1e12f;
                     g[16 * r + 1] = 1e-40f;
                 }
-            const enum ghc_dtype gt = i % 5 == 2 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+            const enum ghc_dtype gt = i % 5 == 2 && !fu_plain ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
             ghc_tensor_free(gdg[i]);
             ghc_tensor_free(cpg[i]);
             gd[i].grad = gdg[i] = fu_tensor(core, 0, gt, 1, &n, g);
@@ -215,10 +229,10 @@ static void fu_run(int fused)
             gd[i].rng.offset = cp[i].rng.offset = 1000 * (uint64_t)i + 7 * (uint64_t)step;
             free(g);
         }
-        ck_assert_msg(ghc_op_automagic(gd, FU_N, &am, NULL) == 0, "cuda: %s", ghc_error_message(core));
-        ck_assert_msg(ghc_op_automagic(cp, FU_N, &am, NULL) == 0, "cpu: %s", ghc_error_message(core));
+        ck_assert_msg(ghc_op_automagic(gd, fu_n, &am, NULL) == 0, "cuda: %s", ghc_error_message(core));
+        ck_assert_msg(ghc_op_automagic(cp, fu_n, &am, NULL) == 0, "cpu: %s", ghc_error_message(core));
         ck_assert_int_eq(ghc_op_sync(core, 0, NULL), 0);
-        for (int i = 0; i < FU_N; i++) {
+        for (int i = 0; i < fu_n; i++) {
             const bool bf = ghc_tensor_dtype(gd[i].param) == GHC_DTYPE_BF16;
             fu_check(core, gd[i].param, cp[i].param, bf ? 8e-3 : 2e-6, bf ? 1e-2 : 1e-3, i, step, "param");
             fu_check(core, gd[i].state[0], cp[i].state[0], 1e-5, 0.0, i, step, what[0]);
@@ -231,7 +245,7 @@ static void fu_run(int fused)
     }
     fu_free(gd);
     fu_free(cp);
-    for (int i = 0; i < FU_N; i++) {
+    for (int i = 0; i < fu_n; i++) {
         ghc_tensor_free(gdg[i]);
         ghc_tensor_free(cpg[i]);
     }
@@ -241,9 +255,30 @@ static void fu_run(int fused)
 
 START_TEST(automagic_shapes_cuda)
 {
-    fu_run(1);
-    fu_run(2);
-    fu_run(0);
+    fu_run(1, 6);
+    fu_run(2, 6);
+    fu_run(0, 6);
+}
+END_TEST
+
+/* fu_many: clusters with two tensors each, against the CPU; u underflows at step 3 in the
+ * first tensor of a cluster's two (A) and in the second (B): that tensor's fallback; then with
+ * every tensor taking the fallback (2) */
+START_TEST(automagic_many_cuda)
+{
+    for (int i = 0; i < FU_MAX; i++) {
+        fu_many[i][0] = 1;
+        fu_many[i][1] = i < 20 ? 16 : 5120;
+        fu_many[i][2] = i < 20 ? 5120 : 16;
+    }
+    fu_sh = (const int64_t (*)[3])fu_many;
+    fu_n = FU_MAX;
+    fu_plain = true;
+    fu_run(1, 5);
+    fu_run(2, 4);
+    fu_sh = fu_shape;
+    fu_n = FU_N;
+    fu_plain = false;
 }
 END_TEST
 
@@ -260,6 +295,7 @@ int main(void)
     tcase_add_test(tc, automagic_golden_cuda);
     tcase_add_test(tc, resume_cuda);
     tcase_add_test(tc, automagic_shapes_cuda);
+    tcase_add_test(tc, automagic_many_cuda);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);
 }

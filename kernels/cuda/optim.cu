@@ -1155,6 +1155,7 @@ struct af_small {
     int32_t pf;                         /* the next tensor is in (the prologue's test) */
     unsigned long long full[2], done[2];   /* [stage] loaded (mover -> compute), finished (compute -> mover) */
     unsigned long long xb[2][2];        /* [k % 2][partials, lr] the cluster's pushes have arrived */
+    unsigned long long pfull;           /* the params of the tensor next to update are in (af_layout::par) */
 };
 
 static_assert(AF_NS == 2, "af_small's [stage] slots; the exchange's prologue finds the next tensor in the other stage");
@@ -1162,11 +1163,11 @@ static_assert(AF_NS == 2, "af_small's [stage] slots; the exchange's prologue fin
 /* Byte offsets in a block's dynamic shared memory: two stages, each one tensor's slices (g,
  * codes, polarity and agreement words, the long side's state at g + the offsets), then the rest. */
 struct af_layout {
-    uint32_t g, stage, mask, pol, agree, lst, lrc, lfac, small, bytes;
+    uint32_t g, stage, mask, pol, agree, lst, lrc, lfac, par, small, bytes;
 };
 
 /* Where a block's pieces lie in its dynamic shared memory (at most span long-side lines of K). */
-static __host__ __device__ inline af_layout af_layout_of(int K, int span)
+static __host__ __device__ inline af_layout af_layout_of(int K, int span, bool pbuf)
 {
     const uint32_t E = (uint32_t)K * (uint32_t)span;
     af_layout l;
@@ -1186,6 +1187,7 @@ static __host__ __device__ inline af_layout af_layout_of(int K, int span)
     o += l.stage * (uint32_t)(AF_NS - 1);
     l.lrc = take(8 * (uint32_t)span);   /* [k % 2][span] */
     l.lfac = take(8 * (uint32_t)span);
+    l.par = pbuf ? take(4 * E) : 0u;   /* the params of the tensor next to update (one buffer) */
     l.bytes = o;
     return l;
 }
@@ -1284,13 +1286,12 @@ GHC_D uint32_t af_map(const void *x, uint32_t rank)
     return a;
 }
 
-/* 16 bytes into block `rank`'s shared memory at (our address of) dst, completing bytes on its
- * barrier at (our address of) bar */
-GHC_D void af_push4(float *dst, float4 v, unsigned long long *bar, uint32_t rank)
+/* 16 bytes into another block's shared memory at dst, completing bytes on its barrier at bar
+ * (both addresses in the cluster's shared memory window: af_map's) */
+GHC_D void af_push4a(uint32_t dst, float4 v, uint32_t bar)
 {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                     af_map(dst, rank)),
-                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(af_map(bar, rank))
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
                  : "memory");
 }
 
@@ -1329,7 +1330,8 @@ GHC_D void af_slice(const am_desc &t, bool wide, uint32_t q, int *l0, int *nl)
  * polarity, the long side's state and the short side's old state, on barrier full[s]; and the
  * slice's params into L2 (the update reads them into registers). */
 template <int K, bool WIDE>
-GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char *sm, const af_layout &lo, int s)
+GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char *sm, const af_layout &lo, int s,
+                    bool pb)
 {
     const int lane = threadIdx.x % 32;
     af_small &S = *(af_small *)(sm + lo.small);
@@ -1362,9 +1364,10 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
             af_load(g + r * nl, (const float *)t.g + r * C + l0, 4 * nl, bar);
             af_load(mq + r * nl, (const uint8_t *)t.mask + r * C + l0, nl, bar);
             af_load(pol + r * nl / 32, t.pol + (r * C + l0) / 32, nl / 8, bar);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + r * C + l0),
-                         "r"(4 * nl)
-                         : "memory");
+            if (!pb)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + r * C + l0),
+                             "r"(4 * nl)
+                             : "memory");
         }
         if (lane == K % 32) {
             af_load(lst, t.s1 + l0, 4 * nl, bar);
@@ -1382,9 +1385,33 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
             af_load(lst, t.s0 + l0, 4 * nl, bar);
         else if (lane == 4)
             af_load(S.sold[s], t.s1, 4 * K, bar);
-        else if (lane == 5)
+        else if (lane == 5 && !pb)
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + e0), "r"(4 * E)
                          : "memory");
+    }
+}
+
+/* The mover's lanes: the params of block q's slice of the tensor in stage s into the params'
+ * buffer (for a wide tensor a lane a row), on barrier pfull. */
+template <int K, bool WIDE>
+GHC_D void af_fetch_par(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
+{
+    const int lane = threadIdx.x % 32;
+    af_small &S = *(af_small *)(sm + lo.small);
+    const am_desc &t = S.desc[s];
+    int l0, nl;
+    af_slice(t, WIDE, q, &l0, &nl);
+    const int E = nl * K;
+    float *par = (float *)(sm + lo.par);
+    if (lane == 0)
+        af_bar_expect(&S.pfull, (uint32_t)(4 * E));
+    if (nl == 0)
+        return;
+    if (WIDE) {
+        if (lane < K)
+            af_load(par + lane * nl, (const float *)t.p + (int64_t)lane * t.C + l0, 4 * nl, &S.pfull);
+    } else if (lane == 0) {
+        af_load(par, (const float *)t.p + (int64_t)l0 * K, 4 * E, &S.pfull);
     }
 }
 
@@ -1432,14 +1459,16 @@ GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 /* A timing aid (build with -DAF_TRACE; bench_optim prints the phases): thread 0 of the first
  * 8 blocks records clock64() per tensor k < 32 (wide, K = 16) at 0 the loop's top, 1 the stage
  * in, 2 the stats done, 6 the partials in (warp 0), 7 their sums, 8 the trees, 9 lane 0's
- * scalars, 3 after the exchange's barrier, 4 its update done, 5 the stage handed back; thread
- * 32 at 11 its prologue done and 10 the partials in. */
-__device__ long long af_trace[8][32][12];
+ * scalars, 3 after the exchange's barrier, 4 its update done, 5 the stage handed back, 12 its
+ * partials gathered (warp 0), 13 pushed; thread 32 at 11 its prologue done and 10 the partials
+ * in. (The compiler may move the clock reads among nearby instructions.) */
+__device__ long long af_trace[8][32][14];
 #define AF_TR(j)                                                                                        \
     do {                                                                                                \
         if (WIDE && K == 16 && blockIdx.x < 8 && (tid == 0 || (tid == 32 && (j) >= 10)) && k < 32)      \
             af_trace[blockIdx.x][k][j] = clock64();                                                     \
     } while (0)
+
 extern "C" void ghc_k_automagic_trace(long long *out)
 {
     cudaMemcpyFromSymbol(out, af_trace, sizeof(af_trace));
@@ -1453,14 +1482,14 @@ extern "C" void ghc_k_automagic_trace(long long *out)
 template <int K, bool WIDE>
 static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P, const ghc_automagic_args a,
                                                              int32_t first, int32_t count, int32_t span,
-                                                             int32_t late)
+                                                             int32_t late, int32_t pbuf)
 {
     extern __shared__ __align__(16) unsigned char sm[];
     const uint32_t q = af_rank(), nc = af_nrank();
     const int cid = (int)(blockIdx.x / nc), ncl = (int)(gridDim.x / nc);
     const int nk = cid < count ? (count - cid + ncl - 1) / ncl : 0;   /* this cluster's tensors */
     constexpr int FC = AF_MAXW * 32, NS = AF_NS;
-    const af_layout lo = af_layout_of(K, span);
+    const af_layout lo = af_layout_of(K, span, pbuf != 0);
     af_small &S = *(af_small *)(sm + lo.small);
     float *const lrcb = (float *)(sm + lo.lrc), *const lfacb = (float *)(sm + lo.lfac);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_MAXW;
@@ -1471,6 +1500,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             af_bar_init(&S.done[b]);
             af_bar_init(&S.xb[b][0]);
             af_bar_init(&S.xb[b][1]);
+            if (b == 0)
+                af_bar_init(&S.pfull);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -1481,11 +1512,17 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             const int s = k % NS;
             if (k >= NS) {   /* tensor k - NS's results out, once computed; its stage then free */
                 af_bar_wait(&S.done[s], (uint32_t)((k - NS) / NS) & 1u);
+                /* first tensor k - 1's params (the buffer is free with k - 2 done): its update
+                 * comes before tensor k's stats */
+                if (pbuf && k - 1 < nk)
+                    af_fetch_par<K, WIDE>(q, sm, lo, (k - 1) % NS);
                 af_flush<K, WIDE>(q, sm, lo, s);
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             }
             if (k < nk)
-                af_fetch<K, WIDE>(P, P.fl[first + cid + k * ncl], q, sm, lo, s);
+                af_fetch<K, WIDE>(P, P.fl[first + cid + k * ncl], q, sm, lo, s, pbuf != 0);
+            if (pbuf && k == 0 && nk > 0)
+                af_fetch_par<K, WIDE>(q, sm, lo, 0);
         }
     } else {
         float *prev_aux = NULL;   /* exact mode: the previous tensor's aux and size, its lr sums pending */
@@ -1644,46 +1681,79 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
              * params (the mover prefetched them into L2) loaded now, in flight while the
              * partials cross the cluster */
             AF_TR(2);
-            const int r0 = WIDE && nl > 0 ? 4 * tid / nl : 0, c0 = WIDE && nl > 0 ? 4 * tid % nl : 0;
-            float *const p0 = (float *)t.p + (WIDE ? (int64_t)l0 + (int64_t)r0 * t.C + c0 : (int64_t)l0 * K + 4 * tid);
-            const float4 xfirst = 4 * tid < E ? __ldcg((const float4 *)p0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            int r0 = 0, c0 = 0;
+            float *p0 = NULL;
+            float4 xfirst = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            auto first_group = [&]() {   /* (warp 0: once its partials are pushed) */
+                r0 = WIDE && nl > 0 ? 4 * tid / nl : 0;
+                c0 = WIDE && nl > 0 ? 4 * tid % nl : 0;
+                p0 = (float *)t.p + (WIDE ? (int64_t)l0 + (int64_t)r0 * t.C + c0 : (int64_t)l0 * K + 4 * tid);
+                if (!pbuf && 4 * tid < E)
+                    xfirst = __ldcg((const float4 *)p0);
+            };
+            if (warp != 0)
+                first_group();
 
             /* 2. the partials to every block of the cluster (lane b to block b), then from all of
              * them in rank order: the short side's state and factors, the clipping divisor, and
              * (exact: no u can underflow to zero, so its sign is g's) the new int8 scale */
             constexpr int NX = (2 * K + 1 + AF_NEX + 3) / 4;   /* 16-byte pushes a block */
             if (warp == 0) {
-                /* the block's partials from the warps' (tall) and its extremes */
-                if (!WIDE)
+                /* the block's partials from the warps' (tall: the columns' in warp order, the
+                 * rows' states by a tree) and its extremes (lane w takes warp w's) */
+                if (!WIDE) {
                     for (int i = lane; i < 2 * K; i += 32) {
                         float sum = 0.0f;
+#pragma unroll
                         for (int w = 0; w < NW; w++)
                             sum = __fadd_rn(sum, S.part[w][i]);
                         S.xch[i] = sum;
                     }
-                if (!WIDE && lane == 0) {
-                    float sum = 0.0f;
-                    for (int w = 0; w < NW; w++)
-                        sum = __fadd_rn(sum, S.prs[w]);
-                    S.xch[2 * K] = sum;
+                    const float rs = ghc_warp_sum(lane < NW ? S.prs[lane] : 0.0f);
+                    if (lane == 0)
+                        S.xch[2 * K] = rs;
                 }
-                if (lane < AF_NEX) {
-                    uint32_t m = 0u;
-                    for (int w = 0; w < NW; w++)
-                        m = max(m, S.pex[w][lane]);
-                    S.xch[2 * K + 1 + lane] = __uint_as_float(m);
+                {
+                    uint32_t m[AF_NEX];
+#pragma unroll
+                    for (int v = 0; v < AF_NEX; v++) {
+                        m[v] = lane < NW ? S.pex[lane][v] : 0u;
+#pragma unroll
+                        for (int o = 16; o > 0; o /= 2)
+                            m[v] = max(m[v], __shfl_xor_sync(0xffffffffu, m[v], o));
+                    }
+#pragma unroll
+                    for (int v = 0; v < AF_NEX; v++)
+                        if (lane == v)
+                            S.xch[2 * K + 1 + v] = __uint_as_float(m[v]);
                 }
                 __syncwarp();
+                AF_TR(12);
                 if (lane == 0)
                     af_bar_expect(&S.xb[x][0], (uint32_t)(16 * NX) * nc);
-                for (int i = lane; i < NX * (int)nc; i += 32)   /* piece i / nc to block i % nc */
-                    af_push4(&S.rx[x][q][4 * (i / nc)], *(const float4 *)&S.xch[4 * (i / nc)], &S.xb[x][0],
-                             (uint32_t)i % nc);
+                if ((nc & (nc - 1u)) == 0u) {   /* piece i / nc to block i % nc: for a power of two up
+                                                   * to 16 a lane's block is the same in each of its steps */
+                    const uint32_t lg = (uint32_t)__ffs((int)nc) - 1u, rk = (uint32_t)lane & (nc - 1u);
+                    const uint32_t dst = af_map(&S.rx[x][q][0], rk), bar = af_map(&S.xb[x][0], rk);
+                    for (int i = lane; i < NX * (int)nc; i += 32) {
+                        const uint32_t pc = (uint32_t)i >> lg;
+                        af_push4a(dst + 16u * pc, *(const float4 *)&S.xch[4 * pc], bar);
+                    }
+                } else {
+                    for (int i = lane; i < NX * (int)nc; i += 32) {
+                        const uint32_t pc = (uint32_t)i / nc, rk = (uint32_t)i % nc;
+                        af_push4a(af_map(&S.rx[x][q][4 * pc], rk), *(const float4 *)&S.xch[4 * pc],
+                                  af_map(&S.xb[x][0], rk));
+                    }
+                }
+                AF_TR(13);
+                first_group();
                 const float sqn = (float)sqrt((double)t.n);
                 af_bar_wait(&S.xb[x][0], (uint32_t)(k >> 1) & 1u);
                 AF_TR(6);
                 float sv = 0.0f, sq = 0.0f, rsum = 0.0f;
                 uint32_t exv = 0u;
+#pragma unroll 4
                 for (int b = 0; b < (int)nc; b++) {
                     if (lane < K) {
                         sv = __fadd_rn(sv, S.rx[x][b][lane]);
@@ -1809,6 +1879,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             if (exact && q == 0 && tid == 32)
                 t.aux[0] = S.misc[2];
             AF_TR(3);
+            if (pbuf)   /* its params in */
+                af_bar_wait(&S.pfull, (uint32_t)k & 1u);
 
             /* 3. the update, 4 elements a lane (8 lanes a polarity word) */
             const float div = S.misc[0];
@@ -1821,9 +1893,12 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             float rdiv;
             asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rdiv) : "f"(div));   /* what the fast path starts from */
             rdiv = __fmaf_rn(rdiv, __fmaf_rn(-div, rdiv, 1.0f), rdiv);
-            auto update = [&](auto wdc, auto onec, auto codesc) {
-                /* WD: weight decay; ONE: div == 1; CODES: the new codes written here (exact) */
-                constexpr bool WD = decltype(wdc)::value, ONE = decltype(onec)::value, CODES = decltype(codesc)::value;
+            /* WD: weight decay; ONE: div == 1 (uniform branches: one update loop a kind of
+             * codes, the kernel's code small enough for the instruction caches) */
+            const bool WD = a.weight_decay != 0.0f, ONE = div == 1.0f;
+            auto update = [&](auto codesc) {
+                /* CODES: the new codes written here (exact) */
+                constexpr bool CODES = decltype(codesc)::value;
                 /* the group's row r and column c of the slice (wide) and params pp, from the
                  * first (r0, c0, p0); per step of 4 FC elements dr rows and dc columns further
                  * (one row more where the columns wrap) */
@@ -1834,8 +1909,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 float *pp = p0;
                 const int64_t d1 = WIDE ? (int64_t)dr * t.C + dc : 4 * FC, d2 = d1 + t.C - nl;
                 float4 xn = xfirst;
+                const float *par = (const float *)(sm + lo.par);
                 for (int i0 = 4 * tid; i0 < E; i0 += 4 * FC) {   /* E is a multiple of 128: whole warps */
-                    float4 *pg = (float4 *)pp, xv = xn;   /* the params from L2, one group ahead */
+                    /* the params from shared memory (pbuf) or L2, one group ahead */
+                    float4 *pg = (float4 *)pp, xv = pbuf ? *(const float4 *)(par + i0) : xn;
                     float rf, cf[4];
                     if (WIDE) {
                         rf = S.sfac[r];
@@ -1855,7 +1932,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                         cf[0] = f.x, cf[1] = f.y, cf[2] = f.z, cf[3] = f.w;
                         pp += d1;
                     }
-                    if (i0 + 4 * FC < E)
+                    if (!pbuf && i0 + 4 * FC < E)
                         xn = __ldcg((const float4 *)pp);
                     const float4 gv = *(const float4 *)(g + i0);
                     const float ge[4] = { gv.x, gv.y, gv.z, gv.w };
@@ -1904,16 +1981,10 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     am_bits4(nu, sb & 0xfu, i0, pol, agr, true);   /* polarity, agreement */
                 }
             };
-            auto update2 = [&](auto wdc, auto onec) {
-                if (exact)
-                    update(wdc, onec, std::true_type());
-                else
-                    update(wdc, onec, std::false_type());
-            };
-            if (a.weight_decay != 0.0f)
-                div == 1.0f ? update2(std::true_type(), std::true_type()) : update2(std::true_type(), std::false_type());
+            if (exact)
+                update(std::true_type());
             else
-                div == 1.0f ? update2(std::false_type(), std::true_type()) : update2(std::false_type(), std::false_type());
+                update(std::false_type());
             AF_TR(4);
             lr_sum = ghc_warp_sum(lr_sum);   /* the warps' lr max and sum */
             for (int o = 16; o > 0; o /= 2)
@@ -1928,12 +1999,11 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
              * partials), so they go after the stage is handed back; else now: the new scale
              * (the cluster's max lr: exact in any order), the mean lr (rank order), then the
              * codes */
-            auto push_lr = [&]() {
-                float mx = 0.0f, sum = 0.0f;
-                for (int w = 0; w < NW; w++) {
-                    mx = fmaxf(mx, S.plr[w][0]);
-                    sum = __fadd_rn(sum, S.plr[w][1]);
-                }
+            auto push_lr = [&]() {   /* (lane w takes warp w's; the sum by a tree) */
+                float mx = lane < NW ? S.plr[lane][0] : 0.0f;
+                const float sum = ghc_warp_sum(lane < NW ? S.plr[lane][1] : 0.0f);
+                for (int o = 16; o > 0; o /= 2)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
                 if (lane == 0)
                     af_bar_expect(&S.xb[x][1], 8u * nc);
                 if (lane < (int)nc)
@@ -1997,6 +2067,7 @@ struct am_plan {
     struct group {
         int32_t  K, wide, nc, first, count;   /* d.fl[first ..] */
         int32_t  span, ncl;                   /* the largest span; clusters resident (launched) */
+        int32_t  pbuf;                        /* the params through shared memory (af_layout::par) */
         uint32_t smem;
     };
     std::vector<group>   fused;   /* the launches of k_am_fused */
@@ -2018,6 +2089,7 @@ static struct {
     bool         made;
 } g_af_st[64];
 static bool g_af_serial = getenv("GHC_AUTOMAGIC_SERIAL") != NULL;   /* (measurement) */
+
 
 static cudaError_t af_streams(int dev)
 {
@@ -2045,7 +2117,7 @@ static void am_magic(int64_t d, uint32_t *m, int32_t *l)
     *m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << k) - (uint64_t)d)) / (uint64_t)d + 1);
 }
 
-typedef void (*af_fn)(const am_plan_dev, const ghc_automagic_args, int32_t, int32_t, int32_t, int32_t);
+typedef void (*af_fn)(const am_plan_dev, const ghc_automagic_args, int32_t, int32_t, int32_t, int32_t, int32_t);
 
 static af_fn af_kernel(int K, bool wide)
 {
@@ -2138,7 +2210,7 @@ static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
     for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
         int sp = (L + nc - 1) / nc;
         sp = (sp + unit - 1) / unit * unit;
-        if (af_layout_of(K, sp).bytes <= (uint32_t)g_af_dev[dev].optin) {
+        if (af_layout_of(K, sp, false).bytes <= (uint32_t)g_af_dev[dev].optin) {
             *span = sp;
             return nc;
         }
@@ -2314,7 +2386,7 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
             seen = seen || (g.K == t.thin && g.wide == t.wide && g.nc == t.fused);
         if (seen)
             continue;
-        am_plan::group g = { t.thin, t.wide, t.fused, nfl, 0, 0, 0, 0 };
+        am_plan::group g = { t.thin, t.wide, t.fused, nfl, 0, 0, 0, 0, 0 };
         for (int32_t j = i; j < n; j++) {
             const am_desc &u = d[(size_t)j];
             if (u.fused == g.nc && u.thin == g.K && u.wide == g.wide) {
@@ -2323,7 +2395,9 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
                 g.span = std::max(g.span, u.span);
             }
         }
-        g.smem = af_layout_of(g.K, g.span).bytes;
+        /* the params through shared memory too where they fit */
+        g.pbuf = af_layout_of(g.K, g.span, true).bytes <= (uint32_t)g_af_dev[dev].optin;
+        g.smem = af_layout_of(g.K, g.span, g.pbuf).bytes;
         cudaLaunchAttribute at;
         const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)g.nc, g.smem, s);
         int act = 0;
@@ -2395,7 +2469,8 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
             GHC_K_TRY(cudaStreamWaitEvent(gs, g_af_st[dev].fork, 0));
         cudaLaunchAttribute at;
         const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)(g.ncl * g.nc), g.smem, gs);
-        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late));
+        GHC_K_TRY(cudaLaunchKernelEx(&cfg, af_kernel(g.K, g.wide), p->d, *args, g.first, g.count, g.span, g_af_late,
+                                     g.pbuf));
         if (gs != s) {
             GHC_K_TRY(cudaEventRecord(g_af_st[dev].join[i - 1], gs));
             GHC_K_TRY(cudaStreamWaitEvent(s, g_af_st[dev].join[i - 1], 0));
