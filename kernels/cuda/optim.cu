@@ -1114,7 +1114,8 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * mover brings a tensor's g, codes, polarity words and long-side state in by bulk copies (the
  * tensor memory accelerator: every byte in flight at once, no registers held) into one of two
  * stages while the compute warps work on the other, and sends the finished stage's results back
- * the same way; the params go through registers (prefetched into L2). The compute warps: the
+ * the same way; the params come in by bulk copies too, into one buffer of their own, where it
+ * fits in shared memory (pbuf), else through registers (prefetched into L2). The compute warps: the
  * long side's state (complete in the block) and the short side's partials, pushed to every
  * block of the cluster (st.async into their shared memory; summed in rank order:
  * deterministic); then every block alike the short side's state and the clipping divisor; the
@@ -1327,8 +1328,9 @@ GHC_D void af_slice(const am_desc &t, bool wide, uint32_t q, int *l0, int *nl)
 
 /* The mover's lanes: tensor ti's table entry and old int8 scale into stage s's slots, then the
  * bulk loads of block q's slice into stage s (for a wide tensor a lane a row): g, codes,
- * polarity, the long side's state and the short side's old state, on barrier full[s]; and the
- * slice's params into L2 (the update reads them into registers). */
+ * polarity, the long side's state and the short side's old state, on barrier full[s]; and,
+ * without the params' buffer (pb false), the slice's params into L2 (the update reads them into
+ * registers). */
 template <int K, bool WIDE>
 GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char *sm, const af_layout &lo, int s,
                     bool pb)
@@ -1391,17 +1393,33 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
     }
 }
 
+/* What the mover works on for the tensor in stage s: the block's small part, the tensor's
+ * table entry and block q's slice of it. */
+struct af_mslice {
+    af_small      *S;
+    const am_desc *t;
+    int            l0, nl;
+};
+
+GHC_D af_mslice af_mover_slice(uint32_t q, unsigned char *sm, const af_layout &lo, int s, bool wide)
+{
+    af_mslice m;
+    m.S = (af_small *)(sm + lo.small);
+    m.t = &m.S->desc[s];
+    af_slice(*m.t, wide, q, &m.l0, &m.nl);
+    return m;
+}
+
 /* The mover's lanes: the params of block q's slice of the tensor in stage s into the params'
  * buffer (for a wide tensor a lane a row), on barrier pfull. */
 template <int K, bool WIDE>
 GHC_D void af_fetch_par(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 {
     const int lane = threadIdx.x % 32;
-    af_small &S = *(af_small *)(sm + lo.small);
-    const am_desc &t = S.desc[s];
-    int l0, nl;
-    af_slice(t, WIDE, q, &l0, &nl);
-    const int E = nl * K;
+    const af_mslice m = af_mover_slice(q, sm, lo, s, WIDE);
+    af_small &S = *m.S;
+    const am_desc &t = *m.t;
+    const int l0 = m.l0, nl = m.nl, E = nl * K;
     float *par = (float *)(sm + lo.par);
     if (lane == 0)
         af_bar_expect(&S.pfull, (uint32_t)(4 * E));
@@ -1420,10 +1438,9 @@ template <int K, bool WIDE>
 GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 {
     const int lane = threadIdx.x % 32;
-    af_small &S = *(af_small *)(sm + lo.small);
-    const am_desc &t = S.desc[s];
-    int l0, nl;
-    af_slice(t, WIDE, q, &l0, &nl);
+    const af_mslice m = af_mover_slice(q, sm, lo, s, WIDE);
+    const am_desc &t = *m.t;
+    const int l0 = m.l0, nl = m.nl;
     if (nl == 0)
         return;
     const int E = nl * K;
