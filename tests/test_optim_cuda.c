@@ -65,10 +65,18 @@ static const int64_t fu_shape[FU_N][3] = { { 1, 16, 3000 }, { 1, 3000, 16 }, { 1
  * (fu_run, below). */
 static int64_t fu_many[FU_MAX][3];
 
-/* the list fu_run takes: its shapes, how many, and whether all are f32 with int8 masks */
-static const int64_t (*fu_sh)[3] = fu_shape;
-static int  fu_n = FU_N;
-static bool fu_plain;
+/* A list fu_run takes: its shapes, how many, whether all are f32 with int8 masks (else bf16
+ * params, grads and an f32 mask on some), and the wide and the tall tensor in which u
+ * underflows at step 3. */
+struct fu_spec {
+    const int64_t (*shape)[3];
+    int  n;
+    bool plain;
+    int  under_wide, under_tall;
+};
+
+static const struct fu_spec fu_kinds = { fu_shape, FU_N, false, 16, 18 };
+static const struct fu_spec fu_many_spec = { (const int64_t (*)[3])fu_many, FU_MAX, true, 0, 35 };
 
 /* A tensor of dtype dt on `dev` holding v (f32 values; raw bytes for U8 and I32). */
 static ghc_tensor_t *fu_tensor(ghc_core_t *core, int dev, enum ghc_dtype dt, int ndim, const int64_t *shape,
@@ -97,11 +105,12 @@ static ghc_tensor_t *fu_tensor(ghc_core_t *core, int dev, enum ghc_dtype dt, int
 
 /* The list on `dev` (the same values on either): bf16 params on some, an f32 mask on one, random
  * codes, polarity and second moments. */
-static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
+static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts, const struct fu_spec *L)
 {
-    for (int i = 0; i < fu_n; i++) {
-        const bool fact = fu_sh[i][0] != 0, m8 = fu_plain || i != 9;
-        const int64_t B = fact ? fu_sh[i][0] : 1, R = fu_sh[i][1], C = fu_sh[i][2], n = B * R * C;
+    const int64_t (*sh)[3] = L->shape;
+    for (int i = 0; i < L->n; i++) {
+        const bool fact = sh[i][0] != 0, m8 = L->plain || i != 9;
+        const int64_t B = fact ? sh[i][0] : 1, R = sh[i][1], C = sh[i][2], n = B * R * C;
         const int64_t shape[3] = { B, R, C }, words = (n + 31) / 32, two = 2;
         const int nd = fact ? (B > 1 ? 3 : 2) : 1;
         const int64_t rows[2] = { B, R }, cols[2] = { B, C };
@@ -111,7 +120,7 @@ static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
         srand(17u + (unsigned)i);
         for (int64_t e = 0; e < n; e++)
             v[e] = (float)(rand() % 2001 - 1000) * 1e-4f;
-        ts[i].param = fu_tensor(core, dev, i % 4 == 1 && !fu_plain ? GHC_DTYPE_BF16 : GHC_DTYPE_F32, nd, fact ? shape + 3 - nd : &n, v);
+        ts[i].param = fu_tensor(core, dev, i % 4 == 1 && !L->plain ? GHC_DTYPE_BF16 : GHC_DTYPE_F32, nd, fact ? shape + 3 - nd : &n, v);
         for (int64_t e = 0; e < n; e++)   /* second moments: positive */
             v[e] = (float)(rand() % 1000 + 1) * 1e-9f;
         ts[i].state[0] = fact ? fu_tensor(core, dev, GHC_DTYPE_F32, nd - 1, B > 1 ? rows : rows + 1, v)
@@ -141,9 +150,9 @@ static void fu_list(ghc_core_t *core, int dev, struct ghc_optim_tensor *ts)
     }
 }
 
-static void fu_free(struct ghc_optim_tensor *ts)
+static void fu_free(struct ghc_optim_tensor *ts, int n)
 {
-    for (int i = 0; i < fu_n; i++) {
+    for (int i = 0; i < n; i++) {
         ghc_tensor_free(ts[i].param);
         for (int k = 0; k < 6; k++)
             ghc_tensor_free(ts[i].state[k]);
@@ -187,8 +196,10 @@ static void fu_check(ghc_core_t *core, ghc_tensor_t *got_t, ghc_tensor_t *want_t
  * fused: with the thin tensors' clusters (1, the default; 2: the clusters taking the new int8
  * scale after the update, as they do where a u underflows) or every tensor in the separate
  * passes (0). */
-static void fu_run(int fused, int steps)
+static void fu_run(const struct fu_spec *L, int fused, int steps)
 {
+    const int64_t (*sh)[3] = L->shape;
+    const int nt = L->n;
     ghc_k_automagic_fused(fused);
     fu_mode = fused;
     ghc_core_t *core = oc_core("");
@@ -198,30 +209,30 @@ static void fu_run(int fused, int steps)
     ghc_tensor_t *gdg[FU_MAX] = { 0 }, *cpg[FU_MAX] = { 0 };   /* their grads */
     memset(gd, 0, sizeof(gd));
     memset(cp, 0, sizeof(cp));
-    fu_list(core, 0, gd);
-    fu_list(core, GHC_DEVICE_CPU, cp);
+    fu_list(core, 0, gd, L);
+    fu_list(core, GHC_DEVICE_CPU, cp, L);
     const struct ghc_automagic_args am = { 0.999f, 0.001f, 1e-30f, 1.0f, 1e-5f, 1e-6f, 2e-4f, 0.01f };
     for (int step = 0; step < steps; step++) {
-        for (int i = 0; i < fu_n; i++) {
-            const int64_t R = fu_sh[i][1], C = fu_sh[i][2], n = (fu_sh[i][0] ? fu_sh[i][0] : 1) * R * C;
+        for (int i = 0; i < nt; i++) {
+            const int64_t R = sh[i][1], C = sh[i][2], n = (sh[i][0] ? sh[i][0] : 1) * R * C;
             float *g = malloc((size_t)n * sizeof(float));
             ck_assert_ptr_nonnull(g);
             srand(1000u * (unsigned)step + (unsigned)i);
             for (int64_t e = 0; e < n; e++)
                 g[e] = rand() % 7 == 0 ? 0.0f : (float)(rand() % 2001 - 1000) * 1e-6f;
             /* u underflowing to zero (the clusters' fallback): a huge and a tiny g in columns of
-             * A [16, 5120] and rows of B [13824, 16] (fu_many: [5120, 16]) */
-            if (step == 3 && (fu_sh == fu_shape ? i == 16 : i == 0))
+             * a wide tensor (A [16, 5120]) and in rows of a tall one (B [13824, 16] or [5120, 16]) */
+            if (step == 3 && i == L->under_wide)
                 for (int64_t c = 0; c < C; c += 97) {
                     g[c] = 1e12f;
                     g[C + c] = 1e-40f;
                 }
-            if (step == 3 && (fu_sh == fu_shape ? i == 18 : i == 35))
+            if (step == 3 && i == L->under_tall)
                 for (int64_t r = 0; r < R; r += 89) {
                     g[16 * r] = -1e12f;
                     g[16 * r + 1] = 1e-40f;
                 }
-            const enum ghc_dtype gt = i % 5 == 2 && !fu_plain ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+            const enum ghc_dtype gt = i % 5 == 2 && !L->plain ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
             ghc_tensor_free(gdg[i]);
             ghc_tensor_free(cpg[i]);
             gd[i].grad = gdg[i] = fu_tensor(core, 0, gt, 1, &n, g);
@@ -229,10 +240,10 @@ static void fu_run(int fused, int steps)
             gd[i].rng.offset = cp[i].rng.offset = 1000 * (uint64_t)i + 7 * (uint64_t)step;
             free(g);
         }
-        ck_assert_msg(ghc_op_automagic(gd, fu_n, &am, NULL) == 0, "cuda: %s", ghc_error_message(core));
-        ck_assert_msg(ghc_op_automagic(cp, fu_n, &am, NULL) == 0, "cpu: %s", ghc_error_message(core));
+        ck_assert_msg(ghc_op_automagic(gd, nt, &am, NULL) == 0, "cuda: %s", ghc_error_message(core));
+        ck_assert_msg(ghc_op_automagic(cp, nt, &am, NULL) == 0, "cpu: %s", ghc_error_message(core));
         ck_assert_int_eq(ghc_op_sync(core, 0, NULL), 0);
-        for (int i = 0; i < fu_n; i++) {
+        for (int i = 0; i < nt; i++) {
             const bool bf = ghc_tensor_dtype(gd[i].param) == GHC_DTYPE_BF16;
             fu_check(core, gd[i].param, cp[i].param, bf ? 8e-3 : 2e-6, bf ? 1e-2 : 1e-3, i, step, "param");
             fu_check(core, gd[i].state[0], cp[i].state[0], 1e-5, 0.0, i, step, what[0]);
@@ -243,9 +254,9 @@ static void fu_run(int fused, int steps)
             fu_check(core, gd[i].state[5], cp[i].state[5], -1, 0.0, i, step, what[5]);
         }
     }
-    fu_free(gd);
-    fu_free(cp);
-    for (int i = 0; i < fu_n; i++) {
+    fu_free(gd, nt);
+    fu_free(cp, nt);
+    for (int i = 0; i < nt; i++) {
         ghc_tensor_free(gdg[i]);
         ghc_tensor_free(cpg[i]);
     }
@@ -255,9 +266,9 @@ static void fu_run(int fused, int steps)
 
 START_TEST(automagic_shapes_cuda)
 {
-    fu_run(1, 6);
-    fu_run(2, 6);
-    fu_run(0, 6);
+    fu_run(&fu_kinds, 1, 6);
+    fu_run(&fu_kinds, 2, 6);
+    fu_run(&fu_kinds, 0, 6);
 }
 END_TEST
 
@@ -271,14 +282,8 @@ START_TEST(automagic_many_cuda)
         fu_many[i][1] = i < 20 ? 16 : 5120;
         fu_many[i][2] = i < 20 ? 5120 : 16;
     }
-    fu_sh = (const int64_t (*)[3])fu_many;
-    fu_n = FU_MAX;
-    fu_plain = true;
-    fu_run(1, 5);
-    fu_run(2, 4);
-    fu_sh = fu_shape;
-    fu_n = FU_N;
-    fu_plain = false;
+    fu_run(&fu_many_spec, 1, 5);
+    fu_run(&fu_many_spec, 2, 4);
 }
 END_TEST
 

@@ -1485,7 +1485,6 @@ __device__ long long af_trace[8][32][14];
         if (WIDE && K == 16 && blockIdx.x < 8 && (tid == 0 || (tid == 32 && (j) >= 10)) && k < 32)      \
             af_trace[blockIdx.x][k][j] = clock64();                                                     \
     } while (0)
-
 extern "C" void ghc_k_automagic_trace(long long *out)
 {
     cudaMemcpyFromSymbol(out, af_trace, sizeof(af_trace));
@@ -1694,9 +1693,9 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                     S.pex[warp][v] = ex[v];
             af_csync();
 
-            /* this thread's first group of the update: row r0, column c0 of the slice (wide), its
-             * params (the mover prefetched them into L2) loaded now, in flight while the
-             * partials cross the cluster */
+            /* this thread's first group of the update: row r0, column c0 of the slice (wide) and,
+             * without the params' buffer, its params (the mover prefetched them into L2) loaded
+             * now, in flight while the partials cross the cluster (warp 0: after its pushes) */
             AF_TR(2);
             int r0 = 0, c0 = 0;
             float *p0 = NULL;
@@ -1711,7 +1710,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             if (warp != 0)
                 first_group();
 
-            /* 2. the partials to every block of the cluster (lane b to block b), then from all of
+            /* 2. the partials to every block of the cluster, then from all of
              * them in rank order: the short side's state and factors, the clipping divisor, and
              * (exact: no u can underflow to zero, so its sign is g's) the new int8 scale */
             constexpr int NX = (2 * K + 1 + AF_NEX + 3) / 4;   /* 16-byte pushes a block */
@@ -1748,19 +1747,13 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                 AF_TR(12);
                 if (lane == 0)
                     af_bar_expect(&S.xb[x][0], (uint32_t)(16 * NX) * nc);
-                if ((nc & (nc - 1u)) == 0u) {   /* piece i / nc to block i % nc: for a power of two up
-                                                   * to 16 a lane's block is the same in each of its steps */
+                {   /* piece i / nc to block i % nc: nc is a power of two up to 16 (af_fit), so a
+                     * lane's block is the same in each of its steps */
                     const uint32_t lg = (uint32_t)__ffs((int)nc) - 1u, rk = (uint32_t)lane & (nc - 1u);
                     const uint32_t dst = af_map(&S.rx[x][q][0], rk), bar = af_map(&S.xb[x][0], rk);
                     for (int i = lane; i < NX * (int)nc; i += 32) {
                         const uint32_t pc = (uint32_t)i >> lg;
                         af_push4a(dst + 16u * pc, *(const float4 *)&S.xch[4 * pc], bar);
-                    }
-                } else {
-                    for (int i = lane; i < NX * (int)nc; i += 32) {
-                        const uint32_t pc = (uint32_t)i / nc, rk = (uint32_t)i % nc;
-                        af_push4a(af_map(&S.rx[x][q][4 * pc], rk), *(const float4 *)&S.xch[4 * pc],
-                                  af_map(&S.xb[x][0], rk));
                     }
                 }
                 AF_TR(13);
@@ -1910,9 +1903,9 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             float rdiv;
             asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rdiv) : "f"(div));   /* what the fast path starts from */
             rdiv = __fmaf_rn(rdiv, __fmaf_rn(-div, rdiv, 1.0f), rdiv);
-            /* WD: weight decay; ONE: div == 1 (uniform branches: one update loop a kind of
-             * codes, the kernel's code small enough for the instruction caches) */
-            const bool WD = a.weight_decay != 0.0f, ONE = div == 1.0f;
+            /* wd: weight decay; one: div == 1 (uniform branches, not template arguments: one
+             * update loop a kind of codes, 83 KB of code a kernel rather than 105) */
+            const bool wd = a.weight_decay != 0.0f, one = div == 1.0f;
             auto update = [&](auto codesc) {
                 /* CODES: the new codes written here (exact) */
                 constexpr bool CODES = decltype(codesc)::value;
@@ -1958,13 +1951,13 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         u[e] = v[e] = __fmul_rn(__fmul_rn(rf, cf[e]), ge[e]);
-                        if (!ONE) {
+                        if (!one) {
                             slow = slow || (__float_as_uint(v[e]) & 0x7fffffffu) - 0x21800000u >= 0x3c000000u;
                             const float q0 = __fmaf_rn(v[e], rdiv, 0.0f);
                             u[e] = __fmaf_rn(rdiv, __fmaf_rn(-div, q0, v[e]), q0);
                         }
                     }
-                    if (!ONE && (slow || !dfast))
+                    if (!one && (slow || !dfast))
 #pragma unroll
                         for (int e = 0; e < 4; e++)
                             u[e] = v[e] == 0.0f ? v[e] : __fdiv_rn(v[e], div);
@@ -1987,7 +1980,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
                             lr_max = fmaxf(lr_max, fabsf(l));
                         lr_sum = __fadd_rn(lr_sum, l);
                         float xx = xe[e];
-                        if (WD)
+                        if (wd)
                             xx = __fadd_rn(xx, __fmul_rn(__fmul_rn(xx, -a.weight_decay), l));
                         xe[e] = __fadd_rn(xx, -__fmul_rn(u[e], l));
                     }
@@ -2106,7 +2099,6 @@ static struct {
     bool         made;
 } g_af_st[64];
 static bool g_af_serial = getenv("GHC_AUTOMAGIC_SERIAL") != NULL;   /* (measurement) */
-
 
 static cudaError_t af_streams(int dev)
 {
