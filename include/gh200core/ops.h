@@ -286,7 +286,8 @@ GHC_API int ghc_op_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct gh
  *   state[2]: the lr mask: U8 int8 codes (non-negative, scale in state[3][0]) or f32 values
  *   state[3]: f32 [2]: the int8 mask's scale (read and written), mean of the new lr (written)
  *   state[4]: last polarity, I32 [ceil(N / 32)] bit words (bit i % 32 of word i / 32)
- *   state[5]: scratch, I32 [ceil(N / 32)] (agreement bits between the passes)
+ *   state[5]: scratch, I32 [ceil(N / 32)] (agreement bits between the passes; where one CUDA
+ *             kernel steps a tensor whole, it keeps them on chip and leaves this as it was)
  * The means and norms accumulate in f64 on the CPU and in f32 tree order on the GPU (both
  * deterministic). min_lr must be >= 0. */
 struct ghc_automagic_args {

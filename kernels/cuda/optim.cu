@@ -1126,10 +1126,11 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * then takes each lr and new code from the tables and writes the codes. Where a u could
  * underflow (a bound from the smallest |g| and factors says so), the cluster takes the scale
  * from the lr max the update pushes and writes the codes after it (the fallback). So g is read
- * once from HBM and every byte moves once: the counted 14.25 B a param plus the agreement bits.
- * The clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
- * resident). Per element the arithmetic is the flat passes' (the same bits for masks, polarity
- * and agreement; the sums in another fixed order). */
+ * once from HBM and every byte of state moves once: 14.25 B a param and the long side's state
+ * (the agreement bits, scratch, stay in shared memory: state[5] is left as it was). The
+ * clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
+ * resident). Per element the arithmetic is the flat passes' (the same bits for masks and
+ * polarity; the sums in another fixed order). */
 #define AF_MAXW  23    /* compute warps a block (H100, bench_optim, once: 16 warps 0.62 ms, 20 0.605, 23 0.600) */
 #define AF_T     (32 * AF_MAXW + 32)   /* with the mover warp: one block an SM (at most 85 registers) */
 #define AF_NS    2     /* stages (one tensor each; the exchange's prologue takes the next tensor's, the other one) */
@@ -1433,7 +1434,8 @@ GHC_D void af_fetch_par(uint32_t q, unsigned char *sm, const af_layout &lo, int 
     }
 }
 
-/* The mover's lanes: stage s's results out (codes, polarity, agreement, the long side's state). */
+/* The mover's lanes: stage s's results out (codes, polarity, the long side's state; the
+ * agreement bits are scratch, used in the stage only: they stay there). */
 template <int K, bool WIDE>
 GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 {
@@ -1448,13 +1450,12 @@ GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
     const af_stage sl = af_stage_at(sm, lo, s);
     const float *lst = sl.lst;
     const uint8_t *mq = sl.mq;
-    const uint32_t *pol = sl.pol, *agr = sl.agr;
+    const uint32_t *pol = sl.pol;
     if (WIDE) {
         if (lane < K) {
             const int r = lane;
             af_store((uint8_t *)t.mask + r * C + l0, mq + r * nl, nl);
             af_store(t.pol + (r * C + l0) / 32, pol + r * nl / 32, nl / 8);
-            af_store(t.agree + (r * C + l0) / 32, agr + r * nl / 32, nl / 8);
         }
         if (lane == K % 32)
             af_store(t.s1 + l0, lst, 4 * nl);
@@ -1465,8 +1466,6 @@ GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
         else if (lane == 1)
             af_store(t.pol + e0 / 32, pol, E / 8);
         else if (lane == 2)
-            af_store(t.agree + e0 / 32, agr, E / 8);
-        else if (lane == 3)
             af_store(t.s0 + l0, lst, 4 * nl);
     }
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
