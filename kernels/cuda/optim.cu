@@ -1131,7 +1131,7 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
  * clusters are persistent: cluster c steps tensors c, c + ncl, ... of its launch (ncl
  * resident). Per element the arithmetic is the flat passes' (the same bits for masks and
  * polarity; the sums in another fixed order). */
-#define AF_MAXW  23    /* compute warps a block (H100, bench_optim, once: 16 warps 0.62 ms, 20 0.605, 23 0.600) */
+#define AF_MAXW  23    /* compute warps a block (H100, bench_optim, once: 16 warps 0.62 ms, 20 0.605, 23 0.600; later, 24: 0.571 against 0.532) */
 #define AF_T     (32 * AF_MAXW + 32)   /* with the mover warp: one block an SM (at most 85 registers) */
 #define AF_NS    2     /* stages (one tensor each; the exchange's prologue takes the next tensor's, the other one) */
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
@@ -1305,6 +1305,12 @@ GHC_D void af_push2(float *dst, float x, float y, unsigned long long *bar, uint3
                  : "memory");
 }
 
+/* bytes (a multiple of 16, 16-byte aligned) at global p into L2 */
+GHC_D void af_l2(const void *p, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 /* Stage s's slices of a block: g, the long side's state, the codes, polarity and agreement. */
 struct af_stage {
     float    *g, *lst;
@@ -1368,9 +1374,7 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
             af_load(mq + r * nl, (const uint8_t *)t.mask + r * C + l0, nl, bar);
             af_load(pol + r * nl / 32, t.pol + (r * C + l0) / 32, nl / 8, bar);
             if (!pb)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + r * C + l0),
-                             "r"(4 * nl)
-                             : "memory");
+                af_l2((const float *)t.p + r * C + l0, 4 * nl);
         }
         if (lane == K % 32) {
             af_load(lst, t.s1 + l0, 4 * nl, bar);
@@ -1389,9 +1393,34 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
         else if (lane == 4)
             af_load(S.sold[s], t.s1, 4 * K, bar);
         else if (lane == 5 && !pb)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const float *)t.p + e0), "r"(4 * E)
-                         : "memory");
+            af_l2((const float *)t.p + e0, 4 * E);
     }
+}
+
+/* The mover's lanes 0 to 3: block q's slice of tall tensor ti (its g, codes, params and
+ * polarity: four contiguous ranges) into L2, issued with the stage before it, so that its own
+ * bulk loads a stage later find it there. (H100, bench_optim: B [5120, 16] alone 0.191 ms
+ * against 0.196, all kinds 0.527 to 0.531 against 0.533 to 0.534; for the wide tensors, a
+ * lane a row, 64 ranges a slice, and for the tall ones without the params' buffer it was
+ * slower.) */
+template <int K>
+GHC_D void af_prefetch_tall(const am_plan_dev &P, int32_t ti, uint32_t q)
+{
+    const int lane = threadIdx.x % 32;
+    const am_desc *d = P.t + ti;
+    const int l0 = (int)q * d->span, nl = max(0, min(d->span, d->R - l0));
+    const int64_t e0 = (int64_t)l0 * K;
+    const uint32_t E = (uint32_t)(nl * K);
+    if (nl == 0)
+        return;
+    if (lane == 0)
+        af_l2((const float *)d->g + e0, 4 * E);
+    else if (lane == 1)
+        af_l2((const uint8_t *)d->mask + e0, E);
+    else if (lane == 2)
+        af_l2((const float *)d->p + e0, 4 * E);
+    else if (lane == 3)
+        af_l2(d->pol + e0 / 32, E / 8);
 }
 
 /* What the mover works on for the tensor in stage s: the block's small part, the tensor's
@@ -1536,6 +1565,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             }
             if (k < nk)
                 af_fetch<K, WIDE>(P, P.fl[first + cid + k * ncl], q, sm, lo, s, pbuf != 0);
+            if (!WIDE && pbuf && k + 1 < nk)   /* (tall with the params' buffer: see af_prefetch_tall) */
+                af_prefetch_tall<K>(P, P.fl[first + cid + (k + 1) * ncl], q);
             if (pbuf && k == 0 && nk > 0)
                 af_fetch_par<K, WIDE>(q, sm, lo, 0);
         }
