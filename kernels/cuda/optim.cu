@@ -1136,22 +1136,26 @@ static __global__ void __launch_bounds__(AM_T) k_am_mask(const am_plan_dev P, co
 #define AF_NS    2     /* stages (one tensor each; the exchange's prologue takes the next tensor's, the other one) */
 #define AF_MAXNC 16    /* blocks a cluster (more than 8: a non-portable size) */
 #define AF_NEX   3     /* the extremes a block sends with its partials (k_am_fused, 1.) */
-#define AF_XW    72    /* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
 
-/* What a block keeps besides the tensor's slices. */
+/* floats a block's partials take in a receiver's slot: 2 K + 1 + AF_NEX, in 16-byte stores */
+static constexpr int af_xw(int K) { return (2 * K + 1 + AF_NEX + 3) / 4 * 4; }
+
+/* What a block keeps besides the tensor's slices (sized for the short side K: B [13824, 16]
+ * takes its params through shared memory only so). */
+template <int K>
 struct af_small {
     __align__(16) float sfac[32];       /* the short side's update factors (read as float4) */
     float sold[2][32];                  /* [stage] the short side's old state (by bulk copy) */
-    __align__(16) float rx[2][AF_MAXNC][AF_XW];   /* [k % 2][block] the blocks' partials, pushed */
+    __align__(16) float rx[2][AF_MAXNC][af_xw(K)];   /* [k % 2][block] the blocks' partials, pushed */
     float rl[2][AF_MAXNC][2];           /* [k % 2][block] the blocks' lr max and sum, pushed */
     am_desc desc[2];                    /* [stage] the tensor's table entry (the mover's copy) */
     float oscale[2];                    /* [stage] its old int8 scale */
     float misc[3];                      /* div, exact (1) or not (0), new scale */
-    float part[AF_MAXW][64];            /* tall: the warps' column partials */
+    float part[AF_MAXW][2 * K];         /* tall: the warps' column partials */
     uint32_t pex[AF_MAXW][AF_NEX];      /* the warps' extremes */
     float prs[AF_MAXW];                 /* tall: the warps' sums of their rows' states */
     float plr[AF_MAXW][2];              /* the warps' lr max and sum (the update) */
-    __align__(16) float xch[AF_XW];     /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall), then the AF_NEX extremes */
+    __align__(16) float xch[af_xw(K)];  /* this block's partials: [2 K] sums of v and of g^2 / state, [2 K] its rows' sum (tall), then the AF_NEX extremes */
     float2 lc[2][512];                  /* [k % 2] the new lr (x) and new code (y, its bits) of (agreement, old code) */
     int32_t pre[2];                     /* [k % 2] k: tensor k's lr table and columns were made during k - 1's exchange */
     int32_t pf;                         /* the next tensor is in (the prologue's test) */
@@ -1168,8 +1172,15 @@ struct af_layout {
     uint32_t g, stage, mask, pol, agree, lst, lrc, lfac, par, small, bytes;
 };
 
-/* Where a block's pieces lie in its dynamic shared memory (at most span long-side lines of K). */
-static __host__ __device__ inline af_layout af_layout_of(int K, int span, bool pbuf)
+static __host__ __device__ inline uint32_t af_small_bytes(int K)
+{
+    return K == 4 ? sizeof(af_small<4>) : K == 8 ? sizeof(af_small<8>) : K == 16 ? sizeof(af_small<16>)
+                                                                             : sizeof(af_small<32>);
+}
+
+/* Where a block's pieces lie in its dynamic shared memory (at most span long-side lines of K;
+ * the columns' reciprocals only for a wide tensor). */
+static __host__ __device__ inline af_layout af_layout_of(int K, int span, bool pbuf, bool wide)
 {
     const uint32_t E = (uint32_t)K * (uint32_t)span;
     af_layout l;
@@ -1179,7 +1190,7 @@ static __host__ __device__ inline af_layout af_layout_of(int K, int span, bool p
         o += (b + 15u) & ~15u;
         return r;
     };
-    l.small = take(sizeof(af_small));
+    l.small = take(af_small_bytes(K));
     l.g = take(4 * E);
     l.mask = take(E) - l.g;
     l.pol = take(E / 8) - l.g;
@@ -1187,7 +1198,7 @@ static __host__ __device__ inline af_layout af_layout_of(int K, int span, bool p
     l.lst = take(4 * (uint32_t)span) - l.g;
     l.stage = o - l.g;
     o += l.stage * (uint32_t)(AF_NS - 1);
-    l.lrc = take(8 * (uint32_t)span);   /* [k % 2][span] */
+    l.lrc = wide ? take(8 * (uint32_t)span) : 0u;   /* [k % 2][span] */
     l.lfac = take(8 * (uint32_t)span);
     l.par = pbuf ? take(4 * E) : 0u;   /* the params of the tensor next to update (one buffer) */
     l.bytes = o;
@@ -1343,7 +1354,7 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
                     bool pb)
 {
     const int lane = threadIdx.x % 32;
-    af_small &S = *(af_small *)(sm + lo.small);
+    af_small<K> &S = *(af_small<K> *)(sm + lo.small);
     {
         const uint32_t *src = (const uint32_t *)(P.t + ti);
         uint32_t *dst = (uint32_t *)&S.desc[s];
@@ -1397,44 +1408,20 @@ GHC_D void af_fetch(const am_plan_dev &P, int32_t ti, uint32_t q, unsigned char 
     }
 }
 
-/* The mover's lanes 0 to 3: block q's slice of tall tensor ti (its g, codes, params and
- * polarity: four contiguous ranges) into L2, issued with the stage before it, so that its own
- * bulk loads a stage later find it there. (H100, bench_optim: B [5120, 16] alone 0.191 ms
- * against 0.196, all kinds 0.527 to 0.531 against 0.533 to 0.534; for the wide tensors, a
- * lane a row, 64 ranges a slice, and for the tall ones without the params' buffer it was
- * slower.) */
-template <int K>
-GHC_D void af_prefetch_tall(const am_plan_dev &P, int32_t ti, uint32_t q)
-{
-    const int lane = threadIdx.x % 32;
-    const am_desc *d = P.t + ti;
-    const int l0 = (int)q * d->span, nl = max(0, min(d->span, d->R - l0));
-    const int64_t e0 = (int64_t)l0 * K;
-    const uint32_t E = (uint32_t)(nl * K);
-    if (nl == 0)
-        return;
-    if (lane == 0)
-        af_l2((const float *)d->g + e0, 4 * E);
-    else if (lane == 1)
-        af_l2((const uint8_t *)d->mask + e0, E);
-    else if (lane == 2)
-        af_l2((const float *)d->p + e0, 4 * E);
-    else if (lane == 3)
-        af_l2(d->pol + e0 / 32, E / 8);
-}
-
 /* What the mover works on for the tensor in stage s: the block's small part, the tensor's
  * table entry and block q's slice of it. */
+template <int K>
 struct af_mslice {
-    af_small      *S;
+    af_small<K>   *S;
     const am_desc *t;
     int            l0, nl;
 };
 
-GHC_D af_mslice af_mover_slice(uint32_t q, unsigned char *sm, const af_layout &lo, int s, bool wide)
+template <int K>
+GHC_D af_mslice<K> af_mover_slice(uint32_t q, unsigned char *sm, const af_layout &lo, int s, bool wide)
 {
-    af_mslice m;
-    m.S = (af_small *)(sm + lo.small);
+    af_mslice<K> m;
+    m.S = (af_small<K> *)(sm + lo.small);
     m.t = &m.S->desc[s];
     af_slice(*m.t, wide, q, &m.l0, &m.nl);
     return m;
@@ -1446,8 +1433,8 @@ template <int K, bool WIDE>
 GHC_D void af_fetch_par(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 {
     const int lane = threadIdx.x % 32;
-    const af_mslice m = af_mover_slice(q, sm, lo, s, WIDE);
-    af_small &S = *m.S;
+    const af_mslice<K> m = af_mover_slice<K>(q, sm, lo, s, WIDE);
+    af_small<K> &S = *m.S;
     const am_desc &t = *m.t;
     const int l0 = m.l0, nl = m.nl, E = nl * K;
     float *par = (float *)(sm + lo.par);
@@ -1469,7 +1456,7 @@ template <int K, bool WIDE>
 GHC_D void af_flush(uint32_t q, unsigned char *sm, const af_layout &lo, int s)
 {
     const int lane = threadIdx.x % 32;
-    const af_mslice m = af_mover_slice(q, sm, lo, s, WIDE);
+    const af_mslice<K> m = af_mover_slice<K>(q, sm, lo, s, WIDE);
     const am_desc &t = *m.t;
     const int l0 = m.l0, nl = m.nl;
     if (nl == 0)
@@ -1533,8 +1520,8 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
     const int cid = (int)(blockIdx.x / nc), ncl = (int)(gridDim.x / nc);
     const int nk = cid < count ? (count - cid + ncl - 1) / ncl : 0;   /* this cluster's tensors */
     constexpr int FC = AF_MAXW * 32, NS = AF_NS;
-    const af_layout lo = af_layout_of(K, span, pbuf != 0);
-    af_small &S = *(af_small *)(sm + lo.small);
+    const af_layout lo = af_layout_of(K, span, pbuf != 0, WIDE);
+    af_small<K> &S = *(af_small<K> *)(sm + lo.small);
     float *const lrcb = (float *)(sm + lo.lrc), *const lfacb = (float *)(sm + lo.lfac);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_MAXW;
     if (tid == 0) {
@@ -1565,8 +1552,6 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
             }
             if (k < nk)
                 af_fetch<K, WIDE>(P, P.fl[first + cid + k * ncl], q, sm, lo, s, pbuf != 0);
-            if (!WIDE && pbuf && k + 1 < nk)   /* (tall with the params' buffer: see af_prefetch_tall) */
-                af_prefetch_tall<K>(P, P.fl[first + cid + (k + 1) * ncl], q);
             if (pbuf && k == 0 && nk > 0)
                 af_fetch_par<K, WIDE>(q, sm, lo, 0);
         }
@@ -2249,7 +2234,7 @@ static int32_t af_fit(const am_desc &t, int dev, int32_t *span)
     for (int nc = 1; nc <= g_af_dev[dev].max_nc; nc *= 2) {
         int sp = (L + nc - 1) / nc;
         sp = (sp + unit - 1) / unit * unit;
-        if (af_layout_of(K, sp, false).bytes <= (uint32_t)g_af_dev[dev].optin) {
+        if (af_layout_of(K, sp, false, t.wide).bytes <= (uint32_t)g_af_dev[dev].optin) {
             *span = sp;
             return nc;
         }
@@ -2435,8 +2420,8 @@ static cudaError_t am_plan_get(int dev, cudaStream_t s, const ghc_optim_tensor *
             }
         }
         /* the params through shared memory too where they fit */
-        g.pbuf = af_layout_of(g.K, g.span, true).bytes <= (uint32_t)g_af_dev[dev].optin;
-        g.smem = af_layout_of(g.K, g.span, g.pbuf).bytes;
+        g.pbuf = af_layout_of(g.K, g.span, true, g.wide).bytes <= (uint32_t)g_af_dev[dev].optin;
+        g.smem = af_layout_of(g.K, g.span, g.pbuf, g.wide).bytes;
         cudaLaunchAttribute at;
         const cudaLaunchConfig_t cfg = af_config(&at, g.nc, (unsigned)g.nc, g.smem, s);
         int act = 0;
