@@ -25,6 +25,13 @@
 #define BLOCKS 40
 #define RANK 16
 
+/* automagic's state traffic a step for an [r, c] tensor with the int8 mask: 14.25 B a param and
+ * the row and column states read and written */
+static double am_traffic(int64_t r, int64_t c)
+{
+    return 14.25 * (double)(r * c) + 8.0 * (double)(r + c);
+}
+
 static void need(bool ok, const char *what, ghc_core_t *core)
 {
     if (!ok) {
@@ -106,7 +113,7 @@ int main(void)
         int64_t r = i % 2 ? m[1] : RANK, c = i % 2 ? RANK : m[0];   /* A [r, in], B [out, r] */
         int64_t numel = r * c, words = (numel + 31) / 32;
         total += numel;
-        am_bytes += 14.25 * (double)numel + 8.0 * (double)(r + c);
+        am_bytes += am_traffic(r, c);
         aw[i].param = dev_tensor(core, GHC_DTYPE_F32, r, c, 0.01);
         aw[i].grad = dev_tensor(core, GHC_DTYPE_F32, r, c, 0.001);
         aw[i].state[0] = dev_tensor(core, GHC_DTYPE_F32, r, c, 0);
@@ -181,7 +188,6 @@ int main(void)
     int32_t kind_n[4];
     for (int k = 0; k < 4; k++) {
         struct ghc_optim_tensor *sub = calloc((size_t)n, sizeof(*sub));
-        int64_t elems = 0;
         double bytes = 0.0;
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++) {
@@ -189,8 +195,7 @@ int main(void)
             const int64_t len = i % 2 ? d[0] : d[1];
             if (i % 2 == k % 2 && (len == 13824) == (k >= 2)) {
                 sub[m++] = am[i];
-                elems += d[0] * d[1];
-                bytes += 14.25 * (double)(d[0] * d[1]) + 8.0 * (double)(d[0] + d[1]);
+                bytes += am_traffic(d[0], d[1]);
             }
         }
         struct job js = { sub, m, 2, NULL, NULL, 0 };

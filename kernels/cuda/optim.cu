@@ -1522,6 +1522,7 @@ static __global__ void __launch_bounds__(AF_T, 1) k_am_fused(const am_plan_dev P
     constexpr int FC = AF_MAXW * 32, NS = AF_NS;
     const af_layout lo = af_layout_of(K, span, pbuf != 0, WIDE);
     af_small<K> &S = *(af_small<K> *)(sm + lo.small);
+    /* (lrcb: wide tensors only; a tall one's layout has none, and its code never reads it) */
     float *const lrcb = (float *)(sm + lo.lrc), *const lfacb = (float *)(sm + lo.lfac);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, NW = AF_MAXW;
     if (tid == 0) {
