@@ -198,6 +198,9 @@ int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,
 {
     struct ghc_config *c = cfg->core->config;
     char where[4352];
+    /* The getters hold their defaults and bounds against this table (declared_*). libconfig's
+     * hook is a setting's one user pointer; nothing else in gh200core uses it. */
+    config_setting_set_hook(cfg->s, (void *)keys);
     int n = config_setting_length(cfg->s);
     for (int i = 0; i < n; i++) {
         config_setting_t *s = config_setting_get_elem(cfg->s, i);
@@ -224,6 +227,109 @@ int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,
     return 0;
 }
 
+/* ---- declared defaults and ranges ------------------------------------------------------------ */
+
+/* A key table's def and range are what `gh200core plugins --keys` shows; the getters hold them
+ * against the default and bounds the code passes, so that the listing stays true. A difference
+ * is the table's fault, never the user's: it is logged, not returned. */
+
+/* The entry for `key` in the table the section was checked against, or NULL. */
+static const struct ghc_cfg_key *declared(const ghc_cfg_t *cfg, const char *key)
+{
+    return key_find(config_setting_get_hook(cfg->s), key);
+}
+
+/* "(...)" is a description for people, not a value. */
+static bool is_prose(const char *s) { return !s || *s == '('; }
+
+/* A number as tables write it, the whole of s[0, n): a C number ("1e-4", "-1"), 2^N or 2^N-1
+ * (N <= 64), each with an optional '-'. Long double holds every int64_t exactly. */
+static bool decl_number(const char *s, size_t n, long double *out)
+{
+    char buf[64], *end;
+    if (n == 0 || n >= sizeof(buf))
+        return false;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    const char *p = buf[0] == '-' ? buf + 1 : buf;
+    long double v;
+    if (p[0] == '2' && p[1] == '^') {
+        long e = strtol(p + 2, &end, 10);
+        if (end == p + 2 || e < 0 || e > 64)
+            return false;
+        v = ldexpl(1.0L, (int)e);
+        if (strcmp(end, "-1") == 0)
+            v -= 1.0L;
+        else if (*end)
+            return false;
+    } else {
+        v = strtold(p, &end);
+        if (end == p || *end)
+            return false;
+    }
+    *out = buf[0] == '-' ? -v : v;
+    return true;
+}
+
+/* "LO to HI" with two numbers; false for anything else (prose, choices). */
+static bool decl_range(const char *r, long double *lo, long double *hi)
+{
+    const char *to = r && !is_prose(r) ? strstr(r, " to ") : NULL;
+    return to && decl_number(r, (size_t)(to - r), lo) && decl_number(to + 4, strlen(to + 4), hi);
+}
+
+static bool near(long double a, long double b)
+{
+    return a == b || fabsl(a - b) <= 1e-6L * fmaxl(fabsl(a), fabsl(b));
+}
+
+static void decl_mismatch(ghc_cfg_t *cfg, const char *key, const char *what, const char *table, const char *code)
+{
+    char q[256];
+    ghc_log(cfg->core, GHC_LOG_WARN, "config: %s: its key table declares the %s %s, the code uses %s "
+            "(`gh200core plugins --keys` is wrong about it)", qualified(cfg, key, q, sizeof(q)), what, table, code);
+}
+
+static void declared_number(ghc_cfg_t *cfg, const char *key, bool integer, long double def, long double min,
+                            long double max)
+{
+    const struct ghc_cfg_key *k = declared(cfg, key);
+    long double v, lo, hi;
+    char code[128];
+    if (!k)
+        return;
+    if (!is_prose(k->def) && !(decl_number(k->def, strlen(k->def), &v) && (integer ? v == def : near(v, def)))) {
+        snprintf(code, sizeof(code), integer ? "%.0Lf" : "%.9Lg", def);
+        decl_mismatch(cfg, key, "default", k->def, code);
+    }
+    if (decl_range(k->range, &lo, &hi) && !(integer ? lo == min && hi == max : near(lo, min) && near(hi, max))) {
+        snprintf(code, sizeof(code), integer ? "%.0Lf to %.0Lf" : "%.9Lg to %.9Lg", min, max);
+        decl_mismatch(cfg, key, "range", k->range, code);
+    }
+}
+
+static void declared_text(ghc_cfg_t *cfg, const char *key, const char *def)
+{
+    const struct ghc_cfg_key *k = declared(cfg, key);
+    if (k && !is_prose(k->def) && !(def && strcmp(k->def, def) == 0))
+        decl_mismatch(cfg, key, "default", k->def, def ? def : "none");
+}
+
+/* A choice's range lists its choices: "off, block". */
+static void declared_choices(ghc_cfg_t *cfg, const char *key, const char *const *choices)
+{
+    const struct ghc_cfg_key *k = declared(cfg, key);
+    if (!k || is_prose(k->range) || strstr(k->range, " to "))
+        return;
+    char list[512] = "";
+    for (int i = 0; choices[i]; i++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof(list) - l, "%s%s", i ? ", " : "", choices[i]);
+    }
+    if (strcmp(k->range, list) != 0)
+        decl_mismatch(cfg, key, "choices", k->range, list);
+}
+
 /* ---- getters -------------------------------------------------------------------------------- */
 
 /* Record a default in the tree so that the resolved configuration shows every value in use. */
@@ -237,6 +343,7 @@ static config_setting_t *record(ghc_cfg_t *cfg, const char *key, int type)
 int ghc_cfg_get_int(ghc_cfg_t *cfg, const char *key, int64_t def, int64_t min, int64_t max, int64_t *out)
 {
     char q[256];
+    declared_number(cfg, key, true, def, min, max);
     config_setting_t *s = config_setting_get_member(cfg->s, key);
     if (!s) {
         config_setting_t *r = record(cfg, key, (def >= INT32_MIN && def <= INT32_MAX)
@@ -260,6 +367,7 @@ int ghc_cfg_get_int(ghc_cfg_t *cfg, const char *key, int64_t def, int64_t min, i
 int ghc_cfg_get_float(ghc_cfg_t *cfg, const char *key, double def, double min, double max, double *out)
 {
     char q[256];
+    declared_number(cfg, key, false, def, min, max);
     config_setting_t *s = config_setting_get_member(cfg->s, key);
     if (!s) {
         config_setting_t *r = record(cfg, key, CONFIG_TYPE_FLOAT);
@@ -281,6 +389,7 @@ int ghc_cfg_get_float(ghc_cfg_t *cfg, const char *key, double def, double min, d
 
 int ghc_cfg_get_bool(ghc_cfg_t *cfg, const char *key, bool def, bool *out)
 {
+    declared_text(cfg, key, def ? "true" : "false");
     config_setting_t *s = config_setting_get_member(cfg->s, key);
     if (!s) {
         config_setting_t *r = record(cfg, key, CONFIG_TYPE_BOOL);
@@ -297,6 +406,7 @@ int ghc_cfg_get_bool(ghc_cfg_t *cfg, const char *key, bool def, bool *out)
 
 int ghc_cfg_get_string(ghc_cfg_t *cfg, const char *key, const char *def, const char **out)
 {
+    declared_text(cfg, key, def);
     config_setting_t *s = config_setting_get_member(cfg->s, key);
     if (!s) {
         config_setting_t *r = def ? record(cfg, key, CONFIG_TYPE_STRING) : NULL;
@@ -316,6 +426,7 @@ int ghc_cfg_get_string(ghc_cfg_t *cfg, const char *key, const char *def, const c
 int ghc_cfg_get_choice(ghc_cfg_t *cfg, const char *key, int def, const char *const *choices, int *out)
 {
     const char *v;
+    declared_choices(cfg, key, choices);
     int rc = ghc_cfg_get_string(cfg, key, choices[def], &v);
     if (rc < 0)
         return rc;
@@ -586,21 +697,21 @@ static int apply_override(ghc_core_t *core, const char *arg)
 /* ---- loading -------------------------------------------------------------------------------- */
 
 static const struct ghc_cfg_key core_keys[] = {
-    { "plugin_path", GHC_CFG_LIST },
-    { "output_dir",  GHC_CFG_STRING },
-    { "seed",        GHC_CFG_INT },
-    { "mempolicy",   GHC_CFG_GROUP },
-    { "backend",     GHC_CFG_GROUP },
-    { "cache",       GHC_CFG_GROUP },
-    { "model",       GHC_CFG_GROUP },
-    { "network",     GHC_CFG_GROUP },
-    { "optimizer",   GHC_CFG_GROUP },
-    { "scheduler",   GHC_CFG_GROUP },
-    { "data",        GHC_CFG_GROUP },   /* the dataset (core/dataset.c checks its keys) */
-    { "validation",  GHC_CFG_GROUP },   /* held-out data, the keys of `data` */
-    { "train",       GHC_CFG_GROUP },
-    { "demo",        GHC_CFG_GROUP },
-    { NULL, 0 }
+    { "plugin_path", GHC_CFG_LIST,   NULL,     NULL,          NULL },
+    { "output_dir",  GHC_CFG_STRING, "output", NULL,          NULL },
+    { "seed",        GHC_CFG_INT,    "42",     "0 to 2^63-1", NULL },
+    { "mempolicy",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "backend",     GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "cache",       GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "model",       GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "network",     GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "optimizer",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "scheduler",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "data",        GHC_CFG_GROUP,  NULL,     NULL,          NULL },  /* the dataset (core/dataset.c checks its keys) */
+    { "validation",  GHC_CFG_GROUP,  NULL,     NULL,          NULL },  /* held-out data, the keys of `data` */
+    { "train",       GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "demo",        GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 void ghc_config_free(struct ghc_config *c)

@@ -25,18 +25,18 @@
 #include "train_impl.h"
 
 const struct ghc_cfg_key ghc_demo_keys[] = {
-    { "samples", GHC_CFG_INT },
-    { "channels", GHC_CFG_INT },
-    { "frames", GHC_CFG_INT },
-    { "height", GHC_CFG_INT },
-    { "width", GHC_CFG_INT },
-    { "text_len", GHC_CFG_INT },
-    { "text_dim", GHC_CFG_INT },      /* the model's text_dim (4096 for Wan2.2) */
-    { "rank", GHC_CFG_INT },          /* rank of the planted adapter */
-    { "strength", GHC_CFG_FLOAT },    /* std of the planted B's entries x sqrt(rank) */
-    { "sigma_min", GHC_CFG_FLOAT },
-    { "sigma_max", GHC_CFG_FLOAT },
-    { NULL, 0 }
+    { "samples",   GHC_CFG_INT,   "16",   "1 to 100000", NULL },
+    { "channels",  GHC_CFG_INT,   "16",   "1 to 4096",   NULL },
+    { "frames",    GHC_CFG_INT,   "1",    "1 to 4096",   NULL },
+    { "height",    GHC_CFG_INT,   "8",    "1 to 4096",   NULL },
+    { "width",     GHC_CFG_INT,   "8",    "1 to 4096",   NULL },
+    { "text_len",  GHC_CFG_INT,   "8",    "1 to 512",    NULL },
+    { "text_dim",  GHC_CFG_INT,   "4096", "1 to 2^20",   NULL },   /* the model's text_dim */
+    { "rank",      GHC_CFG_INT,   "2",    "1 to 4096",   NULL },   /* of the planted adapter */
+    { "strength",  GHC_CFG_FLOAT, "0.5",  "0 to 1e38",   NULL },   /* std of the planted B's entries x sqrt(rank) */
+    { "sigma_min", GHC_CFG_FLOAT, "0.05", "1e-6 to 1",   NULL },
+    { "sigma_max", GHC_CFG_FLOAT, "0.95", "1e-6 to 1",   NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 struct planted {
@@ -171,28 +171,43 @@ static int point_data_at(ghc_core_t *core, const char *dir)
     return 0;
 }
 
+int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o)
+{
+    static const char *const shape_keys[GHC_DEMO_SHAPES] = { "channels", "frames", "height", "width", "text_len",
+                                                             "text_dim" };
+    static const int64_t defs[GHC_DEMO_SHAPES] = { 16, 1, 8, 8, 8, 4096 },
+                         maxs[GHC_DEMO_SHAPES] = { 4096, 4096, 4096, 4096, 512, 1 << 20 };
+    int rc;
+    memset(o, 0, sizeof(*o));
+    for (int i = 0; i < GHC_DEMO_SHAPES; i++) {
+        o->shape_key[i] = shape_keys[i];
+        o->given[i] = ghc_cfg_has(s, shape_keys[i]);
+        if ((rc = ghc_cfg_get_int(s, shape_keys[i], defs[i], 1, maxs[i], &o->shape[i])) < 0)
+            return rc;
+    }
+    if ((rc = ghc_cfg_get_int(s, "samples", 16, 1, 100000, &o->samples)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "rank", 2, 1, 4096, &o->rank)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "strength", 0.5, 0.0, 1e38, &o->strength)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "sigma_min", 0.05, 1e-6, 1.0, &o->sigma_min)) < 0 ||
+        (rc = ghc_cfg_get_float(s, "sigma_max", 0.95, 1e-6, 1.0, &o->sigma_max)) < 0)
+        return rc;
+    if (o->sigma_min > o->sigma_max)
+        return ghc_error_set(ghc_cfg_core(s), GHC_ECONFIG, "%s: sigma_min > sigma_max", ghc_cfg_where(s, "sigma_min"));
+    return 0;
+}
+
 int ghc_demo_generate(ghc_core_t *core)
 {
     ghc_cfg_t *s;
-    int64_t samples, c, f, h, w, l, d, rank;
-    double strength, smin, smax;
+    struct ghc_demo_opts opt;
     int rc = ghc_cfg_get_group(core->config->root, "demo", ghc_demo_keys, &s);
     if (rc < 0 || !s)
         return rc;
-    if ((rc = ghc_cfg_get_int(s, "samples", 16, 1, 100000, &samples)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "channels", 16, 1, 4096, &c)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "frames", 1, 1, 4096, &f)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "height", 8, 1, 4096, &h)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "width", 8, 1, 4096, &w)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "text_len", 8, 1, 512, &l)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "text_dim", 4096, 1, 1 << 20, &d)) < 0 ||
-        (rc = ghc_cfg_get_int(s, "rank", 2, 1, 4096, &rank)) < 0 ||
-        (rc = ghc_cfg_get_float(s, "strength", 0.5, 0.0, 1e38, &strength)) < 0 ||
-        (rc = ghc_cfg_get_float(s, "sigma_min", 0.05, 1e-6, 1.0, &smin)) < 0 ||
-        (rc = ghc_cfg_get_float(s, "sigma_max", 0.95, 1e-6, 1.0, &smax)) < 0)
+    if ((rc = ghc_demo_read(s, &opt)) < 0)
         return rc;
-    if (smin > smax)
-        return ghc_error_set(core, GHC_ECONFIG, "%s: sigma_min > sigma_max", ghc_cfg_where(s, "sigma_min"));
+    int64_t samples = opt.samples, c = opt.shape[0], f = opt.shape[1], h = opt.shape[2], w = opt.shape[3],
+            l = opt.shape[4], d = opt.shape[5], rank = opt.rank;
+    double strength = opt.strength, smin = opt.sigma_min, smax = opt.sigma_max;
     ghc_model_t *model = ghc_model_get(core);
     if (!model)
         return ghc_error_set(core, GHC_ECONFIG, "demo: the configuration needs a `model` section");

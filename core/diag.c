@@ -73,6 +73,36 @@ static int diag_json(ghc_core_t *core, const char *path, const struct ghc_probe 
     return 0;
 }
 
+static struct ghc_probe_item *probe_item(struct ghc_probe *p, const char *section, const char *key)
+{
+    for (int i = 0; i < p->n_items; i++)
+        if (!strcmp(p->items[i].section, section) && !strcmp(p->items[i].key, key))
+            return &p->items[i];
+    return NULL;
+}
+
+/* Where the probe found no GPU, the CUDA runtime's reason reads "CUDA driver version is
+ * insufficient for CUDA runtime version" also on a machine without any NVIDIA driver. The
+ * probe's driver version (0: no libcuda) tells the cases apart: say which one it is. */
+static void explain_no_gpu(struct ghc_probe *p)
+{
+    struct ghc_probe_item *dev = probe_item(p, "gpu", "devices");
+    const struct ghc_probe_item *drv = probe_item(p, "env", "cuda_driver_api");
+    const struct ghc_probe_item *rt = probe_item(p, "env", "cuda_runtime");
+    if (!dev || dev->mark != GHC_PROBE_FAIL || !drv || !isfinite(drv->value))
+        return;
+    int d = (int)drv->value, r = rt && isfinite(rt->value) ? (int)rt->value : 0;
+    if (d == 0)
+        snprintf(dev->text, sizeof(dev->text), "no NVIDIA driver is installed (libcuda.so.1 not found): this machine "
+                 "has no usable GPU");
+    else if (r > d)
+        snprintf(dev->text, sizeof(dev->text), "the NVIDIA driver supports CUDA %d.%d, older than the runtime's %d.%d "
+                 "that gh200core was built with: update the driver", d / 1000, d % 1000 / 10, r / 1000, r % 1000 / 10);
+    else
+        snprintf(dev->text, sizeof(dev->text), "no NVIDIA GPU is visible (driver for CUDA %d.%d loaded): check "
+                 "nvidia-smi and CUDA_VISIBLE_DEVICES", d / 1000, d % 1000 / 10);
+}
+
 int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *json_path, FILE *out, int *failed)
 {
     struct ghc_probe_item *items = calloc(DIAG_ITEMS, sizeof(*items));
@@ -90,6 +120,7 @@ int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *j
     ghc_probe_add(&p, "memory", "host_total", GHC_PROBE_INFO, (double)pages * (double)psize / 1073741824.0, "GiB", NULL);
     if (ghc_mem_probe(core, "gh200_uvm", o, &p) < 0)
         ghc_probe_add(&p, "gpu", "probe", GHC_PROBE_SKIP, NAN, "", "%s", ghc_error_message(core));
+    explain_no_gpu(&p);
     static const char *const sections[] = { "env", "memory", "gpu", "alloc", "bandwidth" };
     *failed = 0;
     for (size_t k = 0; k < sizeof(sections) / sizeof(sections[0]); k++) {

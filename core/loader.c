@@ -3,6 +3,7 @@
  * descriptor per file, and every failure one line naming the file, the symbol and the cause. */
 #include <config.h>
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
@@ -362,6 +363,38 @@ out_name:
     return rc;
 }
 
+static void suggest_consider(const char *name, const char *known, int *dist, char *best, size_t n)
+{
+    int d = ghc_edit_distance(name, known);
+    if (d < *dist && d < (int)strlen(name)) {
+        *dist = d;
+        snprintf(best, n, "%s", known);
+    }
+}
+
+/* The known plugin name closest to a mistyped `name`: among the plugins loaded and the
+ * ghc_<name>.so files in the search path's folders, the nearest within 2 edits (and fewer
+ * edits than `name` has letters). "" when none is. */
+static void plugin_suggest(ghc_core_t *core, const char *name, char *best, size_t n)
+{
+    int dist = 3;
+    best[0] = '\0';
+    for (int i = 0; i < core->n_plugins; i++)
+        suggest_consider(name, core->plugins[i]->name, &dist, best, n);
+    for (int i = 0; i < core->n_paths; i++) {
+        DIR *d = opendir(core->paths[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char *known = name_from_path(e->d_name);
+            if (known && valid_name(known))
+                suggest_consider(name, known, &dist, best, n);
+            free(known);
+        }
+        if (d)
+            closedir(d);
+    }
+}
+
 int ghc_plugin_load(ghc_core_t *core, const char *name)
 {
     if (!valid_name(name))
@@ -379,6 +412,8 @@ int ghc_plugin_load(ghc_core_t *core, const char *name)
         size_t l = strlen(tried);
         snprintf(tried + l, sizeof(tried) - l, "%s%s", i ? ", " : "", core->paths[i]);
     }
-    return ghc_error_set(core, GHC_ELOAD, "plugin '%s': ghc_%s.so not found in: %s (set plugin_path, --plugin-path or GHC_PLUGIN_PATH)",
-                         name, name, tried);
+    char best[80];
+    plugin_suggest(core, name, best, sizeof(best));
+    return ghc_error_set(core, GHC_ELOAD, "plugin '%s': ghc_%s.so not found in: %s (set plugin_path, --plugin-path or GHC_PLUGIN_PATH)%s%s%s",
+                         name, name, tried, *best ? "; did you mean '" : "", best, *best ? "'?" : "");
 }

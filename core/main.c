@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,8 @@ struct cli {
     bool         keys;
     int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
     struct ghc_merge_opts merge;   /* issue 5 */
+    int          argc;             /* the command line as given, for the resume command */
+    char       **argv;
 };
 
 static void log_sink(void *user, enum ghc_log_level lvl, const char *msg)
@@ -161,11 +164,28 @@ static int load_dir(ghc_core_t *core, const char *dir, int *failed)
 
 static const char *const cfg_type_names[] = { "?", "int", "float", "bool", "string", "list", "group" };
 
-static void print_keys(const char *section, const char *name, const struct ghc_cfg_key *k)
+/* One line per key: SECTION NAME KEY TYPE DEFAULT RANGE, "-" where the table declares none, a
+ * string default in quotes. A group's own keys follow it as GROUP.KEY (three levels at most:
+ * a table that names itself ends there). */
+static void print_keys(const char *section, const char *name, const char *prefix, int depth,
+                       const struct ghc_cfg_key *k)
 {
-    for (; k && k->name; k++)
-        printf("%-10s %-16s %-32s %s\n", section, name, k->name,
-               k->type >= GHC_CFG_INT && k->type <= GHC_CFG_GROUP ? cfg_type_names[k->type] : "?");
+    for (; k && k->name; k++) {
+        int t = k->type >= GHC_CFG_INT && k->type <= GHC_CFG_GROUP ? (int)k->type : 0;
+        char key[256], def[256];
+        snprintf(key, sizeof(key), "%s%s", prefix, k->name);
+        if (!k->def)
+            snprintf(def, sizeof(def), "-");
+        else
+            snprintf(def, sizeof(def), t == GHC_CFG_STRING && k->def[0] != '(' ? "\"%s\"" : "%s", k->def);
+        printf("%-10s %-16s %-32s %-6s %-10s %s\n", section, name, key, cfg_type_names[t], def,
+               k->range ? k->range : "-");
+        if (t == GHC_CFG_GROUP && k->keys && depth < 3) {
+            char sub[260];
+            snprintf(sub, sizeof(sub), "%s.", key);
+            print_keys(section, name, sub, depth + 1, k->keys);
+        }
+    }
 }
 
 static int cmd_plugins(ghc_core_t *core, bool keys)
@@ -177,14 +197,18 @@ static int cmd_plugins(ghc_core_t *core, bool keys)
             return fail(core, rc);
     struct ghc_plugin_info info;
     if (keys) {
-        /* SECTION NAME KEY TYPE: plugin sections by kind and plugin, then the core's own */
-        printf("%-10s %-16s %-32s %s\n", "SECTION", "NAME", "KEY", "TYPE");
+        /* plugin sections by kind and plugin, then the core's own; `validation` takes the keys
+         * of `data` */
+        printf("%-10s %-16s %-32s %-6s %-10s %s\n", "SECTION", "NAME", "KEY", "TYPE", "DEFAULT", "RANGE");
         for (int i = 0; ghc_plugin_info_at(core, i, &info); i++)
-            print_keys(ghc_kind_name(info.kind), info.name, info.keys);
-        print_keys("data", "-", ghc_dataset_keys(false));
-        print_keys("data", "datasets", ghc_dataset_keys(true));
-        print_keys("train", "-", ghc_train_section_keys("train"));
-        print_keys("demo", "-", ghc_train_section_keys("demo"));
+            print_keys(ghc_kind_name(info.kind), info.name, "", 0, info.keys);
+        static const char *const data_sections[] = { "data", "validation" };
+        for (int i = 0; i < 2; i++) {
+            print_keys(data_sections[i], "-", "", 0, ghc_dataset_keys(false));
+            print_keys(data_sections[i], "datasets", "", 0, ghc_dataset_keys(true));
+        }
+        print_keys("train", "-", "", 0, ghc_train_section_keys("train"));
+        print_keys("demo", "-", "", 0, ghc_train_section_keys("demo"));
         return failed ? EXIT_PLUGIN : EXIT_OK;
     }
     printf("%-10s %-16s %-9s %s\n", "KIND", "NAME", "VERSION", "PATH");
@@ -208,34 +232,115 @@ static int cmd_plugins(ghc_core_t *core, bool keys)
 
 /* ---- train ---------------------------------------------------------------------------------- */
 
-static int mkdir_p(ghc_core_t *core, const char *path)
+static void on_signal(int sig) { ghc_train_request_stop(sig); }
+
+/* Appends `arg` to buf quoted for a POSIX shell: as it is when it holds only characters no
+ * shell treats specially, else in single quotes (a ' inside as '\''). */
+static void shell_quote(char *buf, size_t len, const char *arg)
 {
-    char buf[4096];
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-        return ghc_error_set(core, GHC_EIO, "%s: path too long", path);
-    for (char *p = buf + 1; ; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return ghc_error_set(core, GHC_EIO, "%s: cannot create the output folder: %s", buf, strerror(errno));
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return ghc_error_set(core, GHC_EIO, "%s: output_dir is not a folder", path);
-    return 0;
+    size_t at = strlen(buf);
+    bool plain = *arg != '\0';
+    for (const char *c = arg; *c && plain; c++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-", *c) != NULL;
+    at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s", at ? " " : "", plain ? arg : "'");
+    for (const char *c = arg; !plain && *c && at < len; c++)
+        at += (size_t)snprintf(buf + at, len - at, *c == '\'' ? "'\\''" : "%c", *c);
+    if (!plain && at < len)
+        snprintf(buf + at, len - at, "'");
 }
 
-static void on_signal(int sig) { ghc_train_request_stop(sig); }
+/* The command line that continues an interrupted run: this one's arguments as given (argv,
+ * before getopt reordered it), without any --resume, then --resume CHECKPOINT. */
+static void resume_command(const struct cli *cli, const char *checkpoint, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    /* from a build tree argv[0] is libtool's binary in .libs/ (its libraries not on the
+     * path): name the wrapper script beside .libs instead */
+    char self[4096];
+    const char *lt = strstr(cli->argv[0], "/.libs/");
+    snprintf(self, sizeof(self), "%s", cli->argv[0]);
+    if (lt) {
+        const char *base = lt + 7;
+        snprintf(self + (lt - cli->argv[0]), sizeof(self) - (size_t)(lt - cli->argv[0]), "/%s",
+                 strncmp(base, "lt-", 3) ? base : base + 3);
+        if (access(self, X_OK) != 0)
+            snprintf(self, sizeof(self), "%s", cli->argv[0]);
+    }
+    shell_quote(buf, len, self);
+    for (int i = 1; i < cli->argc; i++) {
+        const char *a = cli->argv[i];
+        size_t n = strlen(a);
+        if (!strcmp(a, "--")) {   /* operands follow */
+            for (; i < cli->argc; i++)
+                shell_quote(buf, len, cli->argv[i]);
+            break;
+        }
+        if (a[0] == '-' && a[1] == '-') {
+            const char *eq = strchr(a, '=');
+            size_t name = eq ? (size_t)(eq - a) - 2 : n - 2;
+            bool resume = name > 0 && !strncmp(a + 2, "resume", name) && name <= 6;
+            /* getopt_long takes any unique prefix; the options with an argument */
+            static const char *const with_arg[] = { "config", "set", "plugin-path", "json", "oversubscription-scale",
+                                                    "batch", "tokens", "base", "adapter", "out", "multiplier",
+                                                    "dtype", NULL };
+            bool takes = resume;
+            for (int k = 0; with_arg[k] && !takes; k++)
+                takes = name > 0 && !strncmp(a + 2, with_arg[k], name) && name <= strlen(with_arg[k]);
+            if (!resume)
+                shell_quote(buf, len, a);
+            if (takes && !eq && i + 1 < cli->argc && !resume)
+                shell_quote(buf, len, cli->argv[i + 1]);
+            if (takes && !eq)
+                i++;
+            continue;
+        }
+        if (a[0] == '-' && a[1]) {
+            /* a cluster of short options: -r takes the rest (or the next argument) */
+            char kept[256] = "-";
+            size_t k = 1;
+            const char *arg_of = NULL;
+            bool drop_next = false, keep_next = false;
+            for (size_t j = 1; j < n; j++) {
+                if (strchr("csP", a[j])) {
+                    if (k + 1 < sizeof(kept))
+                        kept[k++] = a[j];
+                    if (a[j + 1])
+                        arg_of = a + j + 1;
+                    else
+                        keep_next = true;
+                    break;
+                }
+                if (a[j] == 'r') {
+                    drop_next = !a[j + 1];
+                    break;
+                }
+                if (k + 1 < sizeof(kept))
+                    kept[k++] = a[j];
+            }
+            kept[k] = '\0';
+            if (k > 1 || arg_of) {
+                char opt[4096];
+                snprintf(opt, sizeof(opt), "%s%s", kept, arg_of ? arg_of : "");
+                shell_quote(buf, len, opt);
+            }
+            if (keep_next && i + 1 < cli->argc)
+                shell_quote(buf, len, cli->argv[++i]);
+            if (drop_next)
+                i++;
+            continue;
+        }
+        shell_quote(buf, len, a);
+    }
+    shell_quote(buf, len, "--resume");
+    shell_quote(buf, len, checkpoint);
+}
 
 static int cmd_train(ghc_core_t *core, const struct cli *cli)
 {
     int rc;
-    if ((rc = ghc_run_init(core)) < 0)
+    struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0 };
+    /* a folder that holds a run is refused before the plugins load (a model may take minutes) */
+    if ((rc = ghc_train_check_output(core, &opts)) < 0 || (rc = ghc_run_init(core)) < 0)
         return fail(core, rc);
     int n = 0;
     for (int k = 0; k < GHC_KIND_COUNT; k++) {
@@ -246,35 +351,25 @@ static int cmd_train(ghc_core_t *core, const struct cli *cli)
             n++;
         }
     }
-    const char *out = ghc_config_output_dir(core);
-    char path[4096];
-    struct stat st;
-    snprintf(path, sizeof(path), "%s/resolved.cfg", out);
-    if (!cli->resume && stat(path, &st) == 0) {
-        ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; choose another (--set output_dir=DIR), "
-                      "remove it, or continue it with --resume %s/checkpoint-N", path, out, out);
-        return fail(core, GHC_EEXIST);
-    }
-    if (cli->resume && stat(cli->resume, &st) != 0) {
-        ghc_error_set(core, GHC_ENOTFOUND, "%s: no such checkpoint folder (--resume)", cli->resume);
-        return fail(core, GHC_ENOTFOUND);
-    }
     if (cli->dry_run) {
+        /* the checks of a run, in the same order and with the same messages */
+        if ((rc = ghc_train_check(core, &opts)) < 0)
+            return fail(core, rc);
         ghc_log(core, GHC_LOG_INFO, "%s: configuration valid, %d plugin%s loaded (dry run: nothing trained or written)",
                 cli->config, n, n == 1 ? "" : "s");
         return EXIT_OK;
     }
-    if ((rc = mkdir_p(core, out)) < 0 || (rc = ghc_config_write(core, path)) < 0)
-        return fail(core, rc);
-    ghc_log(core, GHC_LOG_INFO, "wrote %s", path);
     struct sigaction sa = { .sa_handler = on_signal };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0 };
     rc = ghc_train(core, &opts);
     if (rc == GHC_EINTERRUPTED) {
-        fprintf(stderr, "gh200core: %s\n", ghc_error_message(core));
+        /* the message ends with the checkpoint: "... continue with --resume DIR/checkpoint-N" */
+        char cmd[16384];
+        const char *ck = strstr(ghc_error_message(core), "--resume ");
+        resume_command(cli, ck ? ck + 9 : ghc_config_output_dir(core), cmd, sizeof(cmd));
+        fprintf(stderr, "gh200core: %s\ngh200core: continue with: %s\n", ghc_error_message(core), cmd);
         return 128 + ghc_train_stop_signal();
     }
     return rc < 0 ? fail(core, rc) : EXIT_OK;
@@ -318,11 +413,14 @@ int main(int argc, char **argv)
     }
     ghc_log_set_sink(core, log_sink, NULL);
     cli.sets = calloc((size_t)argc, sizeof(*cli.sets));
-    if (!cli.sets) {
+    cli.argv = calloc((size_t)argc + 1, sizeof(*cli.argv));
+    if (!cli.sets || !cli.argv) {
         fprintf(stderr, "gh200core: error: out of memory\n");
         status = EXIT_FAIL;
         goto out;
     }
+    cli.argc = argc;
+    memcpy(cli.argv, argv, (size_t)argc * sizeof(*argv));   /* getopt_long reorders argv */
     while ((opt = getopt_long(argc, argv, "c:s:P:nr:vqhV", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c': cli.config = optarg; break;
@@ -474,6 +572,7 @@ int main(int argc, char **argv)
     status = cmd ? cmd_plugins(core, cli.keys) : cmd_train(core, &cli);
 out:
     free(cli.sets);
+    free(cli.argv);
     ghc_core_free(core);
     return status;
 }

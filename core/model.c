@@ -3,6 +3,8 @@
  * one that names the model. */
 #include <config.h>
 
+#include <string.h>
+
 #include "core_impl.h"
 
 #define M_INST(m) ((struct ghc_instance *)(m))
@@ -96,6 +98,22 @@ int ghc_model_target_weight(ghc_model_t *m, int32_t expert, int32_t target, cons
     *b = NULL;
     *w_scale = 1.0f;
     return failed(m, M_OPS(m)->target_weight(M_SELF(m), expert, target, w, w_scale, b), "target_weight");
+}
+
+int ghc_model_input_spec(ghc_model_t *m, struct ghc_model_input *out)
+{
+    uint32_t size = out->struct_size;
+    if (size < sizeof(out->struct_size))
+        return ghc_error_set(M_INST(m)->core, GHC_EINVAL, "model \"%s\": input_spec: struct_size %u is too small",
+                             M_NAME(m), size);
+    memset((char *)out + sizeof(out->struct_size), 0, size - sizeof(out->struct_size));
+    if (!M_OPS(m)->input_spec)
+        return ghc_error_set(M_INST(m)->core, GHC_EUNSUPPORTED, "model \"%s\": input_spec: the model does not say "
+                             "what it takes (the data is checked at the first forward)", M_NAME(m));
+    ghc_error_clear(M_INST(m)->core);
+    int rc = failed(m, M_OPS(m)->input_spec(M_SELF(m), out), "input_spec");
+    out->struct_size = size;
+    return rc;
 }
 
 int ghc_mem_default_device(ghc_core_t *core)

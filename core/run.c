@@ -3,7 +3,9 @@
  * core wrappers through which the rest of the program calls them. */
 #include <config.h>
 
+#include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,53 @@ void ghc_run_free(ghc_core_t *core)
         free(in);
         core->inst[k] = NULL;
     }
+}
+
+/* ---- paths ---------------------------------------------------------------------------------- */
+
+/* One rule for every relative path of a configuration: the file's are relative to its folder
+ * (they travel with it), the command line's relative to where the command runs. */
+int ghc_cfg_resolve_path(ghc_cfg_t *cfg, const char *key, const char *value, char *buf, size_t len)
+{
+    ghc_core_t *core = cfg->core;
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    /* --set values, and defaults filled in (libconfig gives them no line), are the command's */
+    bool cli = !s || config_setting_source_line(s) == 0 || !strncmp(ghc_cfg_where(cfg, key), "--set ", 6);
+    char base[4096];
+    int n;
+    if (value[0] == '/') {
+        n = snprintf(buf, len, "%s", value);
+    } else {
+        const char *dir = cli || !core->config ? "." : core->config->dir;
+        if (!realpath(dir, base))
+            snprintf(base, sizeof(base), "%s", dir);
+        while (!strncmp(value, "./", 2))
+            value += 2;
+        n = snprintf(buf, len, "%s%s%s", base, *value && strcmp(base, "/") ? "/" : "", value);
+    }
+    if (n < 0 || (size_t)n >= len)
+        return ghc_error_set(core, GHC_EINVAL, "%s: the path '%s' is too long", ghc_cfg_where(cfg, key), value);
+    while (n > 1 && buf[n - 1] == '/')   /* the folder's name, for messages and comparisons */
+        buf[--n] = '\0';
+    return 0;
+}
+
+int ghc_config_resolve_output_dir(ghc_core_t *core)
+{
+    if (!core->config)
+        return ghc_error_set(core, GHC_EINVAL, "run: no configuration loaded");
+    const char *out;
+    char abs[4096];
+    int rc;
+    if ((rc = ghc_cfg_get_string(core->config->root, "output_dir", "output", &out)) < 0 ||
+        (rc = ghc_cfg_resolve_path(core->config->root, "output_dir", out, abs, sizeof(abs))) < 0)
+        return rc;
+    if (!strcmp(abs, out))
+        return 0;
+    config_setting_t *s = config_setting_get_member(config_root_setting(&core->config->lc), "output_dir");
+    if (!s || !config_setting_set_string(s, abs))
+        return ghc_error_set(core, GHC_ENOMEM, "run: out of memory");
+    return 0;
 }
 
 /* ---- typed handles -------------------------------------------------------------------------- */

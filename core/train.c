@@ -49,32 +49,46 @@ static const char *const expert_names[] = { "high", "low", NULL };
 static const char *const weighting_names[] = { "none", "sigma_sqrt", "cosmap", NULL };
 
 static const struct ghc_cfg_key train_keys[] = {
-    { "steps", GHC_CFG_INT },            /* optimizer steps */
-    { "mode", GHC_CFG_STRING },          /* single | separate | shared (two-expert models) */
-    { "expert", GHC_CFG_STRING },        /* single mode: high | low */
-    { "switch_every", GHC_CFG_INT },     /* separate mode: optimizer steps per expert turn */
-    { "sampler", GHC_CFG_STRING },       /* uniform | sigmoid | logit_normal | shift | flux_shift */
-    { "shift_base", GHC_CFG_STRING },    /* sigmoid | uniform */
-    { "sigmoid_scale", GHC_CFG_FLOAT },
-    { "logit_mean", GHC_CFG_FLOAT },
-    { "logit_std", GHC_CFG_FLOAT },
-    { "shift", GHC_CFG_FLOAT },
-    { "max_tries", GHC_CFG_INT },        /* rejection rounds per sigma */
-    { "t_offset", GHC_CFG_BOOL },        /* musubi compatibility: t = 1000 sigma + 1 */
-    { "stored_noise", GHC_CFG_BOOL },    /* use samples' stored noise and timestep (default true) */
-    { "weighting", GHC_CFG_STRING },     /* none | sigma_sqrt | cosmap */
-    { "max_grad_norm", GHC_CFG_FLOAT },  /* 0: no clipping */
-    { "save_every", GHC_CFG_INT },       /* checkpoint every N steps (0: at the end only) */
-    { "keep_last", GHC_CFG_INT },        /* checkpoints kept (0: all) */
-    { "name", GHC_CFG_STRING },          /* adapter file base name */
-    { "max_bad_steps", GHC_CFG_INT },    /* non-finite losses in a row before aborting */
-    { "tensorboard", GHC_CFG_BOOL },
-    { "log_every", GHC_CFG_INT },        /* plain progress lines every N steps */
-    { "sync_timing", GHC_CFG_BOOL },     /* wait for the GPU after each phase: exact phase times */
-    { "validate_every", GHC_CFG_INT },   /* 0: no validation */
-    { "validation_sigmas", GHC_CFG_LIST },
-    { "validation_batches", GHC_CFG_INT },
-    { NULL, 0 }
+    { "steps",         GHC_CFG_INT,    "100",     "1 to 2^40",               NULL },  /* optimizer steps */
+    /* two-expert models */
+    { "mode",          GHC_CFG_STRING, "single",  "single, separate, shared", NULL },
+    /* single mode */
+    { "expert",        GHC_CFG_STRING, "high",    "high, low",                NULL },
+    /* separate mode: optimizer steps per expert turn */
+    { "switch_every",  GHC_CFG_INT,    "10",      "1 to 2^40",                NULL },
+    { "sampler",       GHC_CFG_STRING, "uniform", "uniform, sigmoid, logit_normal, shift, flux_shift", NULL },
+    { "shift_base",    GHC_CFG_STRING, "sigmoid", "sigmoid, uniform",         NULL },
+    { "sigmoid_scale", GHC_CFG_FLOAT,  "1.0",     "1e-6 to 1e6",              NULL },
+    { "logit_mean",    GHC_CFG_FLOAT,  "0.0",     "-1e3 to 1e3",              NULL },
+    { "logit_std",     GHC_CFG_FLOAT,  "1.0",     "1e-6 to 1e3",              NULL },
+    { "shift",         GHC_CFG_FLOAT,  "1.0",     "1e-6 to 1e6",              NULL },
+    /* rejection rounds per sigma */
+    { "max_tries",     GHC_CFG_INT,    "10000",   "1 to 2^30",                NULL },
+    /* musubi compatibility: t = 1000 sigma + 1 */
+    { "t_offset",      GHC_CFG_BOOL,   "false",   NULL,                       NULL },
+    /* use samples' stored noise and timestep */
+    { "stored_noise",  GHC_CFG_BOOL,   "true",    NULL,                       NULL },
+    { "weighting",     GHC_CFG_STRING, "none",    "none, sigma_sqrt, cosmap", NULL },
+    /* 0: no clipping */
+    { "max_grad_norm", GHC_CFG_FLOAT,  "1.0",     "0 to 1e30",                NULL },
+    /* checkpoint every N steps (0: at the end only) */
+    { "save_every",    GHC_CFG_INT,    "0",       "0 to 2^40",                NULL },
+    /* checkpoints kept (0: all) */
+    { "keep_last",     GHC_CFG_INT,    "3",       "0 to 2^20",                NULL },
+    /* adapter file base name */
+    { "name",          GHC_CFG_STRING, "adapter", NULL,                       NULL },
+    /* non-finite losses in a row before aborting */
+    { "max_bad_steps", GHC_CFG_INT,    "5",       "1 to 2^20",                NULL },
+    { "tensorboard",   GHC_CFG_BOOL,   "true",    NULL,                       NULL },
+    /* plain progress lines every N steps */
+    { "log_every",     GHC_CFG_INT,    "10",      "1 to 2^40",                NULL },
+    /* wait for the GPU after each phase: exact phase times */
+    { "sync_timing",   GHC_CFG_BOOL,   "false",   NULL,                       NULL },
+    /* 0: no validation */
+    { "validate_every", GHC_CFG_INT,   "0",       "0 to 2^40",                NULL },
+    { "validation_sigmas", GHC_CFG_LIST, "(0.25, 0.5, 0.75)", "(0, 1], at most 16", NULL },
+    { "validation_batches", GHC_CFG_INT, "1",     "1 to 2^20",                NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 const struct ghc_cfg_key *ghc_train_section_keys(const char *section)
@@ -134,6 +148,18 @@ struct trainer {
     double             t_start;
     int64_t            first_step;               /* the step this process started at (resume) */
     double             loss_ema;
+    /* the data position a resumed run seeks to once its dataset is open */
+    bool               resumed;
+    int64_t            resume_epoch, resume_cursor;
+    /* what the model takes, when it says (ghc_model_input_spec) */
+    struct ghc_model_input in;
+    bool               have_in;
+    bool               demo;                     /* a `demo` section: the data is generated */
+    /* What this run wrote into output_dir: a run that fails before its first checkpoint
+     * removes it again, so that the folder is as it was and the next run is not refused. */
+    char               made_out[4096];           /* the shallowest folder mkdir created, or "" */
+    bool               made_resolved, made_demo, made_metrics, wrote_checkpoint;
+    char               tb_path[8400];            /* the event file this run opened, or "" */
 };
 
 static double now_s(void)
@@ -692,8 +718,10 @@ static int read_state(struct trainer *tr, const char *path)
     tr->bad_in_row = json_integer_value(json_object_get(j, "bad_in_row"));
     tr->samples_seen = json_integer_value(json_object_get(j, "samples_seen"));
     tr->loss_ema = json_real_value(json_object_get(j, "loss_ema"));
-    rc = ghc_dataset_seek(tr->ds, json_integer_value(json_object_get(j, "data_epoch")),
-                          json_integer_value(json_object_get(j, "data_cursor")));
+    /* the dataset seeks there once it is open (the demo's only after it is generated) */
+    tr->resumed = true;
+    tr->resume_epoch = json_integer_value(json_object_get(j, "data_epoch"));
+    tr->resume_cursor = json_integer_value(json_object_get(j, "data_cursor"));
 out:
     json_decref(j);
     return rc;
@@ -825,6 +853,7 @@ static int checkpoint(struct trainer *tr)
         return rc;
     if (rename(tmp, dir) != 0)
         return ghc_error_set(core, GHC_EIO, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
+    tr->wrote_checkpoint = true;
     ghc_log(core, GHC_LOG_INFO, "train: step %lld: checkpoint %s", (long long)tr->step, dir);
     return prune_checkpoints(tr);
 }
@@ -1065,7 +1094,8 @@ static int train_step(struct trainer *tr, int progress)
                 (long long)tr->step, loss, (long long)tr->bad_in_row + 1, (long long)tr->bad_total);
         if (++tr->bad_in_row >= tr->c.max_bad)
             return ghc_error_set(core, GHC_EINVAL, "train: %lld non-finite losses in a row (max_bad_steps): stopping; "
-                                 "the last good checkpoint is intact", (long long)tr->bad_in_row);
+                                 "%s", (long long)tr->bad_in_row, tr->wrote_checkpoint || tr->resumed
+                                 ? "the last good checkpoint is intact" : "there is no checkpoint yet");
     } else {
         tr->bad_in_row = 0;
         double norm = 0.0;
@@ -1094,21 +1124,433 @@ static int train_step(struct trainer *tr, int progress)
     return 0;
 }
 
-/* ---- the run -------------------------------------------------------------------------------- */
+/* ---- checks before anything is written ------------------------------------------------------ */
 
-static int open_outputs(struct trainer *tr, bool resuming)
+/* What the model takes (model.h, ghc_model_input); a model that does not say leaves the
+ * data's shapes to its first forward. */
+static int model_input(struct trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    tr->in = (struct ghc_model_input){ .struct_size = sizeof(tr->in) };
+    int rc = ghc_model_input_spec(tr->model, &tr->in);
+    if (rc == GHC_EUNSUPPORTED) {
+        ghc_log(core, GHC_LOG_DEBUG, "train: %s", ghc_error_message(core));
+        ghc_error_clear(core);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    tr->have_in = true;
+    if (tr->in.cond_channels > 0)
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "train: the model takes %lld conditioning channels after the "
+                             "latent's %lld (an image-to-video model; %s), which the trainer does not supply",
+                             (long long)tr->in.cond_channels, (long long)tr->in.channels,
+                             tr->in.channels_from ? tr->in.channels_from : "?");
+    return 0;
+}
+
+/* A sample's file as the user finds it: the backend entry "<d>/<name>" under the folder of
+ * `section`.datasets[d] (relative folders are relative to the configuration file). */
+static const char *sample_file(ghc_core_t *core, const char *section, const char *entry, char *buf, size_t len)
+{
+    char *end;
+    long d = strtol(entry, &end, 10);
+    config_setting_t *sec = config_setting_get_member(config_root_setting(&core->config->lc), section);
+    config_setting_t *sets = sec ? config_setting_get_member(sec, "datasets") : NULL;
+    config_setting_t *set = sets && end != entry && *end == '/' && d >= 0 ? config_setting_get_elem(sets, (unsigned)d)
+                                                                           : NULL;
+    const char *root = NULL;
+    if (!set || !config_setting_lookup_string(set, "path", &root))
+        snprintf(buf, len, "%s", entry);
+    else if (root[0] == '/' || !strcmp(core->config->dir, "."))
+        snprintf(buf, len, "%s/%s", root, end + 1);
+    else
+        snprintf(buf, len, "%s/%s/%s", core->config->dir, root, end + 1);
+    return buf;
+}
+
+static const char *const patch_dims[3] = { "frames", "height", "width" };
+
+/* Every sample of `ds` (the data of `section`) against what the model takes: the latent's
+ * channels, its frames, height and width against the patch, the text embedding's width and
+ * rows. The first mismatch is the error (naming the sample's file and where the model's
+ * number came from), with the count of the others. */
+static int check_samples(struct trainer *tr, ghc_dataset_t *ds, const char *section)
+{
+    ghc_core_t *core = tr->core;
+    const struct ghc_model_input *in = &tr->in;
+    if (!tr->have_in)
+        return 0;
+    int64_t n = ghc_dataset_samples(ds), bad = 0;
+    char first[GHC_ERRMSG_MAX] = "", f[4096];
+    for (int64_t i = 0; i < n; i++) {
+        struct ghc_data_sample_info si;
+        char msg[GHC_ERRMSG_MAX];
+        if (!ghc_dataset_sample_at(ds, i, &si))
+            continue;
+        const int64_t *ls = si.latent_shape;
+        int k = 0;
+        while (k < 3 && (in->patch[k] < 2 || ls[1 + k] % in->patch[k] == 0))
+            k++;
+        if (in->channels && ls[0] != in->channels)
+            snprintf(msg, sizeof(msg), "%s: the latent [%lld, %lld, %lld, %lld] has %lld channels; the model takes %lld "
+                     "(%s)", sample_file(core, section, si.latent_file, f, sizeof(f)), (long long)ls[0],
+                     (long long)ls[1], (long long)ls[2], (long long)ls[3], (long long)ls[0], (long long)in->channels,
+                     in->channels_from ? in->channels_from : "the model");
+        else if (k < 3)
+            snprintf(msg, sizeof(msg), "%s: the latent [%lld, %lld, %lld, %lld]: its %s, %lld, is not a multiple of %lld "
+                     "(%s)", sample_file(core, section, si.latent_file, f, sizeof(f)), (long long)ls[0],
+                     (long long)ls[1], (long long)ls[2], (long long)ls[3], patch_dims[k], (long long)ls[1 + k],
+                     (long long)in->patch[k], in->patch_from ? in->patch_from : "the model's patch");
+        else if (in->text_dim && si.text_dim != in->text_dim)
+            snprintf(msg, sizeof(msg), "%s: the text embedding is [%lld, %lld], %lld wide; the model's text width is "
+                     "%lld (%s)", sample_file(core, section, si.text_file, f, sizeof(f)), (long long)si.text_len,
+                     (long long)si.text_dim, (long long)si.text_dim, (long long)in->text_dim,
+                     in->text_dim_from ? in->text_dim_from : "the model");
+        else if (in->text_len && si.text_len > in->text_len)
+            snprintf(msg, sizeof(msg), "%s: the text embedding has %lld rows; the model takes at most %lld (%s)",
+                     sample_file(core, section, si.text_file, f, sizeof(f)), (long long)si.text_len,
+                     (long long)in->text_len, in->text_len_from ? in->text_len_from : "the model");
+        else
+            continue;
+        if (!bad++)
+            snprintf(first, sizeof(first), "%s", msg);
+    }
+    if (bad > 1)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: %s; and %lld more sample%s", section, first,
+                             (long long)(bad - 1), bad == 2 ? " that does not fit" : "s that do not fit");
+    return bad ? ghc_error_set(core, GHC_ECONFIG, "%s: %s", section, first) : 0;
+}
+
+/* The demo's keys, and its shapes against what the model takes (its data does not exist
+ * before the run); read by ghc_demo_read, as ghc_demo_generate reads them once the run has
+ * begun. */
+static int check_demo(struct trainer *tr, ghc_cfg_t *s)
+{
+    ghc_core_t *core = tr->core;
+    const struct ghc_model_input *in = &tr->in;
+    struct ghc_demo_opts o;
+    int rc = ghc_demo_read(s, &o);
+    if (rc < 0)
+        return rc;
+    const int64_t *v = o.shape;
+    const bool *given = o.given;
+    const char *const *keys = o.shape_key;
+    if (!tr->have_in)
+        return 0;
+    int i = -1;
+    int64_t want = 0;
+    const char *from = NULL, *what = "";
+    if (in->channels && v[0] != in->channels)
+        i = 0, want = in->channels, from = in->channels_from, what = "the model takes %lld latent channels";
+    for (int k = 0; i < 0 && k < 3; k++)
+        if (in->patch[k] > 1 && v[1 + k] % in->patch[k])
+            i = 1 + k, want = in->patch[k], from = in->patch_from, what = "the model takes multiples of %lld";
+    if (i < 0 && in->text_dim && v[5] != in->text_dim)
+        i = 5, want = in->text_dim, from = in->text_dim_from, what = "the model's text width is %lld";
+    if (i < 0 && in->text_len && v[4] > in->text_len)
+        i = 4, want = in->text_len, from = in->text_len_from, what = "the model takes at most %lld text rows";
+    if (i < 0)
+        return 0;
+    char need[128];
+    snprintf(need, sizeof(need), what, (long long)want);
+    return ghc_error_set(core, GHC_ECONFIG, "%s: demo.%s = %lld%s: %s (%s)", ghc_cfg_where(s, keys[i]), keys[i],
+                         (long long)v[i], given[i] ? "" : " (the default)", need, from ? from : "the model");
+}
+
+/* ---- output_dir ----------------------------------------------------------------------------- */
+
+/* The newest checkpoint-N folder in dir: *step gets N, -1 when there is none. */
+static void newest_checkpoint(const char *dir, int64_t *step)
+{
+    *step = -1;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end, p[8400];
+        struct stat st;
+        if (strncmp(e->d_name, "checkpoint-", 11) != 0)
+            continue;
+        long long s = strtoll(e->d_name + 11, &end, 10);
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (*end == '\0' && end != e->d_name + 11 && s > *step && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            *step = s;
+    }
+    closedir(d);
+}
+
+int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts)
+{
+    int rc;
+    struct stat st;
+    const char *resume = opts ? opts->resume : NULL;
+    if ((rc = ghc_config_resolve_output_dir(core)) < 0)
+        return rc;
+    if (resume && stat(resume, &st) != 0)
+        return ghc_error_set(core, GHC_ENOTFOUND, "%s: no such checkpoint folder (--resume)", resume);
+    const char *out = ghc_config_output_dir(core);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/resolved.cfg", out);
+    if (resume || stat(path, &st) != 0)
+        return 0;
+    int64_t n;
+    newest_checkpoint(out, &n);
+    if (n >= 0)
+        return ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run; continue it with "
+                             "--resume %s/checkpoint-%lld (its newest checkpoint), choose another folder "
+                             "(--set output_dir=DIR), or remove it", path, out, out, (long long)n);
+    return ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run that left no checkpoint "
+                         "(one still going, or one that was killed before its first): nothing to resume; to start "
+                         "over remove the folder (rm -r '%s') or choose another (--set output_dir=DIR)", path, out, out);
+}
+
+/* Creates `path` with its parents; `made` gets the shallowest folder created ("" when none). */
+static int mkdir_p(ghc_core_t *core, const char *path, char *made, size_t len)
+{
+    char buf[4096];
+    made[0] = '\0';
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return ghc_error_set(core, GHC_EIO, "%s: path too long", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) == 0) {
+                if (!made[0])
+                    snprintf(made, len, "%s", buf);
+            } else if (errno != EEXIST) {
+                return ghc_error_set(core, GHC_EIO, "%s: cannot create the output folder: %s", buf, strerror(errno));
+            }
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return ghc_error_set(core, GHC_EIO, "%s: output_dir is not a folder", path);
+    return 0;
+}
+
+/* Reads a base-128 varint at p[*i] (< len); false past the end. */
+static bool varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; *i < len && shift < 64; shift += 7) {
+        uint8_t b = p[(*i)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* The step of a serialised tensorflow.Event (field 2, a varint; 0 when absent). */
+static int64_t event_step(const uint8_t *p, size_t len)
+{
+    size_t i = 0;
+    uint64_t tag, v;
+    while (i < len && varint(p, len, &i, &tag)) {
+        switch (tag & 7) {
+        case 0:
+            if (!varint(p, len, &i, &v))
+                return 0;
+            if (tag >> 3 == 2)
+                return (int64_t)v;
+            break;
+        case 1: i += 8; break;
+        case 2:
+            if (!varint(p, len, &i, &v) || v > len - i)
+                return 0;
+            i += (size_t)v;
+            break;
+        case 5: i += 4; break;
+        default: return 0;
+        }
+    }
+    return 0;
+}
+
+/* Rewrites `path` (temporary file, renamed) with `keep` bytes of `buf`; nothing when
+ * keep == size. */
+static int rewrite_file(ghc_core_t *core, const char *path, const void *buf, size_t keep, size_t size)
+{
+    if (keep == size)
+        return 0;
+    char tmp[8500];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    bool ok = fwrite(buf, 1, keep, f) == keep && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return ghc_error_set(core, GHC_EIO, "%s: cannot rewrite: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static int read_all(ghc_core_t *core, const char *path, uint8_t **buf, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    *buf = NULL;
+    *size = 0;
+    if (!f)
+        return errno == ENOENT ? 0 : ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 0, n;
+    uint8_t chunk[65536];
+    int rc = 0;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (*size + n > cap) {
+            uint8_t *nb = realloc(*buf, cap = 2 * (*size + n));
+            if (!nb) {
+                rc = ghc_error_set(core, GHC_ENOMEM, "%s: out of memory reading it", path);
+                break;
+            }
+            *buf = nb;
+        }
+        memcpy(*buf + *size, chunk, n);
+        *size += n;
+    }
+    if (rc == 0 && ferror(f))
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot read: %s", path, strerror(errno));
+    fclose(f);
+    return rc;
+}
+
+/* A run resumed at step n into a folder that logged beyond n (an earlier continuation of the
+ * same checkpoint) keeps each step once: metrics.jsonl keeps its lines up to step n (and drops
+ * an unfinished last line), each TensorBoard event file its records up to step n (and drops a
+ * torn last record). The files are rewritten through a temporary name and renamed. */
+static int drop_after(struct trainer *tr, int64_t n)
+{
+    ghc_core_t *core = tr->core;
+    char p[8400];
+    uint8_t *buf;
+    size_t size, keep = 0;
+    int64_t lines = 0;
+    snprintf(p, sizeof(p), "%s/metrics.jsonl", tr->out);
+    int rc = read_all(core, p, &buf, &size);
+    for (size_t i = 0; rc == 0 && i < size; ) {
+        uint8_t *nl = memchr(buf + i, '\n', size - i);
+        if (!nl)
+            break;
+        size_t len = (size_t)(nl - (buf + i)) + 1;
+        char head[64];
+        snprintf(head, sizeof(head), "%.*s", (int)(len < 63 ? len : 63), (const char *)buf + i);
+        const char *s = strstr(head, "\"step\":");
+        if (s && strtoll(s + 7, NULL, 10) > n) {
+            lines++;
+        } else {
+            memmove(buf + keep, buf + i, len);
+            keep += len;
+        }
+        i += len;
+    }
+    if (rc == 0 && (rc = rewrite_file(core, p, buf, keep, size)) == 0 && lines)
+        ghc_log(core, GHC_LOG_INFO, "train: %s: dropped %lld line%s after step %lld (this run continues from there)",
+                p, (long long)lines, lines == 1 ? "" : "s", (long long)n);
+    free(buf);
+    DIR *d = rc == 0 ? opendir(tr->out) : NULL;
+    struct dirent *e;
+    while (d && rc == 0 && (e = readdir(d))) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0)
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", tr->out, e->d_name);
+        if ((rc = read_all(core, p, &buf, &size)) < 0)
+            break;
+        int64_t records = 0;
+        keep = 0;
+        for (size_t i = 0; i + 16 <= size; ) {
+            uint64_t len;
+            uint32_t crc;
+            memcpy(&len, buf + i, 8);
+            memcpy(&crc, buf + i + 8, 4);
+            if (crc != ghc_crc32c_masked(buf + i, 8) || len > size - i - 16)
+                break;
+            memcpy(&crc, buf + i + 12 + len, 4);
+            if (crc != ghc_crc32c_masked(buf + i + 12, (size_t)len))
+                break;
+            size_t rec = 16 + (size_t)len;
+            if (event_step(buf + i + 12, (size_t)len) > n) {
+                records++;
+            } else {
+                memmove(buf + keep, buf + i, rec);
+                keep += rec;
+            }
+            i += rec;
+        }
+        if ((rc = rewrite_file(core, p, buf, keep, size)) == 0 && records)
+            ghc_log(core, GHC_LOG_INFO, "train: %s: dropped %lld record%s after step %lld", p, (long long)records,
+                    records == 1 ? "" : "s", (long long)n);
+        free(buf);
+    }
+    if (d)
+        closedir(d);
+    return rc;
+}
+
+static int open_outputs(struct trainer *tr)
 {
     ghc_core_t *core = tr->core;
     int rc;
     char p[8400];
-    if ((rc = mkdir_one(core, tr->out)) < 0)
+    struct stat st;
+    if (tr->resumed && (rc = drop_after(tr, tr->step)) < 0)
         return rc;
     snprintf(p, sizeof(p), "%s/metrics.jsonl", tr->out);
-    if (!(tr->metrics = fopen(p, resuming ? "a" : "w")))
+    tr->made_metrics = !tr->resumed || stat(p, &st) != 0;
+    if (!(tr->metrics = fopen(p, tr->resumed ? "a" : "w")))
         return ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", p, strerror(errno));
-    if (tr->c.tensorboard && (rc = ghc_tboard_open(core, tr->out, &tr->tb)) < 0)
-        return rc;
+    if (tr->c.tensorboard) {
+        if ((rc = ghc_tboard_open(core, tr->out, &tr->tb)) < 0)
+            return rc;
+        snprintf(tr->tb_path, sizeof(tr->tb_path), "%s", ghc_tboard_path(tr->tb));
+    }
     return 0;
+}
+
+/* After a failure before the run's first checkpoint: remove what it wrote into output_dir
+ * (its files closed), so that the folder is as it was and the next run is not refused. The
+ * error message stays. */
+static void undo_outputs(struct trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    char msg[GHC_ERRMSG_MAX], p[8400];
+    int code = ghc_error_code(core);
+    bool any = tr->made_metrics || *tr->tb_path || tr->made_demo || tr->made_resolved || *tr->made_out;
+    if (!any)
+        return;
+    snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+    snprintf(p, sizeof(p), "%s/metrics.jsonl", tr->out);
+    if (tr->made_metrics)
+        unlink(p);
+    if (*tr->tb_path)
+        unlink(tr->tb_path);
+    snprintf(p, sizeof(p), "%s/demo-data", tr->out);
+    if (tr->made_demo)
+        rm_rf(core, p);
+    snprintf(p, sizeof(p), "%s/checkpoint-%lld.tmp", tr->out, (long long)tr->step);
+    rm_rf(core, p);
+    snprintf(p, sizeof(p), "%s/resolved.cfg", tr->out);
+    if (tr->made_resolved)
+        unlink(p);
+    if (*tr->made_out) {
+        /* the folders mkdir made, deepest first, while empty */
+        snprintf(p, sizeof(p), "%s", tr->out);
+        size_t top = strlen(tr->made_out);
+        while (strlen(p) >= top && rmdir(p) == 0) {
+            char *slash = strrchr(p, '/');
+            if (!slash || slash == p)
+                break;
+            *slash = '\0';
+        }
+    }
+    ghc_log(core, GHC_LOG_INFO, "train: no checkpoint was written: removed what this run wrote to %s, which "
+            "is as it was before", tr->out);
+    ghc_error_set(core, code, "%s", msg);
 }
 
 static void trainer_free(struct trainer *tr)
@@ -1121,7 +1563,13 @@ static void trainer_free(struct trainer *tr)
     ghc_tboard_free(tr->tb);
     if (tr->metrics)
         fclose(tr->metrics);
+    tr->ds = tr->vds = NULL;
+    tr->sq = tr->norms = NULL;
+    tr->tb = NULL;
+    tr->metrics = NULL;
 }
+
+/* ---- the run -------------------------------------------------------------------------------- */
 
 static int need(ghc_core_t *core, const void *inst, const char *section)
 {
@@ -1131,59 +1579,123 @@ static int need(ghc_core_t *core, const void *inst, const char *section)
                          "(see doc/config.md)", section);
 }
 
-int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
+/* The training data (and the held-out validation data): opened, checked against the model,
+ * and put at the resumed position. With a demo section, after its data was generated. */
+static int open_data(struct trainer *tr)
 {
-    struct trainer tr = { .core = core, .active = -1 };
+    ghc_core_t *core = tr->core;
+    int rc;
+    if ((rc = ghc_dataset_open(core, &tr->ds)) < 0 || (rc = check_samples(tr, tr->ds, "data")) < 0)
+        return rc;
+    ghc_dataset_set_copy(tr->ds, ghc_op_copy);
+    if (tr->c.validate_every && ghc_config_section(core, "validation")) {
+        if ((rc = ghc_dataset_open_section(core, "validation", &tr->vds)) < 0 ||
+            (rc = check_samples(tr, tr->vds, "validation")) < 0)
+            return rc;
+        ghc_dataset_set_copy(tr->vds, ghc_op_copy);
+    }
+    if (tr->resumed && (rc = ghc_dataset_seek(tr->ds, tr->resume_epoch, tr->resume_cursor)) < 0)
+        return rc;
+    return 0;
+}
+
+/* Everything that can be checked before output_dir is touched: the sections, the data against
+ * the model (the demo's shapes instead of its data, which a run generates later), the
+ * adapters, the resumed checkpoint. */
+static int prepare(struct trainer *tr, const struct ghc_train_opts *opts)
+{
+    ghc_core_t *core = tr->core;
     int rc;
     stop_signal = 0;
-    tr.model = ghc_model_get(core);
-    tr.net = ghc_network_get(core);
-    tr.opt = ghc_optimizer_get(core);
-    tr.sched = ghc_scheduler_get(core);
-    tr.mp = ghc_mempolicy_get(core);
-    if ((rc = need(core, tr.model, "model")) < 0 || (rc = need(core, tr.net, "network")) < 0 ||
-        (rc = need(core, tr.opt, "optimizer")) < 0)
+    tr->model = ghc_model_get(core);
+    tr->net = ghc_network_get(core);
+    tr->opt = ghc_optimizer_get(core);
+    tr->sched = ghc_scheduler_get(core);
+    tr->mp = ghc_mempolicy_get(core);
+    if ((rc = need(core, tr->model, "model")) < 0 || (rc = need(core, tr->net, "network")) < 0 ||
+        (rc = need(core, tr->opt, "optimizer")) < 0)
         return rc;
     ghc_cfg_t *s;
     if ((rc = ghc_cfg_get_group(core->config->root, "train", train_keys, &s)) < 0)
         return rc;
     if (!s)
         return ghc_error_set(core, GHC_ECONFIG, "train: the configuration has no `train` section (at least `train = { steps = N; };`)");
-    if ((rc = read_cfg(core, s, &tr.c, &tr.sampler)) < 0)
+    if ((rc = read_cfg(core, s, &tr->c, &tr->sampler)) < 0)
         return rc;
     int64_t seed = 42;
-    if ((rc = ghc_cfg_get_int(core->config->root, "seed", 42, 0, INT64_MAX, &seed)) < 0)
+    if ((rc = ghc_cfg_get_int(core->config->root, "seed", 42, 0, INT64_MAX, &seed)) < 0 ||
+        (rc = ghc_train_check_output(core, opts)) < 0)
         return rc;
-    tr.sampler.seed = (uint64_t)seed ^ 0x243f6a8885a308d3ull;
-    tr.noise_rng.seed = (uint64_t)seed ^ 0x13198a2e03707344ull;
-    snprintf(tr.out, sizeof(tr.out), "%s", ghc_config_output_dir(core));
-    tr.device = ghc_model_device(tr.model);
-    tr.n_experts = ghc_model_experts(tr.model);
-    if (tr.n_experts > 2)
-        return ghc_error_set(core, GHC_EUNSUPPORTED, "train: models of %d experts are not supported (1 or 2)", tr.n_experts);
-    if (tr.n_experts == 2) {
-        tr.boundary = find_boundary(tr.model);
-        ghc_log(core, GHC_LOG_INFO, "train: two experts, boundary sigma %.6g (high noise at and above)", tr.boundary);
+    tr->sampler.seed = (uint64_t)seed ^ 0x243f6a8885a308d3ull;
+    tr->noise_rng.seed = (uint64_t)seed ^ 0x13198a2e03707344ull;
+    snprintf(tr->out, sizeof(tr->out), "%s", ghc_config_output_dir(core));
+    tr->device = ghc_model_device(tr->model);
+    tr->n_experts = ghc_model_experts(tr->model);
+    if (tr->n_experts > 2)
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "train: models of %d experts are not supported (1 or 2)", tr->n_experts);
+    if (tr->n_experts == 2) {
+        tr->boundary = find_boundary(tr->model);
+        ghc_log(core, GHC_LOG_INFO, "train: two experts, boundary sigma %.6g (high noise at and above)", tr->boundary);
     }
-    if ((rc = setup_adapters(&tr)) < 0 || (rc = ghc_demo_generate(core)) < 0 ||
-        (rc = ghc_dataset_open(core, &tr.ds)) < 0)
-        goto out;
-    ghc_dataset_set_copy(tr.ds, ghc_op_copy);
-    if (tr.c.validate_every && ghc_config_section(core, "validation")) {
-        if ((rc = ghc_dataset_open_section(core, "validation", &tr.vds)) < 0)
-            goto out;
-        ghc_dataset_set_copy(tr.vds, ghc_op_copy);
+    if ((rc = model_input(tr)) < 0 || (rc = ghc_cfg_get_group(core->config->root, "demo", ghc_demo_keys, &s)) < 0)
+        return rc;
+    tr->demo = s != NULL;
+    if (tr->demo) {
+        /* the data's folders are the demo's, written by the run: check what exists now */
+        ghc_cfg_t *g;
+        if ((rc = check_demo(tr, s)) < 0 ||
+            (rc = ghc_cfg_get_group(core->config->root, "data", ghc_dataset_keys(false), &g)) < 0 ||
+            (tr->c.validate_every &&
+             (rc = ghc_cfg_get_group(core->config->root, "validation", ghc_dataset_keys(false), &g)) < 0))
+            return rc;
     }
+    if ((rc = setup_adapters(tr)) < 0 || (!tr->demo && (rc = open_data(tr)) < 0))
+        return rc;
+    if (opts && opts->resume && (rc = resume(tr, opts->resume)) < 0)
+        return rc;
+    if (!tr->demo && tr->resumed && (rc = ghc_dataset_seek(tr->ds, tr->resume_epoch, tr->resume_cursor)) < 0)
+        return rc;
     /* the sampler's acceptance in each trained range, said once (spec/training.md 2.1) */
-    for (int a = 0; a < tr.n_adapters && tr.sampler.family != GHC_SAMPLER_FLUX_SHIFT; a++) {
-        expert_range(&tr, tr.adapter_expert[a], &tr.sampler.lo, &tr.sampler.hi);
-        double acc = ghc_sampler_acceptance(&tr.sampler, tr.sampler.shift);
+    for (int a = 0; a < tr->n_adapters && tr->sampler.family != GHC_SAMPLER_FLUX_SHIFT; a++) {
+        expert_range(tr, tr->adapter_expert[a], &tr->sampler.lo, &tr->sampler.hi);
+        double acc = ghc_sampler_acceptance(&tr->sampler, tr->sampler.shift);
         ghc_log(core, acc < 1e-3 ? GHC_LOG_WARN : GHC_LOG_INFO, "train: %s sampler: %.1f%% of draws fall in [%.4g, %.4g]",
-                ghc_sampler_family_names[tr.sampler.family], 100.0 * acc, tr.sampler.lo, tr.sampler.hi);
+                ghc_sampler_family_names[tr->sampler.family], 100.0 * acc, tr->sampler.lo, tr->sampler.hi);
     }
-    if (opts && opts->resume && (rc = resume(&tr, opts->resume)) < 0)
+    return 0;
+}
+
+int ghc_train_check(ghc_core_t *core, const struct ghc_train_opts *opts)
+{
+    struct trainer tr = { .core = core, .active = -1 };
+    int rc = prepare(&tr, opts);
+    trainer_free(&tr);
+    return rc;
+}
+
+int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
+{
+    struct trainer tr = { .core = core, .active = -1 };
+    char p[8400];
+    struct stat st;
+    int rc;
+    if ((rc = prepare(&tr, opts)) < 0)
         goto out;
-    if ((rc = open_outputs(&tr, opts && opts->resume)) < 0)
+    /* from here on output_dir is written */
+    snprintf(p, sizeof(p), "%s/resolved.cfg", tr.out);
+    if ((rc = mkdir_p(core, tr.out, tr.made_out, sizeof(tr.made_out))) < 0)
+        goto out;
+    tr.made_resolved = stat(p, &st) != 0;
+    if ((rc = ghc_config_write(core, p)) < 0)
+        goto out;
+    ghc_log(core, GHC_LOG_INFO, "wrote %s", p);
+    if (tr.demo) {
+        snprintf(p, sizeof(p), "%s/demo-data", tr.out);
+        tr.made_demo = stat(p, &st) != 0;
+        if ((rc = ghc_demo_generate(core)) < 0 || (rc = open_data(&tr)) < 0)
+            goto out;
+    }
+    if ((rc = open_outputs(&tr)) < 0)
         goto out;
     ghc_log(core, GHC_LOG_INFO, "train: %lld steps, mode %s, %lld samples per epoch, on %s",
             (long long)tr.c.steps, mode_names[tr.c.mode], (long long)ghc_dataset_size(tr.ds),
@@ -1206,8 +1718,8 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
     if ((rc = checkpoint(&tr)) < 0)
         goto out;
     if (stop_signal) {
-        rc = ghc_error_set(core, GHC_EINTERRUPTED, "train: stopped by signal %d at step %lld; continue with --resume %s/checkpoint-%lld",
-                           (int)stop_signal, (long long)tr.step, tr.out, (long long)tr.step);
+        rc = ghc_error_set(core, GHC_EINTERRUPTED, "train: stopped by signal %d at step %lld; continue with --resume "
+                           "%s/checkpoint-%lld", (int)stop_signal, (long long)tr.step, tr.out, (long long)tr.step);
         goto out;
     }
     char first_file[8400] = "";
@@ -1218,5 +1730,7 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
             tr.n_adapters > 1 ? " (and the low-noise one beside it)" : "");
 out:
     trainer_free(&tr);
+    if (rc < 0 && !tr.wrote_checkpoint)
+        undo_outputs(&tr);
     return rc;
 }

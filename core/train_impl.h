@@ -68,6 +68,18 @@ const char *ghc_tboard_path(const ghc_tboard_t *tb);
 /* With a `demo` section: write the demo dataset (a planted adapter's targets) to
  * <output_dir>/demo-data and point the `data` section at it. Without one: nothing. */
 int ghc_demo_generate(ghc_core_t *core);
+/* The demo section's values, read and checked (ranges, sigma_min <= sigma_max) by the one
+ * reader both the pre-run checks and ghc_demo_generate use. shape: channels, frames, height,
+ * width, text_len, text_dim; given: whether the file sets it (else the default). */
+enum { GHC_DEMO_SHAPES = 6 };
+struct ghc_demo_opts {
+    int64_t     shape[GHC_DEMO_SHAPES];
+    bool        given[GHC_DEMO_SHAPES];
+    const char *shape_key[GHC_DEMO_SHAPES];
+    int64_t     samples, rank;
+    double      strength, sigma_min, sigma_max;
+};
+int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o);
 extern const struct ghc_cfg_key ghc_demo_keys[];
 
 #endif /* GHC_TRAIN_IMPL_H */

@@ -1,11 +1,12 @@
 # tests/data.mk: the dataset, backends and caches (issue 8). Fixtures: tests/fixtures/data,
-# made by tests/fixtures/make_data_fixtures.py (tests/fixtures/README.md, section "data").
+# made by tests/fixtures/make_data_fixtures.py and, for data/peers, make_peer_cache_fixtures.py
+# (tests/fixtures/README.md, sections "data" and "data/peers").
 check_PROGRAMS += tests/test_data
 tests_test_data_SOURCES = tests/test_data.c tests/testutil.h plugins/in_memory/codec.c
 tests_test_data_CFLAGS = $(TEST_CFLAGS) $(LZ4_CFLAGS) $(ZLIB_CFLAGS)
 tests_test_data_LDADD = $(TEST_LIBS) $(LZ4_LIBS) $(ZLIB_LIBS) $(SNAPPY_LIBS) -lm
 TESTS += tests/test_data
-EXTRA_DIST += tests/fixtures/make_data_fixtures.py tests/fixtures/data
+EXTRA_DIST += tests/fixtures/make_data_fixtures.py tests/fixtures/make_peer_cache_fixtures.py tests/fixtures/data
 # GPU suite: batches on a CUDA device through the unified_memory cache; exits 77 without a GPU
 if HAVE_CUDA
 check_PROGRAMS += tests/test_data_cuda

@@ -24,8 +24,10 @@ EXTRA_DIST += tests/test_lycoris.c tests/test_lycoris_cuda.c tests/fixtures/make
 	tests/fixtures/lycoris/loha_r4.safetensors tests/fixtures/lycoris/lokr_fm1_full.safetensors \
 	tests/fixtures/lycoris/lokr_f4_w2lr.safetensors tests/fixtures/lycoris/lokr_f16_both.safetensors \
 	tests/fixtures/lycoris/lokr_f16_full.safetensors \
-	tests/fixtures/lycoris/dora_r4_ffn0.safetensors tests/fixtures/lycoris/dora_r8_q.safetensors
-# gh200core merge (issue 5): through the CLI, with the lycoris and wan22 fixtures
+	tests/fixtures/lycoris/dora_r4_ffn0.safetensors tests/fixtures/lycoris/dora_r8_q.safetensors \
+	tests/fixtures/make_comfyui_dora_fixture.py tests/fixtures/lycoris/comfyui_dora.safetensors
+# gh200core merge: through the CLI, with the lycoris and wan22 fixtures (comfyui_dora: what
+# ComfyUI's own DoRA code makes of a file of ours, from make_comfyui_dora_fixture.py)
 check_PROGRAMS += tests/test_merge
 tests_test_merge_SOURCES = tests/test_merge.c tests/testutil.h
 tests_test_merge_CFLAGS = $(TEST_CFLAGS)

@@ -89,8 +89,9 @@ START_TEST(config_errors)
     ck_assert_int_eq(cli(&out, "-P '%s' -c %s", tu_env("GHC_BUILD_PLUGINS"), cfg), 3);
     expect_one_error(out, "range.cfg:3: scheduler.micro_batches = 0 is out of range [1, 65536]");
     free(out);
-    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c %s --set scheduler.micro_batches=2", tu_env("GHC_BUILD_PLUGINS"), cfg), 0);
-    ck_assert_str_eq(out, "");
+    /* the range fixed, a dry run goes on to what the run checks next: this file cannot train */
+    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c %s --set scheduler.micro_batches=2", tu_env("GHC_BUILD_PLUGINS"), cfg), 3);
+    expect_one_error(out, "train: the configuration has no `model` section");
     free(out);
     ck_assert_int_eq(cli(&out, "-P '%s' -c %s -s scheduler.micro_batches=x", tu_env("GHC_BUILD_PLUGINS"), cfg), 3);
     expect_one_error(out, "--set scheduler.micro_batches: scheduler \"constant\": key 'micro_batches' must be an integer, got a string");
@@ -234,6 +235,251 @@ START_TEST(train_writes_resolved_once)
 }
 END_TEST
 
+/* A folder's entries, sorted, one per line ("" when it does not exist): to compare it before
+ * and after a run. */
+static char *listing(const char *dir)
+{
+    char cmd[4400], *out;
+    snprintf(cmd, sizeof(cmd), "ls -A '%s' 2>/dev/null | sort", dir);
+    tu_run(cmd, &out);
+    return out;
+}
+
+START_TEST(errors_found_before_writing)
+{
+    /* errors of the train and data sections: found before output_dir is touched, and by
+     * --dry-run too, with the same message and exit status */
+    static const struct { const char *text, *what; int status; } bad[] = {
+        { "train = { steps = 1; tensorbord = false; };\n", "train: unknown key 'tensorbord' (did you mean 'tensorboard'?)", 3 },
+        { "train = { steps = 1; };\ndata = { datasets = ( { path = \"no/such/folder\"; } ); };\n", "no/such/folder", 0 },
+    };
+    char *dir = tu_tmpdir(), *out, *out2, *cfg, run[4200];
+    snprintf(run, sizeof(run), "%s/run", dir);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[4096];
+        snprintf(text, sizeof(text), "mempolicy = { plugin = \"host\"; };\n"
+                 "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1; random = { dim = 64; ffn_dim = 128; "
+                 "heads = 2; layers = 1; in_channels = 16; out_channels = 16; text_dim = 32; freq_dim = 64; }; };\n"
+                 "network = { plugin = \"lycoris\"; rank = 2; };\noptimizer = { plugin = \"adamw\"; };\n%s", bad[i].text);
+        cfg = tu_write(dir, "bad.cfg", text);
+        int st = cli(&out, "-P '%s' -c %s --set output_dir='%s'", tu_env("GHC_BUILD_PLUGINS"), cfg, run);
+        ck_assert_msg(st != 0 && (!bad[i].status || st == bad[i].status), "exit %d: %s", st, out);
+        ck_assert_msg(strstr(out, bad[i].what), "lacks '%s': %s", bad[i].what, out);
+        char *l = listing(run);
+        ck_assert_msg(!*l, "the failed run wrote into %s: %s", run, l);
+        free(l);
+        ck_assert_int_eq(cli(&out2, "-q -n -P '%s' -c %s --set output_dir='%s'", tu_env("GHC_BUILD_PLUGINS"), cfg, run), st);
+        expect_one_error(out2, bad[i].what);
+        free(out);
+        free(out2);
+        free(cfg);
+    }
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(failed_run_leaves_folder)
+{
+    char *dir = tu_tmpdir(), *out, run[4200], p[4400];
+    struct stat st;
+    snprintf(run, sizeof(run), "%s/run", dir);
+    /* every step non-finite: the run stops before its first checkpoint and takes back what it
+     * wrote (resolved.cfg, metrics, the demo's data, the folder it made) */
+    char *cfg = tu_write(dir, "nan.cfg", "mempolicy = { plugin = \"host\"; };\nscheduler = { plugin = \"constant\"; };\n"
+                         TINY_RUN);
+#define NAN_RUN "--set demo.strength=1e38 --set train.max_bad_steps=2 --set train.steps=4"
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' " NAN_RUN, tu_env("GHC_BUILD_PLUGINS"), cfg, run), 1);
+    expect_one_error(out, "2 non-finite losses in a row");
+    free(out);
+    ck_assert_int_ne(stat(run, &st), 0);
+    /* the same into a folder that exists: left as it was */
+    ck_assert_int_eq(mkdir(run, 0777), 0);
+    char *keep = tu_write(run, "notes.txt", "mine\n"), *before = listing(run), *after;
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' " NAN_RUN, tu_env("GHC_BUILD_PLUGINS"), cfg, run), 1);
+    free(out);
+    after = listing(run);
+    ck_assert_str_eq(after, before);
+    free(after);
+    /* and the next run into it is not refused */
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' --set train.steps=4",
+                         tu_env("GHC_BUILD_PLUGINS"), cfg, run), 0);
+    free(out);
+    snprintf(p, sizeof(p), "%s/checkpoint-4", run);
+    ck_assert_int_eq(stat(p, &st), 0);
+    /* a folder that holds a run is refused, the message naming a checkpoint that exists */
+    snprintf(p, sizeof(p), "%s/checkpoint-2", run);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c %s --set output_dir='%s'", tu_env("GHC_BUILD_PLUGINS"), cfg, run), 6);
+    snprintf(p, sizeof(p), "continue it with --resume %s/checkpoint-4 ", run);
+    expect_one_error(out, p);
+    free(out);
+    /* one without a checkpoint (killed before its first): says so, and how to start over */
+    snprintf(p, sizeof(p), "rm -r '%s'/checkpoint-*", run);
+    ck_assert_int_eq(system(p), 0);
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s'", tu_env("GHC_BUILD_PLUGINS"), cfg, run), 6);
+    expect_one_error(out, "left no checkpoint");
+    ck_assert_msg(strstr(out, "rm -r") && !strstr(out, "checkpoint-N"), "%s", out);
+    free(out);
+    free(keep);
+    free(before);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(data_checked_against_model)
+{
+    /* a dataset that does not fit the model: found at the start, by --dry-run too, the message
+     * naming the sample's file and the setting behind the model's number */
+    char *dir = tu_tmpdir(), *out, p[4400];
+    struct stat st;
+    char *gen = tu_write(dir, "gen.cfg", "mempolicy = { plugin = \"host\"; };\nscheduler = { plugin = \"constant\"; };\n"
+                         TINY_RUN);
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s/gen'", tu_env("GHC_BUILD_PLUGINS"), gen, dir), 0);
+    free(out);
+    char text[4096];
+    snprintf(text, sizeof(text), "mempolicy = { plugin = \"host\"; };\n"
+             "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1;\n"
+             "  random = { dim = 64; ffn_dim = 128; heads = 2; layers = 1; in_channels = 16; out_channels = 16;\n"
+             "             text_dim = 48; freq_dim = 64; }; };\n"
+             "network = { plugin = \"lycoris\"; rank = 2; };\noptimizer = { plugin = \"adamw\"; };\n"
+             "data = { batch_size = 2; datasets = ( { path = \"gen/demo-data\"; } ); };\ntrain = { steps = 1; };\n");
+    char *cfg = tu_write(dir, "t.cfg", text);
+    for (int dry = 0; dry < 2; dry++) {
+        ck_assert_int_eq(cli(&out, "-q %s -P '%s' -c %s --set output_dir='%s/run'", dry ? "-n" : "",
+                             tu_env("GHC_BUILD_PLUGINS"), cfg, dir), 3);
+        snprintf(p, sizeof(p), "data: %s/gen/demo-data/sample0000.text.safetensors: the text embedding is [4, 32], 32 "
+                 "wide; the model's text width is 48 (model.random.text_dim at %s:4); and 1 more sample that does not "
+                 "fit", dir, cfg);
+        expect_one_error(out, p);
+        free(out);
+        snprintf(p, sizeof(p), "%s/run", dir);
+        ck_assert_int_ne(stat(p, &st), 0);
+    }
+    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c %s --set model.random.text_dim=32 --set model.random.in_channels=32 "
+                         "--set model.random.out_channels=32 --set output_dir='%s/run'", tu_env("GHC_BUILD_PLUGINS"),
+                         cfg, dir), 3);
+    snprintf(p, sizeof(p), "sample0000.latent.safetensors: the latent [16, 1, 4, 4] has 16 channels; the model takes 32 "
+             "(--set model.random.in_channels)");
+    expect_one_error(out, p);
+    free(out);
+    /* the demo's shapes, before its data is generated */
+    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c %s --set demo.text_dim=64 --set output_dir='%s/run'",
+                         tu_env("GHC_BUILD_PLUGINS"), gen, dir), 3);
+    expect_one_error(out, "--set demo.text_dim: demo.text_dim = 64: the model's text width is 32 (model.random.text_dim at ");
+    free(out);
+    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c %s --set demo.height=5 --set output_dir='%s/run'",
+                         tu_env("GHC_BUILD_PLUGINS"), gen, dir), 3);
+    expect_one_error(out, "demo.height = 5: the model takes multiples of 2 (Wan2.2's patches of 1 x 2 x 2");
+    free(out);
+    free(gen);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(output_dir_rule)
+{
+    /* a relative path written in the file (output_dir, model.checkpoint) is relative to the
+     * file's folder; one given with --set relative to the working directory */
+    char *dir = tu_tmpdir(), *out, cmd[8192], p[4400];
+    struct stat st;
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s/conf' '%s/cwd'", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *cfg = tu_write(dir, "conf/t.cfg", "output_dir = \"runs/a\";\nmempolicy = { plugin = \"host\"; };\n"
+                         "scheduler = { plugin = \"constant\"; };\n" TINY_RUN);
+    snprintf(cmd, sizeof(cmd), "cd '%s/cwd' && '%s' -q -P '%s' -c ../conf/t.cfg", dir, tu_env("GHC_CLI"),
+             tu_env("GHC_BUILD_PLUGINS"));
+    ck_assert_int_eq(tu_run(cmd, &out), 0);
+    free(out);
+    snprintf(p, sizeof(p), "%s/conf/runs/a/checkpoint-1", dir);
+    ck_assert_msg(stat(p, &st) == 0, "no %s", p);
+    snprintf(cmd, sizeof(cmd), "cd '%s/cwd' && '%s' -q -P '%s' -c ../conf/t.cfg --set output_dir=runs/b", dir,
+             tu_env("GHC_CLI"), tu_env("GHC_BUILD_PLUGINS"));
+    ck_assert_int_eq(tu_run(cmd, &out), 0);
+    free(out);
+    snprintf(p, sizeof(p), "%s/cwd/runs/b/checkpoint-1", dir);
+    ck_assert_msg(stat(p, &st) == 0, "no %s", p);
+    /* resolved.cfg names the folder absolutely, so that it means the same from anywhere */
+    snprintf(cmd, sizeof(cmd), "grep '^output_dir' '%s/cwd/runs/b/resolved.cfg'", dir);
+    ck_assert_int_eq(tu_run(cmd, &out), 0);
+    snprintf(p, sizeof(p), "output_dir = \"%s/cwd/runs/b\";\n", dir);
+    ck_assert_str_eq(out, p);
+    free(out);
+    /* the same for the model's checkpoint (a 1-block Wan of the tiny shape) */
+    snprintf(cmd, sizeof(cmd), "ln -s '%s/tests/fixtures/wan22/weights_official.safetensors' '%s/conf/w.safetensors'",
+             tu_env("GHC_TOP_SRCDIR"), dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *ck = tu_write(dir, "conf/c.cfg", "mempolicy = { plugin = \"host\"; };\n"
+                        "model = { plugin = \"wan22\"; checkpoint = \"w.safetensors\"; heads = 2; dtype = \"f32\"; device = -1; };\n"
+                        "network = { plugin = \"lycoris\"; rank = 2; };\noptimizer = { plugin = \"adamw\"; };\n"
+                        "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+                        "train = { steps = 1; tensorboard = false; };\n");
+    snprintf(cmd, sizeof(cmd), "cd '%s/cwd' && '%s' -q -n -P '%s' -c ../conf/c.cfg", dir, tu_env("GHC_CLI"),
+             tu_env("GHC_BUILD_PLUGINS"));
+    ck_assert_msg(tu_run(cmd, &out) == 0, "%s", out);
+    free(out);
+    /* and a mismatch names the checkpoint with the key and line that chose it */
+    snprintf(cmd, sizeof(cmd), "cd '%s/cwd' && '%s' -q -n -P '%s' -c ../conf/c.cfg --set demo.text_dim=48", dir,
+             tu_env("GHC_CLI"), tu_env("GHC_BUILD_PLUGINS"));
+    ck_assert_int_eq(tu_run(cmd, &out), 3);
+    snprintf(p, sizeof(p), "the model's text width is 32 (text_embedding.0.weight of the checkpoint %s/conf/w.safetensors "
+             "(model.checkpoint at ../conf/c.cfg:2))", dir);
+    expect_one_error(out, p);
+    free(out);
+    free(ck);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(diag_without_gpu)
+{
+    /* the CUDA runtime's "driver version is insufficient" on a machine without a driver, and
+     * its other no-GPU answers, as lines that say what is missing */
+    static const struct { const char *driver, *want; } cases[] = {
+        { "0", "no NVIDIA driver is installed (libcuda.so.1 not found): this machine has no usable GPU" },
+        { "12020", "the NVIDIA driver supports CUDA 12.2, older than the runtime's 12.8" },
+        { "12080", "no NVIDIA GPU is visible (driver for CUDA 12.8 loaded)" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char cmd[8192], *out;
+        snprintf(cmd, sizeof(cmd), "GHC_FAKE_CUDA_DRIVER=%s '%s' diag -P '%s/tests/diagplugins/.libs' --skip-allocation",
+                 cases[i].driver, tu_env("GHC_CLI"), tu_env("GHC_TOP_BUILDDIR"));
+        ck_assert_int_eq(tu_run(cmd, &out), 1);
+        ck_assert_msg(strstr(out, "FAIL devices") && strstr(out, cases[i].want), "lacks '%s': %s", cases[i].want, out);
+        ck_assert_msg(!strstr(out, "insufficient"), "%s", out);
+        free(out);
+    }
+}
+END_TEST
+
+/* `plugins --keys`: each key with its default and range, nested groups as GROUP.KEY, and the
+ * `validation` section with the keys of `data`. */
+START_TEST(plugins_keys_listing)
+{
+    char *out;
+    ck_assert_int_eq(cli(&out, "plugins --keys -P '%s'", tu_env("GHC_BUILD_PLUGINS")), 0);
+    static const char *const want[] = {
+        "SECTION    NAME             KEY                              TYPE   DEFAULT    RANGE\n",
+        "\ntrain      -                steps                            int    100        1 to 2^40\n",
+        "\ntrain      -                mode                             string \"single\"   single, separate, shared\n",
+        "\nmodel      wan22            random                           group  -          -\n",
+        "\nmodel      wan22            random.dim                       int    256        2 to 65536\n",
+        "\nvalidation -                batch_size                       int    1          1 to 2^20\n",
+        "\nvalidation datasets         repeats                          int    1          1 to 1000000\n",
+        "\noptimizer  adamw            lr                               float  1e-3       0 to 1e3\n",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(*want); i++)
+        ck_assert_msg(strstr(out, want[i]), "lacks '%s':\n%s", want[i], out);
+    free(out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cli");
@@ -246,6 +492,12 @@ int main(void)
     tcase_add_test(tc, plugins_listing);
     tcase_add_test(tc, train_writes_resolved_once);
     tcase_add_test(tc, resolved_reruns_elsewhere);
+    tcase_add_test(tc, errors_found_before_writing);
+    tcase_add_test(tc, failed_run_leaves_folder);
+    tcase_add_test(tc, data_checked_against_model);
+    tcase_add_test(tc, output_dir_rule);
+    tcase_add_test(tc, diag_without_gpu);
+    tcase_add_test(tc, plugins_keys_listing);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, false);
 }

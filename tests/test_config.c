@@ -71,7 +71,7 @@ START_TEST(getters_values)
     ck_assert_double_eq(f, 2.5);
     ck_assert_int_eq(ghc_cfg_list_float(s, "weights", 2, &f), GHC_ECONFIG);
     expect_msg(core, "t.cfg:10: scheduler.weights has no element 2");
-    static const struct ghc_cfg_key sub_keys[] = { { "width", GHC_CFG_INT }, { NULL, 0 } };
+    static const struct ghc_cfg_key sub_keys[] = { { "width", GHC_CFG_INT, NULL, NULL, NULL }, { NULL, 0, NULL, NULL, NULL } };
     ghc_cfg_t *sub;
     ck_assert_int_eq(ghc_cfg_get_group(s, "sub", sub_keys, &sub), 0);
     ck_assert_ptr_nonnull(sub);
@@ -202,7 +202,7 @@ START_TEST(nested_unknown_key)
 {
     ghc_core_t *core = load_text("scheduler = {\n plugin = \"x\";\n sub = {\n  widht = 2;\n };\n};\n", 0, NULL, 0);
     ghc_cfg_t *s = ghc_config_section(core, "scheduler"), *g;
-    static const struct ghc_cfg_key sub_keys[] = { { "width", GHC_CFG_INT }, { NULL, 0 } };
+    static const struct ghc_cfg_key sub_keys[] = { { "width", GHC_CFG_INT, NULL, NULL, NULL }, { NULL, 0, NULL, NULL, NULL } };
     ck_assert_int_eq(ghc_cfg_get_group(s, "sub", sub_keys, &g), GHC_ECONFIG);
     expect_msg(core, "t.cfg:4: scheduler.sub: unknown key 'widht' (did you mean 'width'?)");
     ghc_core_free(core);
@@ -462,6 +462,126 @@ START_TEST(log_sink_and_level)
 }
 END_TEST
 
+/* ---- declared defaults and ranges ---------------------------------------------------------- */
+
+struct warnings { int n; char text[4096]; };
+
+static void collect_warnings(void *user, enum ghc_log_level lvl, const char *msg)
+{
+    struct warnings *w = user;
+    if (lvl != GHC_LOG_WARN)
+        return;
+    size_t l = strlen(w->text);
+    snprintf(w->text + l, sizeof(w->text) - l, "%s\n", msg);
+    w->n++;
+}
+
+/* A getter given another default or other bounds than its key table declares is logged with
+ * both; prose, absent members and agreeing ones are quiet. */
+START_TEST(declared_defaults_checked)
+{
+    static const char *const modes[] = { "off", "block", NULL };
+    static const struct ghc_cfg_key keys[] = {
+        { "n",     GHC_CFG_INT,    "16",        "1 to 2^40",   NULL },
+        { "big",   GHC_CFG_INT,    "0",         "0 to 2^63-1", NULL },
+        { "x",     GHC_CFG_FLOAT,  "1e-4",      "-1e3 to 0.9", NULL },
+        { "b",     GHC_CFG_BOOL,   "true",      NULL,          NULL },
+        { "s",     GHC_CFG_STRING, "adamw",     NULL,          NULL },
+        { "mode",  GHC_CFG_STRING, "block",     "off, block",  NULL },
+        { "p",     GHC_CFG_INT,    "(dim / 2)", "(even)",      NULL },
+        { "q",     GHC_CFG_INT,    NULL,        NULL,          NULL },
+        { NULL, 0, NULL, NULL, NULL }
+    };
+    ghc_core_t *core = load_text("scheduler = { plugin = \"x\"; sub = { n = 3; }; };\n", 0, NULL, 0);
+    struct warnings w = { 0 };
+    ghc_log_set_sink(core, collect_warnings, &w);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler"), *g;
+    int64_t i;
+    double f;
+    bool b;
+    const char *str;
+    int c;
+    ck_assert_int_eq(ghc_cfg_get_group(s, "sub", keys, &g), 0);
+    ck_assert_int_eq(ghc_cfg_get_int(g, "n", 16, 1, INT64_C(1) << 40, &i), 0);
+    ck_assert_int_eq(ghc_cfg_get_int(g, "big", 0, 0, INT64_MAX, &i), 0);
+    ck_assert_int_eq(ghc_cfg_get_float(g, "x", 1e-4, -1e3, 0.9f, &f), 0);   /* a float's 0.9 is near enough */
+    ck_assert_int_eq(ghc_cfg_get_bool(g, "b", true, &b), 0);
+    ck_assert_int_eq(ghc_cfg_get_string(g, "s", "adamw", &str), 0);
+    ck_assert_int_eq(ghc_cfg_get_choice(g, "mode", 1, modes, &c), 0);
+    ck_assert_int_eq(ghc_cfg_get_int(g, "p", 7, 0, 99, &i), 0);
+    ck_assert_int_eq(ghc_cfg_get_int(g, "q", 7, 0, 99, &i), 0);
+    ck_assert_msg(w.n == 0, "%s", w.text);
+
+    ck_assert_int_eq(ghc_cfg_get_int(g, "n", 8, 1, INT64_C(1) << 40, &i), 0);
+    ck_assert_int_eq(i, 3);   /* the user's value, whatever the table says */
+    ck_assert_int_eq(ghc_cfg_get_int(g, "big", 0, 0, INT64_MAX - 1, &i), 0);
+    ck_assert_int_eq(ghc_cfg_get_float(g, "x", 1e-3, -1e3, 0.9, &f), 0);
+    ck_assert_int_eq(ghc_cfg_get_bool(g, "b", false, &b), 0);
+    ck_assert_int_eq(ghc_cfg_get_string(g, "s", NULL, &str), 0);
+    static const char *const other[] = { "off", "block", "full", NULL };
+    ck_assert_int_eq(ghc_cfg_get_choice(g, "mode", 1, other, &c), 0);
+    ck_assert_msg(w.n == 6, "%d warnings:\n%s", w.n, w.text);
+    static const char *const want[] = {
+        "config: scheduler.sub.n: its key table declares the default 16, the code uses 8",
+        "config: scheduler.sub.big: its key table declares the range 0 to 2^63-1, the code uses 0 to 9223372036854775806",
+        "config: scheduler.sub.x: its key table declares the default 1e-4, the code uses 0.001",
+        "config: scheduler.sub.b: its key table declares the default true, the code uses false",
+        "config: scheduler.sub.s: its key table declares the default adamw, the code uses none",
+        "config: scheduler.sub.mode: its key table declares the choices off, block, the code uses off, block, full",
+    };
+    for (size_t k = 0; k < sizeof(want) / sizeof(*want); k++)
+        ck_assert_msg(strstr(w.text, want[k]), "lacks '%s':\n%s", want[k], w.text);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* The shipped plugins' and the core sections' tables against their getters: a one-step demo
+ * run through every plugin this build has (each memory policy, backend, cache, optimizer and
+ * scheduler in turn; plugins that cannot start here, such as CUDA ones without a device, still
+ * read their keys first) logs no disagreement. */
+START_TEST(declared_defaults_true)
+{
+    static const char *const sections[][2] = {
+        { "", "" },
+        { "optimizer", "automagic" }, { "scheduler", "gradient_ramp" },
+        { "backend", "in_memory" }, { "backend", "local" }, { "cache", "disk" }, { "cache", "unified_memory" },
+        { "mempolicy", "device" }, { "mempolicy", "offload" }, { "mempolicy", "gh200_uvm" },
+    };
+    const char *plugins = tu_env("GHC_BUILD_PLUGINS");
+    char *dir = tu_tmpdir();
+    char *cfg = tu_write(dir, "t.cfg",
+        "mempolicy = { plugin = \"host\"; };\n"
+        "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1; checkpointing = \"off\";\n"
+        "  random = { dim = 64; ffn_dim = 128; heads = 2; layers = 1; text_dim = 32; freq_dim = 64; }; };\n"
+        "network = { plugin = \"lycoris\"; rank = 2; };\n"
+        "optimizer = { plugin = \"adamw\"; };\n"
+        "scheduler = { plugin = \"constant\"; };\n"
+        "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+        "train = { steps = 1; tensorboard = false; validate_every = 1; };\n");
+    for (size_t i = 0; i < sizeof(sections) / sizeof(*sections); i++) {
+        char so[4200], cmd[8000], *out;
+        snprintf(so, sizeof(so), "%s/ghc_%s.so", plugins, sections[i][1]);
+        if (*sections[i][1] && access(so, F_OK) != 0)
+            continue;   /* not in this build */
+        if (*sections[i][1])
+            snprintf(cmd, sizeof(cmd), "'%s' -P '%s' -c '%s' --set output_dir='%s/run%zu' --set '%s={ plugin = \"%s\"; }'",
+                     tu_env("GHC_CLI"), plugins, cfg, dir, i, sections[i][0], sections[i][1]);
+        else
+            snprintf(cmd, sizeof(cmd), "'%s' -P '%s' -c '%s' --set output_dir='%s/run%zu'", tu_env("GHC_CLI"),
+                     plugins, cfg, dir, i);
+        int rc = tu_run(cmd, &out);
+        ck_assert_msg(!strstr(out, "key table declares"), "%s:\n%s", cmd, out);
+        if (!strcmp(sections[i][0], "") || !strcmp(sections[i][0], "optimizer") ||
+            !strcmp(sections[i][0], "scheduler"))
+            ck_assert_msg(rc == 0, "%s: exit %d:\n%s", cmd, rc, out);
+        free(out);
+    }
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -484,6 +604,11 @@ int main(void)
     tc = tcase_create("files");
     tcase_add_test(tc, include_and_resolved);
     tcase_add_test(tc, plugin_path_relative_to_config);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("declared");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, declared_defaults_checked);
+    tcase_add_test(tc, declared_defaults_true);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_add_test(tc, errors_and_log);

@@ -1,7 +1,9 @@
 /* test_data.c: the dataset (core/dataset.c) with the `local` backend, the in_memory backend
  * and the disk cache: musubi-tuner, ai-toolkit and gh200core fixtures read as they are
  * (tests/fixtures/make_data_fixtures.py), buckets, shuffling, repeats and weights, seek/tell,
- * text dropout, round trips through every compression, the memory limit, and each bad input. */
+ * text dropout, round trips through every compression, the memory limit, and each bad input;
+ * f16 caches written by the peers' own code (make_peer_cache_fixtures.py) served as f32, and
+ * ai-toolkit's text files picked by the hash of the caption. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -908,6 +910,464 @@ START_TEST(test_caches)
 }
 END_TEST
 
+/* ---- caches of ai-toolkit and musubi-tuner in f16 (make_peer_cache_fixtures.py) ------------------ */
+
+/* The script's values (exact in f16; README "data/peers"). t is the sample's number. */
+static float peer_latent(int t, int64_t k)
+{
+    k %= 64;
+    if (k == 62)
+        return -65504.0f;                  /* f16's largest */
+    if (k == 63)
+        return 0x1p-24f;                   /* f16's least subnormal */
+    return (float)(k - 32) / 1024.0f + (float)t / 8.0f;
+}
+
+static float peer_text(int t, int64_t l, int64_t d) { return (float)((l * 32 + d) % 64 - 32) / 256.0f + (float)t / 4.0f; }
+
+static float peer_blank(bool trigger, int64_t l, int64_t d)
+{
+    return l < 2 ? -(float)((l * 32 + d) % 64 + 1) / 128.0f - (trigger ? 1.0f : 0.0f) : 0.0f;
+}
+
+/* Sample number and caption-embedding length by latent file. */
+static int peer_t(const char *file, int64_t *len)
+{
+    static const struct { const char *part; int t; int64_t len; } m[] = {
+        { "/img1_rwPigEyyEu0FO0Py8W0ypw.", 1, 6 }, { "/img2_UKNhAllWKre76tMA92B2LQ.", 2, 5 }, { "/t1_", 3, 4 },
+        { "/t2_", 4, 3 }, { "/m1_", 5, 2 }, { "/img1_0016x0016_wan.", 7, 5 },
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+        if (strstr(file, m[i].part)) {
+            *len = m[i].len;
+            return m[i].t;
+        }
+    ck_abort_msg("unknown peer fixture %s", file);
+    return -1;
+}
+
+/* ai-toolkit pads its texts (to 512 rows; the fixtures to 8) */
+#define PEER_ROWS 8
+
+/* A fresh folder holding a copy of data/peers/<name>; the caller frees the string. */
+static char *peer_copy(const char *name)
+{
+    char *dir = fixture_dir(), *tmp = tu_tmpdir(), cmd[8400];
+    snprintf(cmd, sizeof(cmd), "cp -R '%s/peers/%s/.' '%s'", dir, name, tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    free(dir);
+    return tmp;
+}
+
+/* Warnings and infos a dataset logs while it opens. */
+struct logcap {
+    char text[16384];
+    int  warns;
+};
+
+static void logcap_sink(void *user, enum ghc_log_level lvl, const char *msg)
+{
+    struct logcap *c = user;
+    if (lvl == GHC_LOG_WARN)
+        c->warns++;
+    size_t n = strlen(c->text);
+    snprintf(c->text + n, sizeof(c->text) - n, "%s\n", msg);
+}
+
+/* Check batch bt: f32 latents and texts with the script's values; a dropped text is the
+ * blank embedding (blank_rows rows, trigger: the trigger word's) or zeros of its own length
+ * (blank_rows 0). */
+static void check_peer_batch(ghc_dataset_t *ds, const struct ghc_data_batch *bt, int blank_rows, bool trigger)
+{
+    /* the trainer's ops take f32 and bf16: f16 caches are served as f32 */
+    ck_assert_msg(ghc_tensor_dtype(bt->latents) == GHC_DTYPE_F32, "latents %s", ghc_dtype_name(ghc_tensor_dtype(bt->latents)));
+    ck_assert_msg(ghc_tensor_dtype(bt->text_embed) == GHC_DTYPE_F32, "text %s", ghc_dtype_name(ghc_tensor_dtype(bt->text_embed)));
+    ck_assert_int_eq(ghc_tensor_dtype(bt->text_mask), GHC_DTYPE_F32);
+    int64_t L = ghc_tensor_dim(bt->text_embed, 1);
+    for (int i = 0; i < bt->n; i++) {
+        struct ghc_data_sample_info si;
+        ck_assert(ghc_dataset_sample_at(ds, bt->index[i], &si));
+        ck_assert_int_eq(si.latent_dtype, GHC_DTYPE_F16);        /* as stored */
+        ck_assert_int_eq(si.text_dtype, GHC_DTYPE_F16);
+        int64_t len;
+        int t = peer_t(si.latent_file, &len);
+        for (int64_t k = 0; k < 64; k++)
+            ck_assert_msg(elem(bt->latents, i * 64 + k) == peer_latent(t, k), "%s [%lld]: %a vs %a", si.latent_file,
+                          (long long)k, (double)elem(bt->latents, i * 64 + k), (double)peer_latent(t, k));
+        bool aitk = si.format == GHC_DATA_FORMAT_AITK;
+        int64_t rows = bt->text_dropped[i] ? (blank_rows ? blank_rows : si.text_len) : si.text_len;
+        ck_assert_int_eq(si.text_len, aitk ? PEER_ROWS : len);
+        for (int64_t l = 0; l < L; l++) {
+            ck_assert(elem(bt->text_mask, i * L + l) == (l < rows ? 1.0f : 0.0f));
+            for (int64_t d = 0; d < D; d++) {
+                float want = 0.0f;
+                if (bt->text_dropped[i] && blank_rows)
+                    want = l < rows ? peer_blank(trigger, l, d) : 0.0f;
+                else if (!bt->text_dropped[i])
+                    want = l < len ? peer_text(t, l, d) : 0.0f;
+                ck_assert_msg(elem(bt->text_embed, (i * L + l) * D + d) == want, "%s row %lld col %lld: %g vs %g%s",
+                              si.latent_file, (long long)l, (long long)d, elem(bt->text_embed, (i * L + l) * D + d),
+                              want, bt->text_dropped[i] ? " (dropped)" : "");
+            }
+        }
+    }
+}
+
+/* f16 latents and texts of ai-toolkit (`latent`, `text_embed`) and musubi-tuner
+ * (`latents_1x2x2_float16`, `varlen_t5_float16`) come out as f32 with the exact values, read
+ * in place, through the in_memory backend, and through the disk and unified_memory caches. */
+START_TEST(test_peer_f16_served_as_f32)
+{
+    char *dir = fixture_dir();
+    static const char *const sections[] = {
+        "",
+        "backend = { plugin = \"in_memory\"; };",
+        "mempolicy = { plugin = \"host\"; }; cache = { plugin = \"disk\"; };",
+        "mempolicy = { plugin = \"host\"; }; cache = { plugin = \"unified_memory\"; };",
+    };
+    for (size_t c = 0; c < sizeof(sections) / sizeof(sections[0]); c++) {
+        char *c0 = cfg_for("shuffle = false; batch_size = 3;", "{ path = \"peers/aitk\"; compression = \"lz4\"; }, "
+                           "{ path = \"peers/musubi\"; }");
+        char *cfg = malloc(strlen(c0) + strlen(sections[c]) + 2);
+        sprintf(cfg, "%s\n%s", sections[c], c0);
+        ghc_core_t *core = core_with(cfg, dir);
+        ghc_dataset_t *ds = open_ok(core);
+        ck_assert_int_eq(ghc_dataset_samples(ds), 3);
+        for (int e = 0; e < 2; e++) {   /* the second epoch from the caches' copies */
+            struct ghc_data_batch bt;
+            ck_assert_msg(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt) == 0, "%s", ghc_error_message(core));
+            ck_assert_int_eq(bt.n, 3);   /* f16 of both formats: one bucket */
+            ck_assert_int_eq(ghc_tensor_dim(bt.text_embed, 1), PEER_ROWS);
+            check_peer_batch(ds, &bt, 0, false);
+            ghc_data_batch_release(ds, &bt);
+        }
+        ghc_dataset_free(ds);
+        ghc_core_free(core);
+        free(cfg);
+        free(c0);
+    }
+    free(dir);
+}
+END_TEST
+
+/* f16 noise and an f32 sample of the same shape: one bucket, all served as f32; its bf16 text
+ * beside an f16 one: f32, so that neither is rounded */
+START_TEST(test_f16_native_noise)
+{
+    char *tmp = tu_tmpdir(), path[4200];
+    ghc_core_t *w = ghc_core_init();
+    int64_t ls[4] = { 4, 1, 2, 2 }, ts[2] = { 3, D }, one[1] = { 1 };
+    uint16_t lat[16], noi[16], txt[3 * D], txt16[3 * D];
+    float lat32[16], t = 500.0f;
+    for (int k = 0; k < 16; k++) {
+        lat[k] = ghc_f32_to_f16(1.0f + (float)k / 1024.0f);   /* 11 significant bits: not bf16 */
+        noi[k] = ghc_f32_to_f16(-0x1p-20f * (float)(k + 1));  /* f16 subnormals */
+        lat32[k] = 2.0f + (float)k / 4096.0f;
+    }
+    for (int k = 0; k < 3 * D; k++) {
+        txt[k] = ghc_f32_to_f16(0.5f - (float)k / 2048.0f);
+        txt16[k] = ghc_f32_to_bf16(0.25f + (float)k);
+    }
+    ghc_st_writer_t *sw = ghc_st_writer_init(w);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "latent", GHC_DTYPE_F16, 4, ls, lat), 0);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "noise", GHC_DTYPE_F16, 4, ls, noi), 0);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "timestep", GHC_DTYPE_F32, 1, one, &t), 0);
+    snprintf(path, sizeof(path), "%s/h.latent.safetensors", tmp);
+    ck_assert_int_eq(ghc_st_writer_finish(sw, path), 0);
+    ghc_st_writer_free(sw);
+    sw = ghc_st_writer_init(w);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "text_embed", GHC_DTYPE_F16, 2, ts, txt), 0);
+    snprintf(path, sizeof(path), "%s/h.text.safetensors", tmp);
+    ck_assert_int_eq(ghc_st_writer_finish(sw, path), 0);
+    ghc_st_writer_free(sw);
+    /* an f32 sample with noise, the same shape */
+    sw = ghc_st_writer_init(w);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "latent", GHC_DTYPE_F32, 4, ls, lat32), 0);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "noise", GHC_DTYPE_F32, 4, ls, lat32), 0);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "timestep", GHC_DTYPE_F32, 1, one, &t), 0);
+    snprintf(path, sizeof(path), "%s/s.latent.safetensors", tmp);
+    ck_assert_int_eq(ghc_st_writer_finish(sw, path), 0);
+    ghc_st_writer_free(sw);
+    sw = ghc_st_writer_init(w);
+    ck_assert_int_eq(ghc_st_writer_add_raw(sw, "text_embed", GHC_DTYPE_BF16, 2, ts, txt16), 0);
+    snprintf(path, sizeof(path), "%s/s.text.safetensors", tmp);
+    ck_assert_int_eq(ghc_st_writer_finish(sw, path), 0);
+    ghc_st_writer_free(sw);
+    char *cfg = cfg_for("batch_size = 2;", "{ path = \".\"; }");
+    ghc_core_t *core = core_with(cfg, tmp);
+    ghc_dataset_t *ds = open_ok(core);
+    struct ghc_data_batch bt;
+    ck_assert_int_eq(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt), 0);
+    ck_assert_int_eq(bt.n, 2);
+    ck_assert_ptr_nonnull(bt.noise);
+    ck_assert_int_eq(ghc_tensor_dtype(bt.latents), GHC_DTYPE_F32);
+    ck_assert_int_eq(ghc_tensor_dtype(bt.noise), GHC_DTYPE_F32);
+    ck_assert_int_eq(ghc_tensor_dtype(bt.text_embed), GHC_DTYPE_F32);
+    for (int i = 0; i < 2; i++) {
+        struct ghc_data_sample_info si;
+        ghc_dataset_sample_at(ds, bt.index[i], &si);
+        bool h = strstr(si.latent_file, "/h.") != NULL;
+        for (int k = 0; k < 16; k++) {
+            ck_assert(elem(bt.latents, i * 16 + k) == (h ? ghc_f16_to_f32(lat[k]) : lat32[k]));
+            ck_assert(elem(bt.noise, i * 16 + k) == (h ? ghc_f16_to_f32(noi[k]) : lat32[k]));
+        }
+        for (int k = 0; k < 3 * D; k++)
+            ck_assert(elem(bt.text_embed, i * 3 * D + k) == (h ? ghc_f16_to_f32(txt[k]) : ghc_bf16_to_f32(txt16[k])));
+        ck_assert(elem(bt.timesteps, i) == 500.0f);
+    }
+    ck_assert(elem(bt.latents, 1) == 1.0f + 1.0f / 1024.0f || elem(bt.latents, 16 + 1) == 1.0f + 1.0f / 1024.0f);
+    ghc_data_batch_release(ds, &bt);
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    ghc_core_free(w);
+    free(cfg);
+    tu_rm_rf(tmp);
+    free(tmp);
+}
+END_TEST
+
+/* ai-toolkit's names, as its own _build_text_embedding_path made them (the script's output):
+ * a caption with Chinese, an emoji, a quote, a backslash, a tab, commas, CRLF and a lone CR
+ * hashes as Python does, "[trigger]" goes without a trigger word, and with trigger_word it
+ * is put in or in front. */
+START_TEST(test_peer_aitk_caption_hash)
+{
+    static const struct { const char *latent, *text; } want[] = {
+        { "/img1_", "_t_e_cache/img1_C--dGgcpNRKIHWbBKb4tXg.safetensors" },
+        { "/img2_", "_t_e_cache/img2_F7iAhZLrVHWbGOr6RUpGmA.safetensors" },
+        { "/t1_", "_t_e_cache/t1_UecAKBHZ1g81Nl23Du29eQ.safetensors" },
+        { "/t2_", "_t_e_cache/t2_Gk-lnzA2cNAtepY4pMH9Gw.safetensors" },
+    };
+    char *dir = fixture_dir();
+    char *cfg = cfg_for("", "{ path = \"peers/aitk\"; }, { path = \"peers/aitk_trigger\"; trigger_word = \"ohwx\"; }");
+    ghc_core_t *core = core_with(cfg, dir);
+    ghc_dataset_t *ds = open_ok(core);
+    ck_assert_int_eq(ghc_dataset_samples(ds), 4);
+    for (int64_t i = 0; i < 4; i++) {
+        struct ghc_data_sample_info si;
+        ghc_dataset_sample_at(ds, i, &si);
+        size_t j = 0;
+        while (j < 4 && !strstr(si.latent_file, want[j].latent))
+            j++;
+        ck_assert_msg(j < 4, "%s", si.latent_file);
+        char full[4400];
+        snprintf(full, sizeof(full), "%d/%s", (int)si.dataset, want[j].text);
+        ck_assert_msg(strcmp(si.text_file, full) == 0, "%s paired with %s, expected %s", si.latent_file,
+                      si.text_file, full);
+        ck_assert_ptr_nonnull(si.caption_file);
+    }
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    free(cfg);
+    /* without the trigger word no file of aitk_trigger was made from its caption */
+    cfg = cfg_for("", "{ path = \"peers/aitk_trigger\"; }");
+    core = core_with(cfg, dir);
+    const char *msg = open_fails(core, GHC_ENOTFOUND);
+    ck_assert_msg(strstr(msg, "none of its text embeddings was made from its caption") && strstr(msg, "t1.txt"), "%s", msg);
+    ghc_core_free(core);
+    free(cfg);
+    free(dir);
+}
+END_TEST
+
+/* Caption dropout cached: every sample gets its caption's embedding, never the blank one; a
+ * dropped text gets the blank one (ai-toolkit's dropout caption), per dataset; a configured
+ * empty_prompt wins. */
+START_TEST(test_peer_aitk_blank_is_the_empty_prompt)
+{
+    char *dir = fixture_dir();
+    for (int pass = 0; pass < 3; pass++) {
+        char *cfg = cfg_for(pass == 0 ? "shuffle = false; batch_size = 3;" :
+                            pass == 1 ? "shuffle = false; batch_size = 3; text_dropout = 1.0;" :
+                            "shuffle = false; batch_size = 3; text_dropout = 1.0; empty_prompt = \"empty_prompt.safetensors\";",
+                            "{ path = \"peers/aitk\"; }, { path = \"peers/musubi\"; }, "
+                            "{ path = \"peers/aitk_trigger\"; trigger_word = \"ohwx\"; }");
+        ghc_core_t *core = core_with(cfg, dir);
+        struct logcap lc = { .text = "" };
+        ghc_log_set_sink(core, logcap_sink, &lc);
+        ghc_dataset_t *ds = open_ok(core);
+        ck_assert_int_eq(ghc_dataset_samples(ds), 5);
+        if (pass < 2) {
+            ck_assert_msg(strstr(lc.text, "dataset 0") && strstr(lc.text, "img1_KQ5WuCSNPf_BcsxOVLjJ7Q.safetensors") &&
+                          strstr(lc.text, "one serves every item"), "%s", lc.text);
+            ck_assert_msg(strstr(lc.text, "dropout caption \"ohwx \""), "%s", lc.text);
+        }
+        ck_assert_int_eq(lc.warns, 0);
+        int seen = 0;
+        while (seen < 5) {
+            struct ghc_data_batch bt;
+            ck_assert_msg(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt) == 0, "%s", ghc_error_message(core));
+            struct ghc_data_sample_info si;
+            ghc_dataset_sample_at(ds, bt.index[0], &si);
+            bool trig = strstr(si.latent_file, "/t1_") || strstr(si.latent_file, "/t2_");
+            for (int i = 0; i < bt.n; i++)
+                ck_assert_int_eq(bt.text_dropped[i], pass > 0);
+            if (pass < 2) {
+                /* musubi's dataset has no blank embedding: zeros; every batch is one dataset's here */
+                bool musubi = si.format == GHC_DATA_FORMAT_MUSUBI;
+                bool mixed = false;
+                for (int i = 1; i < bt.n; i++) {
+                    struct ghc_data_sample_info sj;
+                    ghc_dataset_sample_at(ds, bt.index[i], &sj);
+                    mixed |= sj.dataset != si.dataset;
+                }
+                if (!mixed)
+                    check_peer_batch(ds, &bt, pass == 1 && !musubi ? PEER_ROWS : 0, trig);
+                else
+                    for (int i = 0; i < bt.n; i++) {
+                        struct ghc_data_sample_info sj;
+                        ghc_dataset_sample_at(ds, bt.index[i], &sj);
+                        int64_t L = ghc_tensor_dim(bt.text_embed, 1);
+                        bool tj = strstr(sj.latent_file, "/t1_") || strstr(sj.latent_file, "/t2_");
+                        int64_t len;
+                        int t = peer_t(sj.latent_file, &len);
+                        for (int64_t d = 0; d < D; d++) {
+                            float want = pass == 0 ? peer_text(t, 0, d) :
+                                         sj.format == GHC_DATA_FORMAT_MUSUBI ? 0.0f : peer_blank(tj, 0, d);
+                            ck_assert_msg(elem(bt.text_embed, i * L * D + d) == want, "%s col %lld: %g vs %g",
+                                          sj.latent_file, (long long)d, elem(bt.text_embed, i * L * D + d), want);
+                        }
+                    }
+            } else {
+                for (int i = 0; i < bt.n; i++)
+                    for (int64_t d = 0; d < D; d++)
+                        ck_assert(elem(bt.text_embed, i * ghc_tensor_dim(bt.text_embed, 1) * D + d) ==
+                                  (float)d / 8 + 0.5f);
+            }
+            seen += bt.n;
+            ghc_data_batch_release(ds, &bt);
+        }
+        ghc_dataset_free(ds);
+        ghc_core_free(core);
+        free(cfg);
+    }
+    free(dir);
+}
+END_TEST
+
+/* An edited caption: only the file of the old caption is there. A bad sample that names the
+ * latent, the caption and the stale file; with skip_bad_samples skipped, and the stale file
+ * named once in a warning. */
+START_TEST(test_peer_aitk_stale_caption)
+{
+    char *tmp = peer_copy("aitk");
+    free(tu_write(tmp, "img2.txt", "[trigger]a dog,running fast\n"));
+    char lat[4400], cap[4400], stale[4400];
+    snprintf(lat, sizeof(lat), "%s/_latent_cache/img2_UKNhAllWKre76tMA92B2LQ.safetensors", tmp);
+    snprintf(cap, sizeof(cap), "%s/img2.txt", tmp);
+    snprintf(stale, sizeof(stale), "%s/_t_e_cache/img2_F7iAhZLrVHWbGOr6RUpGmA.safetensors", tmp);
+    for (int skip = 0; skip < 2; skip++) {
+        char *cfg = cfg_for(skip ? "skip_bad_samples = true;" : "", "{ path = \".\"; }");
+        ghc_core_t *core = core_with(cfg, tmp);
+        struct logcap lc = { .text = "" };
+        ghc_log_set_sink(core, logcap_sink, &lc);
+        if (!skip) {
+            const char *msg = open_fails(core, GHC_ENOTFOUND);
+            ck_assert_msg(strstr(msg, lat) && strstr(msg, cap) && strstr(msg, stale) &&
+                          strstr(msg, "none of its text embeddings was made from its caption") &&
+                          strstr(msg, "re-cache"), "%s", msg);
+        } else {
+            ghc_dataset_t *ds = open_ok(core);
+            struct ghc_data_stats st = { .struct_size = sizeof(st) };
+            ghc_dataset_stats(ds, &st);
+            ck_assert_int_eq(st.samples, 1);
+            ck_assert_int_eq(st.skipped, 1);
+            /* the skip, and one line for the stale file */
+            ck_assert_msg(lc.warns == 2, "%d warnings:\n%s", lc.warns, lc.text);
+            const char *line = strstr(lc.text, "made from no caption");
+            ck_assert_msg(line && strstr(line, stale) && strstr(line, "stale"), "%s", lc.text);
+            struct ghc_data_batch bt;
+            ck_assert_int_eq(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt), 0);
+            struct ghc_data_sample_info si;
+            ghc_dataset_sample_at(ds, bt.index[0], &si);
+            ck_assert_msg(strstr(si.latent_file, "img1_"), "%s", si.latent_file);
+            check_peer_batch(ds, &bt, 0, false);
+            ghc_data_batch_release(ds, &bt);
+            ghc_dataset_free(ds);
+        }
+        ghc_core_free(core);
+        free(cfg);
+    }
+    tu_rm_rf(tmp);
+    free(tmp);
+}
+END_TEST
+
+/* Two files that could each be the text: an error naming both, never a guess. Made from its
+ * caption for two models; or, without a caption file, made from nothing we can hash. A single
+ * such file without a caption file is taken. */
+START_TEST(test_peer_aitk_two_candidates)
+{
+    static const char *const files[2] = { "_t_e_cache/m1_YU7dvy1YmdZi72wgkQG__w.safetensors",
+                                          "_t_e_cache/m1_z6uE51HcKYYEBBJkf6JQwA.safetensors" };
+    char *tmp = peer_copy("aitk_multi"), a[4400], b[4400], p[4400];
+    snprintf(a, sizeof(a), "%s/%s", tmp, files[0]);
+    snprintf(b, sizeof(b), "%s/%s", tmp, files[1]);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1) {
+            snprintf(p, sizeof(p), "%s/m1.txt", tmp);
+            ck_assert_int_eq(unlink(p), 0);
+        }
+        if (pass == 2)
+            ck_assert_int_eq(unlink(b), 0);
+        char *cfg = cfg_for("", "{ path = \".\"; }");
+        ghc_core_t *core = core_with(cfg, tmp);
+        if (pass < 2) {
+            const char *msg = open_fails(core, pass == 0 ? GHC_EFORMAT : GHC_ENOTFOUND);
+            ck_assert_msg(strstr(msg, a) && strstr(msg, b) && strstr(msg, "expected"), "pass %d: %s", pass, msg);
+            ck_assert_msg(pass == 0 ? strstr(msg, "were made from its caption") != NULL
+                                    : strstr(msg, "without a caption file") != NULL, "pass %d: %s", pass, msg);
+        } else {
+            ghc_dataset_t *ds = open_ok(core);
+            struct ghc_data_sample_info si;
+            ghc_dataset_sample_at(ds, 0, &si);
+            ck_assert_msg(strstr(si.text_file, files[0]), "%s", si.text_file);
+            ghc_dataset_free(ds);
+        }
+        ghc_core_free(core);
+        free(cfg);
+    }
+    tu_rm_rf(tmp);
+    free(tmp);
+}
+END_TEST
+
+/* No caption file: ai-toolkit's caption is its default_caption, else "" (then the file made from
+ * "" is the text, and the caption's own file is stale). A blank caption file counts as none. */
+START_TEST(test_peer_aitk_default_caption)
+{
+    char *tmp = peer_copy("aitk"), p[4400];
+    snprintf(p, sizeof(p), "%s/img2.txt", tmp);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 0)
+            ck_assert_int_eq(unlink(p), 0);
+        else if (pass == 2)
+            free(tu_write(tmp, "img2.txt", " \n\t"));
+        char *cfg = cfg_for("", pass == 1 ? "{ path = \".\"; }"
+                                          : "{ path = \".\"; default_caption = \"[trigger]a dog,running\\n\"; }");
+        ghc_core_t *core = core_with(cfg, tmp);
+        struct logcap lc = { .text = "" };
+        ghc_log_set_sink(core, logcap_sink, &lc);
+        ghc_dataset_t *ds = open_ok(core);
+        ck_assert_int_eq(ghc_dataset_samples(ds), 2);
+        for (int64_t i = 0; i < 2; i++) {
+            struct ghc_data_sample_info si;
+            ghc_dataset_sample_at(ds, i, &si);
+            if (strstr(si.latent_file, "/img2_"))
+                ck_assert_msg(strstr(si.text_file, pass == 1 ? "img2_KQ5WuCSNPf_BcsxOVLjJ7Q" : "img2_F7iAhZLrVHWbGOr6RUpGmA"),
+                              "pass %d: %s", pass, si.text_file);
+        }
+        ck_assert_msg(lc.warns == (pass == 1) && (pass != 1 || strstr(lc.text, "img2_F7iAhZLrVHWbGOr6RUpGmA")),
+                      "pass %d: %s", pass, lc.text);
+        ghc_dataset_free(ds);
+        ghc_core_free(core);
+        free(cfg);
+    }
+    tu_rm_rf(tmp);
+    free(tmp);
+}
+END_TEST
+
 /* ---- configuration -------------------------------------------------------------------------------- */
 
 START_TEST(test_config_errors)
@@ -976,6 +1436,16 @@ static Suite *data_suite(void)
     tcase_add_test(im, test_memory_limit);
     tcase_add_test(im, test_caches);
     suite_add_tcase(s, im);
+    TCase *peers = tcase_create("peers");
+    tcase_set_timeout(peers, 60);
+    tcase_add_test(peers, test_peer_f16_served_as_f32);
+    tcase_add_test(peers, test_f16_native_noise);
+    tcase_add_test(peers, test_peer_aitk_caption_hash);
+    tcase_add_test(peers, test_peer_aitk_blank_is_the_empty_prompt);
+    tcase_add_test(peers, test_peer_aitk_stale_caption);
+    tcase_add_test(peers, test_peer_aitk_two_candidates);
+    tcase_add_test(peers, test_peer_aitk_default_caption);
+    suite_add_tcase(s, peers);
     return s;
 }
 

@@ -179,6 +179,12 @@ START_TEST(test_example_configs_use_declared_keys)
             if (!g)
                 continue;
             ck_assert_msg(config_setting_lookup_string(g, "plugin", &plugin), "%s: %s has no plugin", path, kinds[i]);
+#ifndef GHC_HAVE_CUDA
+            /* a CPU-only build has no CUDA plugin to ask for its keys (configure --without-cuda) */
+            if (!strcmp(plugin, "gh200_uvm") || !strcmp(plugin, "offload") || !strcmp(plugin, "device"))
+                if (!has_plugin(kinds[i], plugin))
+                    continue;
+#endif
             ck_assert_msg(has_plugin(kinds[i], plugin), "%s: %s plugin '%s' is not built", path, kinds[i], plugin);
             bad += check_group(path, g, kinds[i], plugin);
         }

@@ -101,6 +101,29 @@ START_TEST(missing_by_name)
 }
 END_TEST
 
+/* A name within two edits of a plugin on the search path, or of one loaded, gets a suggestion;
+ * a name close to none gets none. */
+START_TEST(missing_suggests_a_name)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_TEST_PLUGINS")), 0);
+    ck_assert_int_eq(ghc_plugin_load(core, "godo"), GHC_ELOAD);
+    const char *msg = ghc_error_message(core);
+    ck_assert_msg(strstr(msg, "plugin 'godo': ghc_godo.so not found in") && strstr(msg, "; did you mean 'good'?"),
+                  "%s", msg);
+    ck_assert_msg(strchr(msg, '\n') == NULL, "message is not one line: %s", msg);
+    ck_assert_int_eq(ghc_plugin_load(core, "unrelated"), GHC_ELOAD);
+    ck_assert_msg(!strstr(ghc_error_message(core), "did you mean"), "%s", ghc_error_message(core));
+    ghc_core_free(core);
+
+    core = ghc_core_init();   /* only loaded, not on the search path */
+    ck_assert_int_eq(ghc_plugin_load_file(core, tp("GHC_TEST_PLUGINS", "good")), 0);
+    ck_assert_int_eq(ghc_plugin_load(core, "goods"), GHC_ELOAD);
+    ck_assert_msg(strstr(ghc_error_message(core), "did you mean 'good'?"), "%s", ghc_error_message(core));
+    ghc_core_free(core);
+}
+END_TEST
+
 START_TEST(missing_file)
 {
     ghc_core_t *core = ghc_core_init();
@@ -306,6 +329,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_add_test(tc, missing_by_name);
+    tcase_add_test(tc, missing_suggests_a_name);
     tcase_add_test(tc, missing_file);
     tcase_add_test(tc, not_a_shared_object);
     tcase_add_test(tc, undefined_symbol);

@@ -8,6 +8,11 @@
  *   - saving in the three namings (key names checked against the ComfyUI patterns of spec
  *     §12.1, alpha a 0-dim F32, diffusers with the scale folded in) and loading back, also
  *     into a network of another alpha;
+ *   - which tools load the files: C transcriptions of the Wan loaders of ComfyUI, musubi-tuner
+ *     and diffusers played on the default file (LoRA: all three; LoHa, LoKr: ComfyUI and
+ *     musubi-tuner), on other namings, subsets, extra_formats and DoRA, against what the
+ *     network says at attach; DoRA files store dora_scale for ComfyUI and read back;
+ *   - presets: "full" adds targets outside the blocks, and on Wan2.2 equals "attn_ffn";
  *   - malformed adapter files: clear errors naming the tensor, nothing changed;
  *   - target selection (presets, include/exclude, overrides), dropout, config errors;
  *   - end to end on the tiny wan22 model: the wan22 fixture's LoRA (diffusers + peft goldens)
@@ -964,6 +969,402 @@ static double max_rel(const float *a, const float *b, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* ---- which tools load a file: their loaders' rules, as their code states them -------------------
+ * Each checker takes the file's keys and the model's linear weights (official names) and plays
+ * the tool's own loader on the names: which modules it applies and whether a key is left over
+ * (the tools warn and drop it: for a dora_scale that is a DoRA applied as a plain LoRA). */
+
+struct keyset {
+    int          n;
+    char       **k;
+    bool        *used;
+};
+
+static struct keyset ks_open(ghc_core_t *core, const char *path)
+{
+    ghc_st_t *st = ghc_st_open(core, path);
+    ck_assert_msg(st != NULL, "%s", ghc_error_message(core));
+    struct keyset ks = { .n = ghc_st_count(st) };
+    ks.k = calloc((size_t)ks.n, sizeof(char *));
+    ks.used = calloc((size_t)ks.n, sizeof(bool));
+    for (int i = 0; i < ks.n; i++) {
+        struct ghc_st_info info;
+        ghc_st_info_at(st, i, &info);
+        ks.k[i] = strdup(info.name);
+    }
+    ghc_st_free(st);
+    return ks;
+}
+
+static void ks_free(struct keyset *ks)
+{
+    for (int i = 0; i < ks->n; i++)
+        free(ks->k[i]);
+    free(ks->k);
+    free(ks->used);
+}
+
+static bool ks_has(const struct keyset *ks, const char *name)
+{
+    for (int i = 0; i < ks->n; i++)
+        if (strcmp(ks->k[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* Mark `prefix` + `sfx` used; false when absent. */
+static bool ks_take(struct keyset *ks, const char *prefix, const char *sfx)
+{
+    char name[256];
+    snprintf(name, sizeof(name), "%s.%s", prefix, sfx);
+    for (int i = 0; i < ks->n; i++)
+        if (strcmp(ks->k[i], name) == 0)
+            return ks->used[i] = true;
+    return false;
+}
+
+static int ks_left(const struct keyset *ks, const char **first)
+{
+    int n = 0;
+    for (int i = 0; i < ks->n; i++)
+        if (!ks->used[i] && !n++)
+            *first = ks->k[i];
+    return n;
+}
+
+static bool ks_any_prefix(const struct keyset *ks, const char *prefix)
+{
+    for (int i = 0; i < ks->n; i++)
+        if (strncmp(ks->k[i], prefix, strlen(prefix)) == 0)
+            return true;
+    return false;
+}
+
+/* "blocks.0.self_attn.q" -> "lora_unet_blocks_0_self_attn_q" (both tools build it this way). */
+static void underscored(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "lora_unet_%s", name);
+    for (char *c = buf + 10; *c; c++)
+        if (*c == '.')
+            *c = '_';
+}
+
+/* musubi-tuner (kohya-ss/musubi-tuner 30c658c, utils/lora_utils.py
+ * load_safetensors_with_lora_and_fp8; networks/loha.py and networks/lokr.py
+ * merge_weights_to_tensor): the network type is the first key holding "lora_down", "hada_w1_a" or
+ * "lokr_w1"; for every model weight "<path>.weight" the module "lora_unet_<path with _>" is
+ * merged: LoRA needs lora_down and lora_up (alpha optional), LoHa hada_w1_a, _w1_b, _w2_a, _w2_b,
+ * LoKr lokr_w1 with lokr_w2_a and _w2_b or lokr_w2; consumed keys are removed and any key left
+ * is reported "not all LoRA keys are used". Returns the modules merged; *left the keys left. */
+static int musubi_rule(struct keyset *ks, const struct ghc_model_target *t, int32_t n, int *left, const char **first)
+{
+    int type = 0;   /* lora */
+    for (int i = 0; i < ks->n; i++) {
+        if (strstr(ks->k[i], "lora_down")) { type = 0; break; }
+        if (strstr(ks->k[i], "hada_w1_a")) { type = 1; break; }
+        if (strstr(ks->k[i], "lokr_w1")) { type = 2; break; }
+    }
+    int merged = 0;
+    for (int32_t m = 0; m < n; m++) {
+        char ln[160];
+        underscored(t[m].name, ln, sizeof(ln));
+        char k[200];
+        if (type == 1) {
+            snprintf(k, sizeof(k), "%s.hada_w1_a", ln);
+            if (!ks_has(ks, k))
+                continue;
+            bool all = ks_take(ks, ln, "hada_w1_a") & ks_take(ks, ln, "hada_w1_b") & ks_take(ks, ln, "hada_w2_a") &
+                       ks_take(ks, ln, "hada_w2_b");
+            ck_assert_msg(all, "musubi-tuner: %s: a LoHa factor is missing (KeyError)", ln);
+            ks_take(ks, ln, "alpha");
+            merged++;
+        } else if (type == 2) {
+            char w1[200], w2a[200], w2[200];
+            snprintf(w1, sizeof(w1), "%s.lokr_w1", ln);
+            snprintf(w2a, sizeof(w2a), "%s.lokr_w2_a", ln);
+            snprintf(w2, sizeof(w2), "%s.lokr_w2", ln);
+            if (!ks_has(ks, w1) || (!ks_has(ks, w2a) && !ks_has(ks, w2)))
+                continue;
+            ks_take(ks, ln, "lokr_w1");
+            if (ks_has(ks, w2a))
+                ck_assert_msg(ks_take(ks, ln, "lokr_w2_a") && ks_take(ks, ln, "lokr_w2_b"), "musubi-tuner: %s: KeyError",
+                              ln);
+            else
+                ks_take(ks, ln, "lokr_w2");
+            ks_take(ks, ln, "alpha");
+            merged++;
+        } else {
+            char d[200], u[200];
+            snprintf(d, sizeof(d), "%s.lora_down.weight", ln);
+            snprintf(u, sizeof(u), "%s.lora_up.weight", ln);
+            if (!ks_has(ks, d) || !ks_has(ks, u))
+                continue;
+            ks_take(ks, ln, "lora_down.weight");
+            ks_take(ks, ln, "lora_up.weight");
+            ks_take(ks, ln, "alpha");
+            merged++;
+        }
+    }
+    *left = ks_left(ks, first);
+    return merged;
+}
+
+/* ComfyUI (Comfy-Org/ComfyUI a125cd8, comfy/lora.py model_lora_keys_unet and load_lora;
+ * comfy/weight_adapter/lora.py, loha.py, lokr.py LoRAAdapter.load, ...): every model weight
+ * "diffusion_model.<path>.weight" is reachable as "lora_unet_<path with _>" and as
+ * "diffusion_model.<path>" (no diffusers names for Wan: unet_to_diffusers gives none without
+ * num_res_blocks); for each, <x>.alpha and <x>.dora_scale are read, then LoRA (<x>.lora_up.weight
+ * with <x>.lora_down.weight, or lora_B/lora_A), LoHa (<x>.hada_w1_a and the other three), LoKr
+ * (any lokr_w*); keys never read are logged "lora key not loaded". Returns the patches made. */
+static int comfy_rule(struct keyset *ks, const struct ghc_model_target *t, int32_t n, int *left, const char **first)
+{
+    int patches = 0;
+    for (int32_t m = 0; m < n; m++) {
+        char x[2][160];
+        underscored(t[m].name, x[0], sizeof(x[0]));
+        snprintf(x[1], sizeof(x[1]), "diffusion_model.%s", t[m].name);
+        for (int v = 0; v < 2; v++) {
+            ks_take(ks, x[v], "alpha");
+            ks_take(ks, x[v], "dora_scale");
+            char k[400];
+            bool lora = false, loha = false, lokr = false;
+            snprintf(k, sizeof(k), "%s.lora_up.weight", x[v]);
+            if (ks_has(ks, k))
+                lora = ks_take(ks, x[v], "lora_up.weight") && ks_take(ks, x[v], "lora_down.weight");
+            snprintf(k, sizeof(k), "%s.lora_B.weight", x[v]);
+            if (!lora && ks_has(ks, k))
+                lora = ks_take(ks, x[v], "lora_B.weight") && ks_take(ks, x[v], "lora_A.weight");
+            snprintf(k, sizeof(k), "%s.hada_w1_a", x[v]);
+            if (ks_has(ks, k))
+                loha = ks_take(ks, x[v], "hada_w1_a") & ks_take(ks, x[v], "hada_w1_b") &
+                       ks_take(ks, x[v], "hada_w2_a") & ks_take(ks, x[v], "hada_w2_b");
+            bool w1 = ks_take(ks, x[v], "lokr_w1"), w1a = ks_take(ks, x[v], "lokr_w1_a");
+            bool w1b = ks_take(ks, x[v], "lokr_w1_b"), w2 = ks_take(ks, x[v], "lokr_w2");
+            bool w2a = ks_take(ks, x[v], "lokr_w2_a"), w2b = ks_take(ks, x[v], "lokr_w2_b");
+            lokr = (w1 || (w1a && w1b)) && (w2 || (w2a && w2b));
+            patches += lora || loha || lokr;
+        }
+    }
+    *left = ks_left(ks, first);
+    return patches;
+}
+
+/* diffusers (huggingface/diffusers 58eb52c, loaders/lora_pipeline.py WanLoraLoaderMixin
+ * .lora_state_dict and load_lora_weights; loaders/lora_conversion_utils.py): a file with a
+ * "diffusion_model." key goes through _convert_non_diffusers_wan_lora_to_diffusers (per block
+ * from the lowest to the highest number, the 10 linears' lora_down / lora_up (or lora_A / lora_B)
+ * and alpha where present; anything left but ".diff" keys raises ValueError), one with a
+ * "lora_unet_" key through _convert_musubi_wan_lora_to_diffusers (blocks 0 to N-1, N the number
+ * of distinct block numbers, each with all 10 linears' lora_down, lora_up and alpha, else
+ * KeyError; anything left raises ValueError), any other file is taken as peft names
+ * ("transformer.<diffusers path>.lora_A.weight"); then every key must hold "lora". Returns the
+ * LoRA modules it loads, or -1 with the reason in why. */
+static int diffusers_rule(struct keyset *ks, const struct ghc_model_target *t, int32_t n, char *why, size_t len)
+{
+    static const char *const lin[] = { "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o", "cross_attn.q",
+                                       "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2" };
+    const char *first = NULL;
+    int mods = 0;
+    if (ks_any_prefix(ks, "diffusion_model.")) {
+        long lo = 1L << 30, hi = -1;
+        for (int i = 0; i < ks->n; i++)
+            if (strncmp(ks->k[i], "diffusion_model.blocks.", 23) == 0) {
+                long b = strtol(ks->k[i] + 23, NULL, 10);
+                lo = b < lo ? b : lo;
+                hi = b > hi ? b : hi;
+            }
+        bool ab = false;
+        for (int i = 0; i < ks->n; i++)
+            ab |= strstr(ks->k[i], "lora_A") != NULL;
+        for (long b = lo; b <= hi; b++)
+            for (int j = 0; j < 10; j++) {
+                char x[160];
+                snprintf(x, sizeof(x), "diffusion_model.blocks.%ld.%s", b, lin[j]);
+                bool a = ks_take(ks, x, ab ? "lora_A.weight" : "lora_down.weight");
+                bool u = ks_take(ks, x, ab ? "lora_B.weight" : "lora_up.weight");
+                bool al = ks_take(ks, x, "alpha");
+                if (al && (!a || !u)) {
+                    snprintf(why, len, "KeyError: %s without its factors", x);
+                    return -1;
+                }
+                mods += a && u;
+            }
+        if (ks_left(ks, &first)) {
+            snprintf(why, len, "ValueError: state_dict should be empty at this point but has %s", first);
+            return -1;
+        }
+    } else if (ks_any_prefix(ks, "lora_unet_")) {
+        char seen[1024] = { 0 };
+        int nb = 0;
+        for (int i = 0; i < ks->n; i++) {
+            const char *p = strstr(ks->k[i], "blocks_");
+            if (!p) {
+                snprintf(why, len, "IndexError: %s has no blocks_", ks->k[i]);
+                return -1;
+            }
+            long b = strtol(p + 7, NULL, 10);
+            if (b >= 0 && b < 1024 && !seen[b]++)
+                nb++;
+        }
+        for (int b = 0; b < nb; b++)
+            for (int j = 0; j < 10; j++) {
+                char name[64], x[160];
+                snprintf(name, sizeof(name), "blocks.%d.%s", b, lin[j]);
+                underscored(name, x, sizeof(x));
+                if (!ks_take(ks, x, "lora_down.weight") || !ks_take(ks, x, "lora_up.weight") ||
+                    !ks_take(ks, x, "alpha")) {
+                    snprintf(why, len, "KeyError: %s.lora_down.weight, lora_up.weight or alpha", x);
+                    return -1;
+                }
+                mods++;
+            }
+        if (ks_left(ks, &first)) {
+            snprintf(why, len, "ValueError: state_dict should be empty at this point but has %s", first);
+            return -1;
+        }
+    } else {   /* the converters' output has lora_A / lora_B names only; a peft file is checked as it is */
+        for (int i = 0; i < ks->n; i++)
+            if (!strstr(ks->k[i], "lora")) {
+                snprintf(why, len, "ValueError: Invalid LoRA checkpoint (%s)", ks->k[i]);
+                return -1;
+            }
+        for (int32_t m = 0; m < n; m++) {
+            char x[160];
+            snprintf(x, sizeof(x), "transformer.%s", t[m].alias);
+            mods += ks_take(ks, x, "lora_A.weight") && ks_take(ks, x, "lora_B.weight");
+        }
+        if (ks_left(ks, &first)) {
+            snprintf(why, len, "%s matches no module of WanTransformer3DModel", first);
+            return -1;
+        }
+    }
+    return mods;
+}
+
+/* Which tools apply the file at path as trained (enum lyc_tool bits), by the three rules above:
+ * every module of the network (n_mods) merged and no key left. */
+static unsigned tools_loading(ghc_core_t *core, const char *path, const struct ghc_model_target *t, int32_t n,
+                              int n_mods, const char *what)
+{
+    unsigned tools = 0;
+    int left;
+    const char *first = "";
+    char why[512] = "";
+    struct keyset ks = ks_open(core, path);
+    int c = comfy_rule(&ks, t, n, &left, &first);
+    printf("%s: ComfyUI applies %d of %d modules, %d keys not loaded%s%s\n", what, c, n_mods, left, left ? ", e.g. " : "",
+           left ? first : "");
+    tools |= c == n_mods && !left ? LYC_TOOL_COMFYUI : 0;
+    ks_free(&ks);
+    ks = ks_open(core, path);
+    c = musubi_rule(&ks, t, n, &left, &first);
+    printf("%s: musubi-tuner merges %d of %d modules, %d keys unused%s%s\n", what, c, n_mods, left, left ? ", e.g. " : "",
+           left ? first : "");
+    tools |= c == n_mods && !left ? LYC_TOOL_MUSUBI : 0;
+    ks_free(&ks);
+    ks = ks_open(core, path);
+    c = diffusers_rule(&ks, t, n, why, sizeof(why));
+    printf("%s: diffusers loads %d of %d modules%s%s\n", what, c < 0 ? 0 : c, n_mods, c < 0 ? ": " : "", why);
+    tools |= c == n_mods ? LYC_TOOL_DIFFUSERS : 0;
+    ks_free(&ks);
+    return tools;
+}
+
+/* Log lines collected by log_grab (tests read what the network says at attach). */
+static char grabbed[16384];
+
+static void log_grab(void *user, enum ghc_log_level lvl, const char *msg)
+{
+    (void)user;
+    size_t o = strlen(grabbed);
+    snprintf(grabbed + o, sizeof(grabbed) - o, "%s%s\n", lvl == GHC_LOG_WARN ? "W: " : "I: ", msg);
+}
+
+/* The tools the network's attach message says load its files (INFO "... load in A, B" or WARN
+ * "... they load in: A, B"). */
+static unsigned tools_claimed(void)
+{
+    const char *p = strstr(grabbed, "load in: ");
+    p = p ? p + 9 : strstr(grabbed, ") load in ");
+    ck_assert_msg(p != NULL, "no loaders line in:\n%s", grabbed);
+    if (*p == ')')
+        p += 10;
+    const char *end = strchr(p, '\n');
+    unsigned tools = 0;
+    static const char *const name[] = { "ComfyUI", "musubi-tuner", "diffusers" };
+    for (int t = 0; t < 3; t++) {
+        const char *q = strstr(p, name[t]);
+        tools |= q && q < end ? 1u << t : 0;
+    }
+    return tools;
+}
+
+/* The default file and its variants against the three loaders: LoRA, LoHa and LoKr with default
+ * keys load in every tool that takes the algorithm (LoRA: all three; LoHa, LoKr: ComfyUI and
+ * musubi-tuner); what a selection or naming costs, DoRA, and extra_formats; and the network's
+ * message at attach names the same tools. */
+START_TEST(default_file_loaders)
+{
+    static const unsigned ALL = LYC_TOOL_COMFYUI | LYC_TOOL_MUSUBI | LYC_TOOL_DIFFUSERS;
+    static const unsigned CM = LYC_TOOL_COMFYUI | LYC_TOOL_MUSUBI;
+    static const struct { const char *cfg; unsigned want, extra; bool model; } v[] = {
+        { "", ALL, 0, false },                                              /* the default file */
+        { "algo = \"loha\";", CM, 0, false },
+        { "algo = \"lokr\"; rank = 2; factor = 4;", CM, 0, false },
+        { "algo = \"lokr\"; rank = 100; factor = 8;", CM, 0, false },        /* both factors full */
+        { "algo = \"lokr\"; rank = 1; factor = 4; decompose_both = true;", LYC_TOOL_COMFYUI, 0, false },
+        { "preset = \"attn\";", CM, 0, false },                             /* diffusers: incomplete blocks */
+        { "preset = \"attn\"; extra_formats = [ \"diffusers\" ];", CM, LYC_TOOL_DIFFUSERS, false },
+        { "format = \"comfyui\";", LYC_TOOL_COMFYUI | LYC_TOOL_DIFFUSERS, 0, false },
+        { "format = \"comfyui\"; extra_formats = [ \"musubi\" ];", LYC_TOOL_COMFYUI | LYC_TOOL_DIFFUSERS, ALL, false },
+        { "format = \"diffusers\";", LYC_TOOL_DIFFUSERS, 0, false },
+        { "dora_wd = true;", LYC_TOOL_COMFYUI, 0, true },                    /* the others drop dora_scale */
+    };
+    char *dir = tu_tmpdir();
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        char mcfg[1024], path[4200], extra[4300];
+        ghc_core_t *core = core_with(v[i].cfg, v[i].model ? wan22_cfg(mcfg, sizeof(mcfg), true) : NULL);
+        ghc_network_t *net = ghc_network_get(core);
+        const struct ghc_model_target *t;
+        int32_t n;
+        if (v[i].model)
+            ok(core, ghc_model_targets(ghc_model_get(core), &t, &n));
+        else
+            t = fake_targets(&n);
+        grabbed[0] = '\0';
+        ghc_log_set_sink(core, log_grab, NULL);
+        ok(core, ghc_network_attach(net, 0, t, n));
+        randomise(core, net, i + 1);
+        struct ghc_param *ps;
+        int32_t np;
+        ok(core, ghc_network_params(net, 0, &ps, &np));
+        int mods = 0;
+        for (int32_t k = 0; k < np; k++)   /* modules: their first slot */
+            mods += strstr(ps[k].name, ".lora_down.weight") || strstr(ps[k].name, ".hada_w1_a") ||
+                    (strstr(ps[k].name, ".lokr_w1") && !strstr(ps[k].name, ".lokr_w1_b"));
+        snprintf(path, sizeof(path), "%s/f%zu.safetensors", dir, i);
+        ok(core, ghc_network_save(net, 0, path));
+        printf("-- %s\n%s", *v[i].cfg ? v[i].cfg : "(defaults)", grabbed);
+        unsigned got = tools_loading(core, path, t, n, mods, "file");
+        ck_assert_msg(got == v[i].want, "%s: the file loads in tools %#x, expected %#x", v[i].cfg, got, v[i].want);
+        unsigned all = got;
+        if (v[i].extra) {
+            lyc_extra_path(path, strstr(v[i].cfg, "\"diffusers\" ]") ? LYC_FMT_DIFFUSERS : LYC_FMT_MUSUBI, extra,
+                           sizeof(extra));
+            unsigned ge = tools_loading(core, extra, t, n, mods, "extra file");
+            ck_assert_msg(ge == v[i].extra, "%s: the extra file %s loads in %#x, expected %#x", v[i].cfg, extra, ge,
+                          v[i].extra);
+            all |= ge;
+        }
+        ck_assert_msg(tools_claimed() == all, "%s: the network says its files load in %#x, the loaders' rules give "
+                      "%#x:\n%s", v[i].cfg, tools_claimed(), all, grabbed);
+        ghc_core_free(core);
+    }
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* Save in each naming, check the keys and alpha, load back into a network with another alpha
  * and get the same outputs. */
 START_TEST(save_load_formats)
@@ -975,13 +1376,13 @@ START_TEST(save_load_formats)
           "lora_unet_blocks_0_self_attn_q.lora_down.weight", "lora" },
         { "algo = \"lora\"; rank = 4; alpha = 2.0; format = \"diffusers\"; save_dtype = \"f32\";",
           "transformer.blocks.0.attn1.to_q.lora_A.weight", "lora" },
-        { "algo = \"loha\"; rank = 2; alpha = 1.0; save_dtype = \"f32\";",
+        { "algo = \"loha\"; rank = 2; alpha = 1.0; format = \"comfyui\"; save_dtype = \"f32\";",
           "diffusion_model.blocks.0.self_attn.q.hada_w1_a", "loha" },
         { "algo = \"lokr\"; rank = 2; alpha = 1.0; factor = 4; decompose_both = true; save_dtype = \"f32\";",
-          "diffusion_model.blocks.0.self_attn.q.lokr_w2_a", "lokr" },
+          "lora_unet_blocks_0_self_attn_q.lokr_w2_a", "lokr" },
         { "algo = \"lokr\"; rank = 100; factor = 8; format = \"musubi\"; save_dtype = \"f32\";",
           "lora_unet_blocks_2_ffn_2.lokr_w2", "lokr" },
-        { "algo = \"lora\"; rank = 4; alpha = 2.0;", "diffusion_model.blocks.2.ffn.0.lora_up.weight", "lora" },
+        { "algo = \"lora\"; rank = 4; alpha = 2.0;", "lora_unet_blocks_2_ffn_0.lora_up.weight", "lora" },
     };
     char *dir = tu_tmpdir();
     int32_t n;
@@ -1126,6 +1527,8 @@ static float *dora_outputs(ghc_core_t *core, ghc_st_writer_t *ref, size_t *len)
         o += 5 * (size_t)tg[t].out_features;
         if (ref) {
             char k[128];
+            /* again: the model's weight view is its own and the hook's DoRA asked for another */
+            ok(core, ghc_model_target_weight(model, 0, t, &w, &sc, &b));
             ghc_tensor_t *wh = on(core, w, GHC_DEVICE_CPU, GHC_DTYPE_F32), *bh = on(core, b, GHC_DEVICE_CPU, GHC_DTYPE_F32);
             snprintf(k, sizeof(k), "x.%s", tg[t].name);
             ok(core, ghc_st_writer_add(ref, k, xh));
@@ -1151,7 +1554,7 @@ START_TEST(dora_save_load)
 {
     static const char *const cfgs[] = {
         "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; save_dtype = \"f32\";",
-        "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; format = \"musubi\";",
+        "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true; format = \"comfyui\";",
     };
     const char *cfg = cfgs[_i];
     char mcfg[1024], path[4200], kp[4200];
@@ -1178,8 +1581,9 @@ START_TEST(dora_save_load)
     }
     ghc_st_t *st = ghc_st_open(core, path);
     struct ghc_st_info info;
-    ck_assert(ghc_st_find(st, _i ? "lora_unet_blocks_1_ffn_0.dora_scale" : "diffusion_model.blocks.1.ffn.0.dora_scale",
+    ck_assert(ghc_st_find(st, _i ? "diffusion_model.blocks.1.ffn.0.dora_scale" : "lora_unet_blocks_1_ffn_0.dora_scale",
                           &info));
+    ck_assert_str_eq(ghc_st_metadata(st, LYC_DORA_NORM_KEY), "base_weight");
     ck_assert_int_eq(info.dtype, GHC_DTYPE_F32);
     ck_assert_int_eq(info.ndim, 2);
     ck_assert_int_eq(info.shape[0], 176);
@@ -1197,6 +1601,21 @@ START_TEST(dora_save_load)
     double e = max_rel(y2, y1, len);
     printf("dora save/load (%s): max rel diff %.3g\n", cfg, e);
     ck_assert_msg(e < (_i ? 2e-2 : 1e-6), "dora reload: %g", e);
+    /* a dora_norm the reader does not know: refused, nothing loaded */
+    st = ghc_st_open(core, path);
+    ghc_st_writer_t *bw = ghc_st_writer_init(core);
+    for (int k = 0; k < ghc_st_count(st); k++) {
+        struct ghc_st_info t;
+        ghc_st_info_at(st, k, &t);
+        ok(core, ghc_st_writer_add_raw(bw, t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(st, t.name)));
+    }
+    ok(core, ghc_st_writer_metadata(bw, LYC_DORA_NORM_KEY, "row_norms"));
+    snprintf(kp, sizeof(kp), "%s/bad_norm.safetensors", dir);
+    ok(core, ghc_st_writer_finish(bw, kp));
+    ghc_st_writer_free(bw);
+    ghc_st_free(st);
+    ck_assert_int_eq(ghc_network_load(net, 0, kp), GHC_EFORMAT);
+    ck_assert_msg(strstr(ghc_error_message(core), "gh200core.dora_norm = 'row_norms'"), "%s", ghc_error_message(core));
     free(y1);
     free(y2);
     ghc_core_free(core);
@@ -1320,10 +1739,10 @@ START_TEST(target_selection)
     snprintf(path, sizeof(path), "%s/o.safetensors", dir);
     ok(core, ghc_network_save(net, 0, path));
     ghc_st_t *st = ghc_st_open(core, path);
-    ghc_tensor_t *a = load(core, st, "diffusion_model.blocks.1.ffn.0.alpha");
+    ghc_tensor_t *a = load(core, st, "lora_unet_blocks_1_ffn_0.alpha");
     ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 8.0f);   /* per-layer alpha (spec §1.1) */
     ghc_tensor_free(a);
-    a = load(core, st, "diffusion_model.blocks.0.self_attn.q.alpha");
+    a = load(core, st, "lora_unet_blocks_0_self_attn_q.alpha");
     ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 6.0f);   /* alpha unset: = rank */
     ghc_tensor_free(a);
     ghc_st_free(st);
@@ -1335,6 +1754,65 @@ START_TEST(target_selection)
     ghc_core_free(core);
     tu_rm_rf(dir);
     free(dir);
+}
+END_TEST
+
+/* preset "full" selects every target the model offers: on a model with targets outside its
+ * blocks it adds them to attn_ffn's; the wan22 model offers only the 10 linears of each block,
+ * so there "full" selects exactly what "attn_ffn" does, and attach says so. */
+START_TEST(preset_full)
+{
+    int32_t n;
+    struct ghc_model_target *t30 = fake_targets(&n), t[32];
+    memcpy(t, t30, 30 * sizeof(*t));
+    t[30] = (struct ghc_model_target){ .name = "time_projection.1", .in_features = 64, .out_features = 96, .block = -1 };
+    t[31] = (struct ghc_model_target){ .name = "head.head", .in_features = 64, .out_features = 64, .block = -1 };
+    static const struct { const char *cfg; int mods; const char *says; } v[] = {
+        { "preset = \"attn_ffn\";", 30, "preset \"attn_ffn\": 30 of the model's 32 targets" },
+        { "preset = \"full\";", 32, "preset \"full\": 32 of the model's 32 targets (30 block linears, 24 of them "
+          "attention); 2 of them outside the blocks (not in \"attn_ffn\")" },
+        { "preset = \"attn\";", 24, "preset \"attn\": 24 of the model's 32 targets" },
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        ghc_core_t *core = core_with(v[i].cfg, NULL);
+        grabbed[0] = '\0';
+        ghc_log_set_sink(core, log_grab, NULL);
+        ok(core, ghc_network_attach(ghc_network_get(core), 0, t, 32));
+        struct ghc_param *ps;
+        int32_t np;
+        ok(core, ghc_network_params(ghc_network_get(core), 0, &ps, &np));
+        ck_assert_msg(np == 2 * v[i].mods, "%s: %d params", v[i].cfg, np);
+        ck_assert_msg(strstr(grabbed, v[i].says), "%s: attach said:\n%s", v[i].cfg, grabbed);
+        ghc_core_free(core);
+    }
+    /* the wan22 model: full = attn_ffn, module for module */
+    char mcfg[1024], *names[2] = { NULL, NULL };
+    for (int k = 0; k < 2; k++) {
+        ghc_core_t *core = core_with(k ? "preset = \"full\";" : "", wan22_cfg(mcfg, sizeof(mcfg), true));
+        const struct ghc_model_target *tg;
+        int32_t nt;
+        ok(core, ghc_model_targets(ghc_model_get(core), &tg, &nt));
+        grabbed[0] = '\0';
+        ghc_log_set_sink(core, log_grab, NULL);
+        ok(core, ghc_network_attach(ghc_network_get(core), 0, tg, nt));
+        struct ghc_param *ps;
+        int32_t np;
+        ok(core, ghc_network_params(ghc_network_get(core), 0, &ps, &np));
+        size_t len = 0;
+        for (int32_t j = 0; j < np; j++)
+            len += strlen(ps[j].name) + 1;
+        names[k] = calloc(len + 1, 1);
+        for (int32_t j = 0; j < np; j++)
+            strcat(strcat(names[k], ps[j].name), "\n");
+        ck_assert_int_eq(np, 2 * nt);
+        if (k)
+            ck_assert_msg(strstr(grabbed, "the model offers no target outside its blocks, so \"full\" selects what "
+                                 "\"attn_ffn\" does here"), "wan22, full: attach said:\n%s", grabbed);
+        ghc_core_free(core);
+    }
+    ck_assert_str_eq(names[0], names[1]);
+    free(names[0]);
+    free(names[1]);
 }
 END_TEST
 
@@ -1401,6 +1879,11 @@ START_TEST(config_errors)
         { "dora_wd = true; rank_dropout = 0.1;", "dora_wd is implemented for algo" },
         { "dora_wd = true; format = \"diffusers\";", "dora_wd is implemented for algo" },
         { "algo = \"lokr\"; format = \"diffusers\";", "format \"diffusers\" holds LoRA only" },
+        { "extra_formats = [ \"kohya\" ];", "extra_formats: 'kohya' is not one of" },
+        { "extra_formats = [ \"musubi\" ];", "extra_formats: 'musubi' is already written" },
+        { "extra_formats = [ \"comfyui\", \"comfyui\" ];", "extra_formats: 'comfyui' is already written" },
+        { "algo = \"loha\"; extra_formats = [ \"diffusers\" ];", "\"diffusers\" holds plain LoRA only" },
+        { "dora_wd = true; extra_formats = [ \"diffusers\" ];", "\"diffusers\" holds plain LoRA only" },
         { "algo = \"oft\";", "algo" },
         { "overrides = [ \"*.ffn.*\" ];", "expected \"pattern:rank\"" },
         { "overrides = [ \"*.ffn.*:0\" ];", "rank >= 1" },
@@ -1455,9 +1938,11 @@ static Suite *lycoris_suite(void)
     tcase_add_loop_test(tc, golden, 0, N_GCASES);
     tcase_add_loop_test(tc, golden_bf16_input, 0, N_GCASES);
     tcase_add_test(tc, save_load_formats);
+    tcase_add_test(tc, default_file_loaders);
     tcase_add_loop_test(tc, dora_save_load, 0, 2);
     tcase_add_test(tc, malformed_files);
     tcase_add_test(tc, target_selection);
+    tcase_add_test(tc, preset_full);
     tcase_add_test(tc, dropout);
     tcase_add_test(tc, config_errors);
     tcase_add_loop_test(tc, wan22_fixture_lora, 0, 3);

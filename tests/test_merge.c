@@ -10,6 +10,9 @@
  *     no adapter attached; LoKr (ComfyUI naming) and DoRA (musubi naming) adapters saved by the
  *     network give, merged, the prediction of the base with the adapter attached; a sharded
  *     base merges into one file;
+ *   - DoRA as ComfyUI applies it: the file a DoRA network writes after a few steps, under a C
+ *     transcription of ComfyUI's weight_decompose, gives the trained weight and the merged one;
+ *     ComfyUI's own code (fixture) agrees with both;
  *   - bad input: an existing --out (exit 6, untouched), missing files (5), a module with no base
  *     weight or of another shape (5, naming the key and both shapes), an incomplete module (5),
  *     an fp8 base weight (1), bad usage (2); nothing is written on any error. */
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gh200core/gh200core.h>
 #include <gh200core/ops.h>
@@ -373,6 +377,356 @@ START_TEST(wan22_attached_vs_merged)
 }
 END_TEST
 
+/* ---- DoRA as ComfyUI applies it -------------------------------------------------------------- */
+
+/* ComfyUI's weight for one linear with a LoRA-DoRA patch, as its source states it
+ * (Comfy-Org/ComfyUI a125cd8): comfy/weight_adapter/lora.py LoRAAdapter.calculate_weight takes
+ * alpha = v[2] / mat2.shape[0] (the file's alpha over lora_down's rows) and
+ * lora_diff = mm(lora_up, lora_down), then comfy/weight_adapter/base.py weight_decompose:
+ * lora_diff *= alpha; weight_calc = weight + lora_diff; on the output axis
+ * (dora_scale.shape[0] == weight_calc.shape[0]) weight_norm = the row norms of `weight`, the
+ * weight before the patch (not of weight_calc), plus torch.finfo(weight.dtype).eps (f32: the
+ * model patcher casts the weight to float32); weight_calc *= dora_scale / weight_norm; with
+ * strength 1 the weight becomes weight_calc, otherwise weight += strength (weight_calc - weight).
+ * Into res [out, in]; the norms summed in double, the rest in f32. */
+static void comfy_dora(const float *w, const float *up, const float *down, float alpha_file, const float *ds, int64_t out,
+                       int64_t in, int64_t r, float strength, float *res)
+{
+    float alpha = alpha_file / (float)r;
+    for (int64_t o = 0; o < out; o++) {
+        double n2 = 0;
+        for (int64_t i = 0; i < in; i++)
+            n2 += (double)w[o * in + i] * w[o * in + i];
+        float norm = (float)sqrt(n2) + 1.1920929e-07f;
+        float sc = ds[o] / norm;
+        for (int64_t i = 0; i < in; i++) {
+            float d = 0;
+            for (int64_t k = 0; k < r; k++)
+                d += up[o * r + k] * down[k * in + i];
+            float calc = (w[o * in + i] + d * alpha) * sc;
+            res[o * in + i] = strength == 1.0f ? calc : w[o * in + i] + strength * (calc - w[o * in + i]);
+        }
+    }
+}
+
+/* One SGD step on the wan22 fixture's case through the network's hooks. */
+static void sgd_step(ghc_core_t *core, int64_t step, float lr)
+{
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_network_begin_step(net, step));
+    ok(core, ghc_network_hook(net, 0, &hook));
+    ok(core, ghc_model_set_hook(model, &hook));
+    ghc_st_t *cs = open_st(core, fixture("wan22", "case.safetensors"));
+    ghc_tensor_t *x = load(core, cs, "x_sigma_700"), *t = load(core, cs, "t_700"), *e = load(core, cs, "text_embedding");
+    ghc_tensor_t *v = load(core, cs, "v");
+    ghc_tensor_reshape(t, 1, (const int64_t[]){ 1 });
+    ghc_tensor_t *out = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ghc_tensor_shape(x), GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+    ghc_tensor_t *grad = ghc_tensor_init(core, GHC_DTYPE_F32, 5, ghc_tensor_shape(x), GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+    ghc_tensor_t *loss = ghc_tensor_init(core, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 }, GHC_DEVICE_CPU,
+                                         GHC_ROLE_ACTIVATIONS);
+    struct ghc_model_batch b = { .noisy = x, .timesteps = t, .text_embed = e };
+    ok(core, ghc_model_forward(model, 0, &b, out, true, NULL));
+    ok(core, ghc_op_mse_loss(loss, grad, out, v, NULL));
+    ok(core, ghc_model_backward(model, 0, grad, NULL, NULL));
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++) {
+        ok(core, ghc_op_add(ps[k].value, ps[k].value, ps[k].grad, 1.0f, -lr, NULL));
+        ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+    }
+    printf("dora step %lld: loss %.6g\n", (long long)step, *(const float *)ghc_tensor_cdata(loss));
+    ghc_tensor_t *all[] = { x, t, e, v, out, grad, loss };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    ghc_st_free(cs);
+}
+
+/* The frozen weight and bias of target t (f32 on the CPU; the weight may sit in storage with
+ * spare columns, adapter_pad): W dense [out, in] into wd; returns the bias (borrowed). */
+static const float *frozen(ghc_core_t *core, int32_t t, const struct ghc_model_target *tg, float *wd)
+{
+    const ghc_tensor_t *w, *b;
+    float sc;
+    int64_t in = tg[t].in_features, out = tg[t].out_features;
+    ok(core, ghc_model_target_weight(ghc_model_get(core), 0, t, &w, &sc, &b));
+    ck_assert(ghc_tensor_dtype(w) == GHC_DTYPE_F32 && sc == 1.0f && ghc_tensor_device(w) == GHC_DEVICE_CPU);
+    int64_t rs = ghc_tensor_row_stride(w);
+    for (int64_t o = 0; o < out; o++)
+        memcpy(wd + o * in, (const float *)ghc_tensor_cdata(w) + o * rs, (size_t)in * sizeof(float));
+    return ghc_tensor_cdata(b);
+}
+
+/* The weight the network trains with on target t, W' (f32 [out, in] into res): the hook's
+ * forward on x = I (y = x W^T + b going in), less the bias. */
+static void adapted_weight(ghc_core_t *core, int32_t t, const struct ghc_model_target *tg, float *res)
+{
+    struct ghc_adapter_hook hook;
+    int64_t in = tg[t].in_features, out = tg[t].out_features;
+    float *wv = malloc((size_t)(in * out) * sizeof(float));
+    const float *bv = frozen(core, t, tg, wv);
+    ok(core, ghc_network_hook(ghc_network_get(core), 0, &hook));
+    ghc_tensor_t *x = ghc_tensor_init(core, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, in, in }, GHC_DEVICE_CPU,
+                                      GHC_ROLE_ACTIVATIONS);
+    ghc_tensor_t *y = ghc_tensor_init(core, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, in, out }, GHC_DEVICE_CPU,
+                                      GHC_ROLE_ACTIVATIONS);
+    float *xv = ghc_tensor_data(x), *yv = ghc_tensor_data(y);
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t k = 0; k < in; k++)
+            xv[i * in + k] = i == k;
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t o = 0; o < out; o++)
+            yv[i * out + o] = wv[o * in + i] + bv[o];
+    ok(core, hook.forward(hook.user, t, x, y, NULL));
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t o = 0; o < out; o++)
+            res[o * in + i] = yv[i * out + o] - bv[o];
+    free(wv);
+    ghc_tensor_free(x);
+    ghc_tensor_free(y);
+}
+
+/* || a - c || / || c - w || summed over targets: how far a is from c, relative to the adapter's
+ * effect c - w. */
+struct change_err { double num, den; };
+
+static void change_add(struct change_err *e, const float *a, const float *c, const float *w, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) {
+        e->num += ((double)a[k] - c[k]) * ((double)a[k] - c[k]);
+        e->den += ((double)c[k] - w[k]) * ((double)c[k] - w[k]);
+    }
+}
+
+/* The DoRA file the network writes after a few steps on the tiny model, applied by ComfyUI's
+ * formula (comfy_dora above), gives the weight the network trained with and the weight
+ * `gh200core merge` writes, at strength 1 and 0.7, within f32 rounding. ComfyUI divides
+ * dora_scale by the norms of the base weight, the network g by those of W + delta-W: a file
+ * holding g itself is off by a part of the adapter's effect, which the test shows. */
+START_TEST(dora_comfyui)
+{
+    static const float strength[2] = { 1.0f, 0.7f };
+    char *dir = tu_tmpdir(), ad[1200], mg[2][1200], *out;
+    ghc_core_t *core = wan_core(fixture("wan22", "weights_official.safetensors"),
+                                "algo = \"lora\"; rank = 4; alpha = 2.0; dora_wd = true;");
+    ghc_model_t *model = ghc_model_get(core);
+    ghc_network_t *net = ghc_network_get(core);
+    const struct ghc_model_target *tg;
+    int32_t nt;
+    ok(core, ghc_model_targets(model, &tg, &nt));
+    ok(core, ghc_network_attach(net, 0, tg, nt));
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++) {   /* lora_up off its zeros, so that the steps move every factor */
+        if (!strstr(ps[k].name, "lora_up"))
+            continue;
+        ghc_tensor_t *r = ghc_tensor_init(core, GHC_DTYPE_F32, 2, ghc_tensor_shape(ps[k].value), GHC_DEVICE_CPU,
+                                          GHC_ROLE_WORKSPACE);
+        ok(core, ghc_op_rand_normal(r, &(struct ghc_rng){ 5, (uint64_t)k << 20 }, NULL));
+        ok(core, ghc_op_scale(ps[k].value, r, 0.3f, NULL));
+        ghc_tensor_free(r);
+    }
+    for (int64_t step = 1; step <= 3; step++)
+        sgd_step(core, step, 0.5f);
+    snprintf(ad, sizeof(ad), "%s/dora.safetensors", dir);
+    ok(core, ghc_network_save(net, 0, ad));
+    const char *keep = getenv("GHC_LYCORIS_KEEP");   /* the input of make_comfyui_dora_fixture.py */
+    if (keep) {
+        char kp[1200];
+        snprintf(kp, sizeof(kp), "%s/dora_comfyui.safetensors", keep);
+        ok(core, ghc_network_save(net, 0, kp));
+    }
+    ghc_st_t *as = open_st(core, ad);
+    ck_assert_str_eq(ghc_st_metadata(as, "gh200core.dora_norm"), "base_weight");
+    for (int i = 0; i < 2; i++) {
+        snprintf(mg[i], sizeof(mg[i]), "%s/merged%d.safetensors", dir, i);
+        int rc = merge(&out, "--base %s --adapter %s --out %s --multiplier %g",
+                       fixture("wan22", "weights_official.safetensors"), ad, mg[i], strength[i]);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+        ck_assert_msg(strstr(out, "dora 30") != NULL, "%s", out);
+        free(out);
+    }
+    ghc_st_t *ms[2] = { open_st(core, mg[0]), open_st(core, mg[1]) };
+    struct change_err trained = { 0 }, merged[2] = { { 0 } }, old = { 0 };
+    for (int32_t t = 0; t < nt; t++) {
+        int64_t in = tg[t].in_features, o = tg[t].out_features, n = in * o;
+        char mod[160], key[240];
+        snprintf(mod, sizeof(mod), "lora_unet_%s", tg[t].name);
+        for (char *c = mod + 10; *c; c++)
+            if (*c == '.')
+                *c = '_';
+        snprintf(key, sizeof(key), "%s.lora_up.weight", mod);
+        ghc_tensor_t *up = load(core, as, key);
+        snprintf(key, sizeof(key), "%s.lora_down.weight", mod);
+        ghc_tensor_t *down = load(core, as, key);
+        snprintf(key, sizeof(key), "%s.alpha", mod);
+        ghc_tensor_t *al = load(core, as, key);
+        snprintf(key, sizeof(key), "%s.dora_scale", mod);
+        ghc_tensor_t *ds = load(core, as, key);
+        float *wv = malloc((size_t)n * sizeof(float));
+        frozen(core, t, tg, wv);
+        int64_t r = ghc_tensor_dim(down, 0);
+        float *comfy = malloc((size_t)n * sizeof(float)), *net_w = malloc((size_t)n * sizeof(float));
+        adapted_weight(core, t, tg, net_w);
+        for (int i = 0; i < 2; i++) {
+            comfy_dora(wv, ghc_tensor_cdata(up), ghc_tensor_cdata(down), *(const float *)ghc_tensor_cdata(al),
+                       ghc_tensor_cdata(ds), o, in, r, strength[i], comfy);
+            snprintf(key, sizeof(key), "%s.weight", tg[t].name);
+            ghc_tensor_t *m = load(core, ms[i], key);
+            change_add(&merged[i], ghc_tensor_cdata(m), comfy, wv, n);
+            ghc_tensor_free(m);
+            if (i == 0)
+                change_add(&trained, net_w, comfy, wv, n);
+        }
+        /* the old file: dora_scale = g, the magnitude the network trains */
+        for (int32_t k = 0; k < np; k++) {
+            snprintf(key, sizeof(key), "%s.dora_scale", tg[t].name);
+            if (strcmp(ps[k].name, key) == 0) {
+                comfy_dora(wv, ghc_tensor_cdata(up), ghc_tensor_cdata(down), *(const float *)ghc_tensor_cdata(al),
+                           ghc_tensor_cdata(ps[k].value), o, in, r, 1.0f, comfy);
+                change_add(&old, comfy, net_w, wv, n);
+            }
+        }
+        free(comfy);
+        free(net_w);
+        free(wv);
+        ghc_tensor_t *all[] = { up, down, al, ds };
+        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+            ghc_tensor_free(all[k]);
+    }
+    double et = sqrt(trained.num / trained.den), e1 = sqrt(merged[0].num / merged[0].den);
+    double e7 = sqrt(merged[1].num / merged[1].den), eo = sqrt(old.num / old.den);
+    printf("DoRA in ComfyUI (its weight_decompose on our file) vs the trained weight: %.3g of the adapter's effect; "
+           "vs gh200core merge: %.3g (strength 1), %.3g (0.7); a file holding g itself: %.3g\n", et, e1, e7, eo);
+    ck_assert_msg(eo > 1e-3, "the steps moved delta-W too little to tell the norms apart (%g)", eo);
+    ck_assert_msg(et < 2e-6, "ComfyUI vs training: %g of the adapter's effect", et);
+    ck_assert_msg(e1 < 2e-6 && e7 < 2e-6, "ComfyUI vs gh200core merge: %g, %g", e1, e7);
+    ghc_st_free(ms[0]);
+    ghc_st_free(ms[1]);
+    ghc_st_free(as);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ComfyUI's own code on a DoRA file of ours (tests/fixtures/lycoris/comfyui_dora.safetensors,
+ * from make_comfyui_dora_fixture.py: LoRAAdapter.calculate_weight and weight_decompose of
+ * ComfyUI a125cd8, torch 2.9.1, on three linears of the tiny model): comfy_dora, the C
+ * transcription above, and `gh200core merge` give its weights at strength 1 and 0.7 within f32
+ * rounding. The same file without its gh200core.dora_norm mark is read the LyCORIS way (norms of
+ * W + delta-W), which differs from ComfyUI's by a part of the adapter's effect. */
+START_TEST(dora_comfyui_fixture)
+{
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), ad[2][1200], mg[1200], *out;
+    ghc_st_t *fx = open_st(core, fixture("lycoris", "comfyui_dora.safetensors"));
+    ck_assert_str_eq(ghc_st_metadata(fx, "gh200core.dora_norm"), "base_weight");
+    for (int marked = 0; marked < 2; marked++) {   /* the adapter's tensors, with and without the mark */
+        ghc_st_writer_t *aw = ghc_st_writer_init(core);
+        for (int i = 0; i < ghc_st_count(fx); i++) {
+            struct ghc_st_info t;
+            ghc_st_info_at(fx, i, &t);
+            if (strncmp(t.name, "adapter.", 8) == 0)
+                ok(core, ghc_st_writer_add_raw(aw, t.name + 8, t.dtype, t.ndim, t.shape, ghc_st_raw(fx, t.name)));
+        }
+        if (marked)
+            ok(core, ghc_st_writer_metadata(aw, "gh200core.dora_norm", "base_weight"));
+        snprintf(ad[marked], sizeof(ad[marked]), "%s/adapter%d.safetensors", dir, marked);
+        ok(core, ghc_st_writer_finish(aw, ad[marked]));
+        ghc_st_writer_free(aw);
+    }
+    {   /* an unknown reading is refused */
+        ghc_st_t *as = open_st(core, ad[0]);
+        ghc_st_writer_t *aw = ghc_st_writer_init(core);
+        for (int i = 0; i < ghc_st_count(as); i++) {
+            struct ghc_st_info t;
+            ghc_st_info_at(as, i, &t);
+            ok(core, ghc_st_writer_add_raw(aw, t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(as, t.name)));
+        }
+        ok(core, ghc_st_writer_metadata(aw, "gh200core.dora_norm", "row_norms"));
+        char bad[1200];
+        snprintf(bad, sizeof(bad), "%s/bad.safetensors", dir);
+        ok(core, ghc_st_writer_finish(aw, bad));
+        ghc_st_writer_free(aw);
+        ghc_st_free(as);
+        snprintf(mg, sizeof(mg), "%s/never.safetensors", dir);
+        int rc = merge(&out, "--base %s --adapter %s --out %s", fixture("wan22", "weights_official.safetensors"), bad, mg);
+        ck_assert_msg(rc != 0 && strstr(out, "gh200core.dora_norm = 'row_norms'") && !exists(mg), "exit %d: %s", rc, out);
+        free(out);
+    }
+    ghc_st_t *bs = open_st(core, fixture("wan22", "weights_official.safetensors"));
+    int checked = 0;
+    for (int i = 0; i < ghc_st_count(fx); i++) {
+        struct ghc_st_info t;
+        ghc_st_info_at(fx, i, &t);
+        if (strncmp(t.name, "comfyui.", 8) != 0)
+            continue;
+        char mod[128], key[256];
+        const char *sp = strstr(t.name, ".s0.7");   /* "comfyui.<module>.s0.7" or ".s1" */
+        if (!sp)
+            sp = strrchr(t.name, '.');
+        float strength = strtof(sp + 2, NULL);
+        snprintf(mod, sizeof(mod), "%.*s", (int)(sp - t.name - 8), t.name + 8);
+        snprintf(key, sizeof(key), "%s.weight", mod);
+        ghc_tensor_t *want = load(core, fx, t.name), *w = load(core, bs, key);
+        int64_t n = ghc_tensor_numel(w), o = ghc_tensor_dim(w, 0), in = ghc_tensor_dim(w, 1);
+        /* the C transcription */
+        char x[160];
+        snprintf(x, sizeof(x), "adapter.lora_unet_%s", mod);
+        for (char *c = x + 18; *c; c++)
+            if (*c == '.')
+                *c = '_';
+        ghc_tensor_t *f[4];
+        static const char *const sfx[4] = { "lora_up.weight", "lora_down.weight", "alpha", "dora_scale" };
+        for (int k = 0; k < 4; k++) {
+            char nm[256];
+            snprintf(nm, sizeof(nm), "%s.%s", x, sfx[k]);
+            f[k] = load(core, fx, nm);
+        }
+        float *c = malloc((size_t)n * sizeof(float));
+        comfy_dora(ghc_tensor_cdata(w), ghc_tensor_cdata(f[0]), ghc_tensor_cdata(f[1]), *(const float *)ghc_tensor_cdata(f[2]),
+                   ghc_tensor_cdata(f[3]), o, in, ghc_tensor_dim(f[1], 0), strength, c);
+        struct change_err ec = { 0 }, em[2] = { { 0 } };
+        change_add(&ec, c, ghc_tensor_cdata(want), ghc_tensor_cdata(w), n);
+        /* gh200core merge, with and without the mark */
+        for (int marked = 0; marked < 2; marked++) {
+            snprintf(mg, sizeof(mg), "%s/merged_%d_%d.safetensors", dir, checked, marked);
+            int rc = merge(&out, "--base %s --adapter %s --out %s --multiplier %g",
+                           fixture("wan22", "weights_official.safetensors"), ad[marked], mg, strength);
+            ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+            free(out);
+            ghc_st_t *ms = open_st(core, mg);
+            ghc_tensor_t *m = load(core, ms, key);
+            change_add(&em[marked], ghc_tensor_cdata(m), ghc_tensor_cdata(want), ghc_tensor_cdata(w), n);
+            ghc_tensor_free(m);
+            ghc_st_free(ms);
+            unlink(mg);
+        }
+        double e_c = sqrt(ec.num / ec.den), e_m = sqrt(em[1].num / em[1].den), e_l = sqrt(em[0].num / em[0].den);
+        printf("%s at strength %g: ComfyUI's code vs comfy_dora %.3g, vs gh200core merge %.3g (read as LyCORIS "
+               "would: %.3g) of the adapter's effect\n", mod, strength, e_c, e_m, e_l);
+        ck_assert_msg(e_c < 2e-6 && e_m < 2e-6, "%s s%g: %g, %g", mod, strength, e_c, e_m);
+        ck_assert_msg(e_l > 1e-3, "%s: the two readings should differ (%g)", mod, e_l);
+        for (int k = 0; k < 4; k++)
+            ghc_tensor_free(f[k]);
+        ghc_tensor_free(want);
+        ghc_tensor_free(w);
+        free(c);
+        checked++;
+    }
+    ck_assert_int_eq(checked, 4);
+    ghc_st_free(bs);
+    ghc_st_free(fx);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* A sharded base (index + 2 shards) merges into one file with every tensor. */
 START_TEST(sharded_base)
 {
@@ -547,6 +901,8 @@ static Suite *merge_suite(void)
     tcase_add_loop_test(tc, golden, 0, N_GCASES);
     tcase_add_test(tc, wan22_fixture_lora);
     tcase_add_loop_test(tc, wan22_attached_vs_merged, 0, (int)(sizeof(e2e) / sizeof(e2e[0])));
+    tcase_add_test(tc, dora_comfyui);
+    tcase_add_test(tc, dora_comfyui_fixture);
     tcase_add_test(tc, sharded_base);
     tcase_add_test(tc, errors);
     suite_add_tcase(s, tc);

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <dirent.h>
+#include <stddef.h>
 #include <sys/stat.h>
 
 #include <gh200core/gh200core.h>
@@ -462,19 +463,23 @@ END_TEST
 START_TEST(test_signal_stops_with_checkpoint)
 {
     char *dir = tu_tmpdir(), *out, cmd[8400], p[8400];
-    char *cfg = tiny_cfg(dir, "s.cfg", 1, "steps = 100000; log_every = 1;",
+    /* a name the shell must quote */
+    char *cfg = tiny_cfg(dir, "s 1.cfg", 1, "steps = 100000; log_every = 1;",
                          "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\ndata = { batch_size = 2; };");
     /* start, wait for the first steps, SIGTERM, expect 143 and a resumable checkpoint */
     snprintf(cmd, sizeof(cmd),
              "GHC_PLUGIN_PATH='%s' '%s' -q -c '%s' 2>&1 & pid=$!; "
-             "for i in $(seq 300); do grep -q '\"step\":3,' '%s/s.cfg.out/metrics.jsonl' 2>/dev/null && break; sleep 0.1; done; "
+             "for i in $(seq 300); do grep -q '\"step\":3,' '%s/s 1.cfg.out/metrics.jsonl' 2>/dev/null && break; sleep 0.1; done; "
              "kill -TERM $pid; wait $pid", tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_CLI"), cfg, dir);
     int rc = tu_run(cmd, &out);
     ck_assert_msg(rc == 143, "exit %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "--resume") != NULL, "%s", out);
+    /* the whole command that continues the run, ready for the shell */
+    char *line = strstr(out, "gh200core: continue with: "), resume[8400];
+    ck_assert_msg(line != NULL, "%s", out);
+    snprintf(resume, sizeof(resume), "%.*s", (int)strcspn(line + 26, "\n"), line + 26);
     free(out);
     DIR *d;
-    snprintf(p, sizeof(p), "%s/s.cfg.out", dir);
+    snprintf(p, sizeof(p), "%s/s 1.cfg.out", dir);
     ck_assert_ptr_nonnull(d = opendir(p));
     struct dirent *e;
     char ck[512] = "";
@@ -483,9 +488,17 @@ START_TEST(test_signal_stops_with_checkpoint)
             snprintf(ck, sizeof(ck), "%s", e->d_name);
     closedir(d);
     ck_assert_msg(*ck, "no checkpoint after SIGTERM");
-    snprintf(p, sizeof(p), "%s/s.cfg.out/%s/trainer.json", dir, ck);
+    snprintf(p, sizeof(p), "%s/s 1.cfg.out/%s/trainer.json", dir, ck);
     struct stat st;
     ck_assert_int_eq(stat(p, &st), 0);
+    snprintf(p, sizeof(p), "%s -q -c '%s/s 1.cfg' --resume '%s/s 1.cfg.out/%s'", tu_env("GHC_CLI"), dir, dir, ck);
+    ck_assert_str_eq(resume, p);
+    /* it runs (one step more) */
+    snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s' %s --set train.steps=%lld", tu_env("GHC_BUILD_PLUGINS"), resume,
+             atoll(ck + 11) + 1);
+    rc = tu_run(cmd, &out);
+    ck_assert_msg(rc == 0, "%s: exit %d: %s", cmd, rc, out);
+    free(out);
     free(cfg);
     tu_rm_rf(dir);
     free(dir);
@@ -540,20 +553,25 @@ END_TEST
 START_TEST(test_nan_skipped)
 {
     /* a huge planted strength drives the targets to inf: every step non-finite, the run stops
-     * after max_bad_steps with the message, and the earlier checkpoint stays */
+     * after max_bad_steps with the message, and the earlier checkpoint stays (a run without
+     * one leaves output_dir as it was: tests/test_cli.c) */
     char *dir = tu_tmpdir(), *out, args[8400];
-    char *cfg = tiny_cfg(dir, "n.cfg", 1, "steps = 10; max_bad_steps = 3;",
+    char *cfg = tiny_cfg(dir, "n.cfg", 1, "steps = 10; max_bad_steps = 3; save_every = 1;",
                          "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; strength = 1e38; };\n"
                          "data = { batch_size = 1; };");
     snprintf(args, sizeof(args), "-q -c '%s'", cfg);
     ck_assert_int_eq(cli(args, &out), 1);
-    ck_assert_msg(strstr(out, "3 non-finite losses in a row") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "3 non-finite losses in a row (max_bad_steps): stopping; the last good checkpoint is "
+                         "intact") != NULL, "%s", out);
     free(out);
     struct mline m[16];
     char p[8400];
     snprintf(p, sizeof(p), "%s/n.cfg.out/metrics.jsonl", dir);
     ck_assert_int_eq(read_metrics(p, m, 16), 2);   /* the third aborts before it is logged */
     ck_assert(m[0].skipped && m[1].skipped);
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/n.cfg.out/checkpoint-2/trainer.json", dir);
+    ck_assert_int_eq(stat(p, &st), 0);
     free(cfg);
     tu_rm_rf(dir);
     free(dir);
@@ -610,6 +628,111 @@ START_TEST(test_shared_and_validation)
 }
 END_TEST
 
+/* The step of a serialised Event (field 2) and whether it carries `tag`. */
+static int64_t event_step(const uint8_t *p, size_t len)
+{
+    const uint8_t *q = p, *end = p + len;
+    while (q < end) {
+        uint64_t key = rd_varint(&q), v;
+        switch (key & 7) {
+        case 0:
+            v = rd_varint(&q);
+            if (key >> 3 == 2)
+                return (int64_t)v;
+            break;
+        case 1: q += 8; break;
+        case 2: v = rd_varint(&q); q += v; break;
+        case 5: q += 4; break;
+        default: return -1;
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_resume_logs_each_step_once)
+{
+    /* 6 steps with a checkpoint at 3, then resumed from checkpoint-3 into the same folder:
+     * metrics.jsonl and the TensorBoard files hold each of the 6 steps once */
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400];
+    char *cfg = tiny_cfg(dir, "r.cfg", 1, "steps = 6; save_every = 3; keep_last = 0;",
+                         "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\ndata = { batch_size = 2; };");
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    sleep(1);   /* an event file is named by the second its run starts in */
+    snprintf(args, sizeof(args), "-q -c '%s' --resume '%s/r.cfg.out/checkpoint-3'", cfg, dir);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    struct mline m[64];
+    snprintf(p, sizeof(p), "%s/r.cfg.out/metrics.jsonl", dir);
+    ck_assert_int_eq(read_metrics(p, m, 64), 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(m[i].step, i + 1);
+    int count[8] = { 0 }, files = 0;
+    snprintf(p, sizeof(p), "%s/r.cfg.out", dir);
+    DIR *d = opendir(p);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    static uint8_t buf[1 << 20];
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0)
+            continue;
+        files++;
+        snprintf(p, sizeof(p), "%s/r.cfg.out/%s", dir, e->d_name);
+        FILE *f = fopen(p, "rb");
+        ck_assert_ptr_nonnull(f);
+        size_t n = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        for (size_t i = 0; i + 16 <= n; ) {
+            uint64_t len = rd_le(buf + i, 8);
+            const uint8_t *ev = buf + i + 12;
+            int64_t step = event_step(ev, (size_t)len);
+            if (memmem(ev, (size_t)len, "train/loss", 10) && step >= 0 && step < 8)
+                count[step]++;
+            i += 16 + (size_t)len;
+        }
+    }
+    closedir(d);
+    ck_assert_int_eq(files, 2);
+    for (int s = 1; s <= 6; s++)
+        ck_assert_msg(count[s] == 1, "train/loss of step %d is in the event files %d times", s, count[s]);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_model_input_spec)
+{
+    /* what wan22 says it takes (an I2V-shaped random model), and where each number came from */
+    ghc_core_t *core = ghc_core_init();
+    ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+    ok(core, ghc_config_load_string(core, "mempolicy = { plugin = \"host\"; };\n"
+                                    "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1;\n"
+                                    "  random = { dim = 64; ffn_dim = 128; heads = 2; layers = 1; in_channels = 36;\n"
+                                    "             out_channels = 16; freq_dim = 64; }; };\n", "m.cfg", NULL, NULL, 0));
+    ok(core, ghc_run_init(core));
+    struct ghc_model_input in = { .struct_size = sizeof(in) };
+    ok(core, ghc_model_input_spec(ghc_model_get(core), &in));
+    ck_assert_int_eq(in.channels, 16);
+    ck_assert_int_eq(in.cond_channels, 20);
+    ck_assert_int_eq(in.text_dim, 4096);
+    ck_assert_int_eq(in.text_len, 512);
+    ck_assert(in.patch[0] == 1 && in.patch[1] == 2 && in.patch[2] == 2);
+    ck_assert_str_eq(in.channels_from, "model.random.in_channels at m.cfg:3 and model.random.out_channels at m.cfg:4");
+    ck_assert_str_eq(in.text_dim_from, "model.random.text_dim (default 4096)");
+    ck_assert_ptr_nonnull(in.text_len_from);
+    ck_assert_ptr_nonnull(in.patch_from);
+    /* a caller built against a smaller struct gets its part and nothing past it */
+    struct { uint32_t struct_size; int64_t channels; int64_t after; } small = {
+        .struct_size = (uint32_t)offsetof(struct ghc_model_input, cond_channels), .after = 77 };
+    ok(core, ghc_model_input_spec(ghc_model_get(core), (struct ghc_model_input *)&small));
+    ck_assert_int_eq(small.channels, 16);
+    ck_assert_int_eq(small.after, 77);
+    ghc_core_free(core);
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     Suite *s = suite_create("train");
@@ -621,6 +744,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_tensorboard);
     tcase_add_test(tc, test_gradient_ramp);
     tcase_add_test(tc, test_lr_schedule);
+    tcase_add_test(tc, test_model_input_spec);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("runs");
     tcase_set_timeout(tr, 600);
@@ -630,6 +754,7 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_experts_alternate);
     tcase_add_test(tr, test_nan_skipped);
     tcase_add_test(tr, test_shared_and_validation);
+    tcase_add_test(tr, test_resume_logs_each_step_once);
     suite_add_tcase(s, tr);
     return s;
 }

@@ -122,10 +122,23 @@ enum ghc_cfg_type {
     GHC_CFG_GROUP,       /* { ... }, a nested section */
 };
 
-/* A declared key. Arrays of these end with { NULL, 0 }. */
+/* A declared key. Arrays of these end with { NULL, 0 }. The members after `type` are optional
+ * (since API 10; an initialiser that leaves them out gets NULL) and describe the key to
+ * people: `gh200core plugins --keys` prints them. Written as in a configuration file, so that
+ * the core can hold them against the getters: when a getter reads a key whose table declares
+ * a def or a checkable range that differs from the default or bounds it is given, the core
+ * logs a warning naming both (the table is then wrong, not the user's file). */
 struct ghc_cfg_key {
     const char       *name;
     enum ghc_cfg_type type;
+    const char       *def;    /* the default: "100", "1e-4", "true", a string unquoted ("adamw");
+                               * "(...)" is prose, not checked ("(the top-level seed)");
+                               * NULL: none (required, or absent means off) */
+    const char       *range;  /* "1 to 2^40", "-1 to 1023" (numbers or 2^N, 2^N-1: checked
+                               * against min and max), "off, block" (checked against the
+                               * choices of ghc_cfg_get_choice), anything else is prose */
+    const struct ghc_cfg_key *keys;   /* a GHC_CFG_GROUP's own keys (ghc_cfg_get_group), so
+                                       * that listings show them nested; NULL when unknown */
 };
 
 /* Typed getters. Each reads `key` from the section `cfg`; when it is absent, *out gets `def`

@@ -18,12 +18,13 @@ typedef struct ghc_dataset ghc_dataset_t;
  * dataset until ghc_data_batch_release(). */
 struct ghc_data_batch {
     int32_t       n;            /* samples in the batch */
-    ghc_tensor_t *latents;      /* [B, C, F, H, W] (dtype as stored, usually bf16) */
-    ghc_tensor_t *text_embed;   /* [B, L, D], zero-padded to the longest L of the batch (dtype of
-                                   the batch's first embedding; others converted) */
+    ghc_tensor_t *latents;      /* [B, C, F, H, W], bf16 or f32: as stored, f16 widened to f32 */
+    ghc_tensor_t *text_embed;   /* [B, L, D], zero-padded to the longest L of the batch; bf16
+                                   when every embedding of the batch is, else f32 */
     ghc_tensor_t *text_mask;    /* [B, L] f32, 1 = token, 0 = padding */
-    ghc_tensor_t *noise;        /* NULL, or the samples' stored noise [B, C, F, H, W] (every sample
-                                   of the batch has the optional key `noise`) */
+    ghc_tensor_t *noise;        /* NULL, or the samples' stored noise [B, C, F, H, W] in the
+                                   latents' dtype (every sample of the batch has the optional
+                                   key `noise`) */
     ghc_tensor_t *timesteps;    /* NULL, or the samples' stored t [B] f32 (optional key `timestep`) */
     int64_t       epoch, cursor;/* position of the first sample */
     const int64_t *index;       /* [n] the samples (ghc_dataset_sample_at); borrowed like the tensors */
@@ -113,7 +114,7 @@ struct ghc_data_sample_info {
     const char          *text_file;
     const char          *caption_file;   /* NULL when there is no <stem>.txt */
     const char          *latent_key, *text_key;
-    enum ghc_dtype       latent_dtype, text_dtype;
+    enum ghc_dtype       latent_dtype, text_dtype;   /* as stored (batches widen f16 to f32) */
     int64_t              latent_shape[4];/* C, F, H, W */
     int64_t              text_len, text_dim;
     int32_t              bucket;

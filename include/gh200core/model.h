@@ -118,6 +118,27 @@ struct ghc_adapter_hook {
                               void *stream);
 };
 
+/* What a model takes as input (input_spec, since API 11), so that the trainer can check every
+ * sample of the dataset before it writes anything and name both the sample's file and the
+ * setting the model's number came from. The caller sets struct_size = sizeof(struct
+ * ghc_model_input) and zeroes the rest; the model fills what it knows (members are only ever
+ * appended: a model copies at most struct_size bytes). Strings belong to the model instance
+ * (valid until its free); each names where its number came from, e.g.
+ * "model.random.in_channels at train.cfg:12" or "patch_embedding.weight of the checkpoint
+ * /models/x.safetensors (model.checkpoint at train.cfg:3)". */
+struct ghc_model_input {
+    uint32_t    struct_size;
+    int64_t     channels;        /* C of batch.noisy: the latent's channels (I2V's cond apart) */
+    int64_t     cond_channels;   /* C of batch.cond, the channels appended after noisy's (0: none) */
+    int64_t     text_dim;        /* the last dim of batch.text_embed */
+    int64_t     text_len;        /* the most rows batch.text_embed may have */
+    int64_t     patch[3];        /* F, H and W of the latent must be multiples of these */
+    const char *channels_from;   /* where channels and cond_channels came from */
+    const char *text_dim_from;
+    const char *text_len_from;
+    const char *patch_from;
+};
+
 struct ghc_model_ops {
     uint32_t struct_size;                 /* required: sizeof(struct ghc_model_ops) */
     const char *name;                     /* required */
@@ -156,6 +177,12 @@ struct ghc_model_ops {
      * the model's device, or wherever its memory policy keeps them (ghc_tensor_device). */
     int (*target_weight)(void *self, int32_t expert, int32_t target, const ghc_tensor_t **w, float *w_scale,
                          const ghc_tensor_t **b);
+    /* optional (since API 11); after init, any time: what the model takes (struct
+     * ghc_model_input). The trainer checks the dataset's samples against it at the start, so
+     * that a latent or text embedding of another shape is an error naming the sample's file
+     * and the key behind the model's number, before anything is written; without it the
+     * mismatch shows only at the first forward. */
+    int (*input_spec)(void *self, struct ghc_model_input *out);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -181,6 +208,9 @@ GHC_API int ghc_model_device(ghc_model_t *model);
  * the model lacks the member, GHC_EINVAL for an expert or target out of range. */
 GHC_API int ghc_model_target_weight(ghc_model_t *model, int32_t expert, int32_t target, const ghc_tensor_t **w,
                                     float *w_scale, const ghc_tensor_t **b);
+/* (API 11) What the model takes as input: out->struct_size must be set; the rest is zeroed and
+ * filled by the model. GHC_EUNSUPPORTED (message set) when the model lacks the member. */
+GHC_API int ghc_model_input_spec(ghc_model_t *model, struct ghc_model_input *out);
 
 GHC_END_DECLS
 

@@ -43,8 +43,10 @@ struct ghc_lr_schedule {
 /* The keys ghc_lr_schedule_read() reads, for a plugin's key table:
  * warmup_steps (int), lr_decay ("none" | "cosine"), decay_steps (int), min_lr_factor (float). */
 #define GHC_LR_SCHEDULE_KEYS                                                                  \
-    { "warmup_steps", GHC_CFG_INT }, { "lr_decay", GHC_CFG_STRING },                          \
-    { "decay_steps", GHC_CFG_INT }, { "min_lr_factor", GHC_CFG_FLOAT }
+    { "warmup_steps", GHC_CFG_INT, "0", "0 to 2^40", NULL },                                    \
+    { "lr_decay", GHC_CFG_STRING, "none", "none, cosine", NULL },                               \
+    { "decay_steps", GHC_CFG_INT, "0", "0 to 2^40", NULL },                                     \
+    { "min_lr_factor", GHC_CFG_FLOAT, "0.0", "0 to 1", NULL }
 /* Reads those keys of `cfg` (defaults: 0, "none", 0, 0.0); cosine needs decay_steps >
  * warmup_steps. Returns 0 or GHC_ECONFIG with the key's file:line. */
 GHC_API int   ghc_lr_schedule_read(ghc_cfg_t *cfg, struct ghc_lr_schedule *out);

@@ -14,10 +14,30 @@ struct ghc_train_opts {
 };
 
 /* Train as the run's configuration says (the plugins must be initialised: ghc_run_init).
- * Writes into output_dir: adapters, checkpoint-N/ folders, metrics.jsonl, TensorBoard events.
- * Returns 0 when done, GHC_EINTERRUPTED after a stop request (a checkpoint was written), or
- * GHC_E* with the reason in ghc_error_message(core). */
+ * First checks everything ghc_train_check() checks, and only then writes into output_dir
+ * (created with its parents): resolved.cfg (the configuration in effect), the demo's data,
+ * metrics.jsonl, TensorBoard events, checkpoint-N/ folders and the adapters. A run that
+ * fails before its first checkpoint removes what it wrote, so output_dir is as it was.
+ * Resumed from checkpoint N into a folder that logged past step N, metrics.jsonl and the
+ * event files keep their steps up to N. Returns 0 when done, GHC_EINTERRUPTED after a stop
+ * request (a checkpoint was written), or GHC_E* with the reason in ghc_error_message(core). */
 GHC_API int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts);
+
+/* (API 11) What ghc_train checks before it writes anything, writing nothing (the CLI's
+ * --dry-run): output_dir (ghc_train_check_output), the train section, the data and validation
+ * sections opened and every sample checked against what the model takes
+ * (ghc_model_input_spec; with a demo section, the demo's shapes instead of its data, which
+ * only a run generates), the adapters attached, and opts->resume's checkpoint read. The
+ * run's instances are used afterwards: call ghc_run_init() again before ghc_train().
+ * Returns 0 or GHC_E*, the message ghc_train would stop with. */
+GHC_API int ghc_train_check(ghc_core_t *core, const struct ghc_train_opts *opts);
+
+/* (API 11) Whether the run may write into output_dir (made absolute first,
+ * ghc_config_resolve_output_dir): GHC_EEXIST when it holds an earlier run (its resolved.cfg)
+ * and opts->resume is NULL, the message naming that run's newest checkpoint to --resume, or
+ * saying it has none; GHC_ENOTFOUND when opts->resume names no folder; else 0. Cheap: the
+ * CLI asks before it loads the plugins. */
+GHC_API int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts);
 
 /* The keys the core declares for its own sections "train" and "demo" (doc/config.md), or
  * NULL for another name. */

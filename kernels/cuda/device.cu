@@ -55,6 +55,16 @@ extern "C" int ghc_k_axpy_f32(float *y, const float *x, float a, size_t n, void 
 
 extern "C" const char *ghc_k_error_string(int err)
 {
+    /* The runtime says "CUDA driver version is insufficient for CUDA runtime version" also
+     * where no driver is installed at all (a machine without a GPU): tell the two apart. */
+    if (err == cudaErrorInsufficientDriver) {
+        int drv = 0;
+        if (cudaDriverGetVersion(&drv) != cudaSuccess || drv == 0)
+            return "no NVIDIA driver is installed (libcuda.so.1 not found): this machine has no usable GPU";
+        return "the NVIDIA driver is older than the CUDA runtime gh200core was built with: update the driver";
+    }
+    if (err == cudaErrorNoDevice)
+        return "no NVIDIA GPU is visible (the driver is loaded: check nvidia-smi and CUDA_VISIBLE_DEVICES)";
     return cudaGetErrorString((cudaError_t)err);
 }
 

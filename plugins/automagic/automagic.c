@@ -23,12 +23,18 @@ static const struct optim_state_kind automagic_kinds[OPTIM_STATES] = {
     { "exp_avg_sq_row", "exp_avg_sq" }, { "exp_avg_sq_col", NULL }, { "lr_mask", NULL }, { "lr_scale", NULL }, { "last_polarity", NULL }, { NULL, NULL },
 };
 
-#define STAGE_KEYS(k) { k, GHC_CFG_FLOAT }, { "high_noise_" k, GHC_CFG_FLOAT }, { "low_noise_" k, GHC_CFG_FLOAT }
+#define STAGE_KEYS(k, def, range) { k, GHC_CFG_FLOAT, def, range, NULL },                              \
+    { "high_noise_" k, GHC_CFG_FLOAT, "(" k ")", range, NULL }, { "low_noise_" k, GHC_CFG_FLOAT, "(" k ")", range, NULL }
 static const struct ghc_cfg_key automagic_keys[] = {
-    STAGE_KEYS("lr"), STAGE_KEYS("min_lr"), STAGE_KEYS("max_lr"), STAGE_KEYS("lr_bump"),
-    { "eps", GHC_CFG_FLOAT }, { "clip_threshold", GHC_CFG_FLOAT }, { "beta2", GHC_CFG_FLOAT },
-    { "weight_decay", GHC_CFG_FLOAT }, { "lr_mask", GHC_CFG_STRING }, { "seed", GHC_CFG_INT },
-    { NULL, 0 }
+    STAGE_KEYS("lr", "1e-6", "0 to 1e-3"), STAGE_KEYS("min_lr", "1e-7", "0 to 1"),
+    STAGE_KEYS("max_lr", "1e-3", "0 to 1"), STAGE_KEYS("lr_bump", "1e-6", "0 to 1"),
+    { "eps",            GHC_CFG_FLOAT,  "1e-30", "0 to 1",           NULL },
+    { "clip_threshold", GHC_CFG_FLOAT,  "1.0",   "1e-12 to 1e12",    NULL },
+    { "beta2",          GHC_CFG_FLOAT,  "0.999", "0 to 0.999999999", NULL },
+    { "weight_decay",   GHC_CFG_FLOAT,  "0.0",   "0 to 1e3",         NULL },
+    { "lr_mask",        GHC_CFG_STRING, "int8",  "int8, f32",        NULL },
+    { "seed",           GHC_CFG_INT,    "0",     "0 to 2^63-1",      NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int automagic_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

@@ -10,9 +10,9 @@ struct constant {
 };
 
 static const struct ghc_cfg_key constant_keys[] = {
-    { "micro_batches", GHC_CFG_INT },
+    { "micro_batches", GHC_CFG_INT, "1", "1 to 65536", NULL },
     GHC_LR_SCHEDULE_KEYS,
-    { NULL, 0 }
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int constant_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

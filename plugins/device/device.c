@@ -50,8 +50,8 @@ struct dev {
 };
 
 static const struct ghc_cfg_key dev_keys[] = {
-    { "limit_mib", GHC_CFG_INT },
-    { NULL, 0 }
+    { "limit_mib", GHC_CFG_INT, "0", "0 to 2^40", NULL },   /* 0: no limit */
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int dev_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

@@ -5,8 +5,8 @@
 #include "tcache.h"
 
 static const struct ghc_cfg_key disk_keys[] = {
-    { "max_mb", GHC_CFG_FLOAT },
-    { NULL, 0 }
+    { "max_mb", GHC_CFG_FLOAT, "1024.0", "0 to 1e9", NULL },   /* 0: keep all */
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int disk_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

@@ -61,16 +61,16 @@ struct uvm {
 };
 
 static const struct ghc_cfg_key uvm_keys[] = {
-    { "device", GHC_CFG_INT },
-    { "oversubscription_ratio", GHC_CFG_FLOAT },
-    { "access_pattern", GHC_CFG_STRING },
-    { "stage1_threshold", GHC_CFG_FLOAT },
-    { "stage1_min_gib", GHC_CFG_FLOAT },
-    { "hysteresis", GHC_CFG_FLOAT },
-    { "headroom_mib", GHC_CFG_INT },
-    { "enable_uvm_hints", GHC_CFG_BOOL },
-    { "telemetry", GHC_CFG_BOOL },
-    { NULL, 0 }
+    { "device", GHC_CFG_INT, "0", "0 to 1023", NULL },
+    { "oversubscription_ratio", GHC_CFG_FLOAT, "5.0", "(> 0, at most 1000)", NULL },
+    { "access_pattern", GHC_CFG_STRING, "gpu_first", "gpu_first, balanced, cpu_first", NULL },
+    { "stage1_threshold", GHC_CFG_FLOAT, "0.15", "0 to 1", NULL },
+    { "stage1_min_gib", GHC_CFG_FLOAT, "10.0", "0 to 1e6", NULL },
+    { "hysteresis", GHC_CFG_FLOAT, "0.05", "0 to 0.5", NULL },
+    { "headroom_mib", GHC_CFG_INT, "-1", "-1 to 2^30", NULL },     /* -1: automatic */
+    { "enable_uvm_hints", GHC_CFG_BOOL, "true", NULL, NULL },
+    { "telemetry", GHC_CFG_BOOL, "false", NULL, NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 /* ---- settings -------------------------------------------------------------------------------- */

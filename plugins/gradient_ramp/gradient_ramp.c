@@ -21,13 +21,18 @@ struct ramp {
 };
 
 static const struct ghc_cfg_key ramp_keys[] = {
-    { "micro_batches", GHC_CFG_INT },                 /* accumulation without a ramp (default 1) */
-    { "initial_effective_batch_size", GHC_CFG_INT },  /* E0, samples; default micro_batch_size x micro_batches */
-    { "target_effective_batch_size", GHC_CFG_INT },   /* E1, samples; default as E0 */
-    { "batch_rampup_steps", GHC_CFG_INT },            /* R, optimizer steps; 0: E1 from the start */
-    { "ease", GHC_CFG_STRING },                       /* "quadratic" (gamma 2, upstream's shape) | "linear" */
+    /* accumulation without a ramp */
+    { "micro_batches", GHC_CFG_INT, "1", "1 to 65536", NULL },
+    /* E0, samples */
+    { "initial_effective_batch_size", GHC_CFG_INT, "(data.batch_size x micro_batches)", "1 to 2^30", NULL },
+    /* E1, samples */
+    { "target_effective_batch_size", GHC_CFG_INT, "(initial_effective_batch_size)", "1 to 2^30", NULL },
+    /* R, optimizer steps; 0: E1 from the start */
+    { "batch_rampup_steps", GHC_CFG_INT, "0", "0 to 2^40", NULL },
+    /* quadratic: gamma 2, upstream's shape */
+    { "ease", GHC_CFG_STRING, "quadratic", "quadratic, linear", NULL },
     GHC_LR_SCHEDULE_KEYS,
-    { NULL, 0 }
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int64_t ga_of(int64_t samples, int64_t b)

@@ -25,8 +25,8 @@ struct host {
 };
 
 static const struct ghc_cfg_key host_keys[] = {
-    { "limit_mib", GHC_CFG_INT },
-    { NULL, 0 }
+    { "limit_mib", GHC_CFG_INT, "0", "0 to 2^40", NULL },   /* 0: no limit */
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int host_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

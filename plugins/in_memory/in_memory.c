@@ -63,11 +63,11 @@ struct im {
 };
 
 static const struct ghc_cfg_key im_keys[] = {
-    { "num_workers",      GHC_CFG_INT },
-    { "memory_limit_gb",  GHC_CFG_FLOAT },
-    { "block_kib",        GHC_CFG_INT },
-    { "progress_seconds", GHC_CFG_FLOAT },
-    { NULL, 0 }
+    { "num_workers",      GHC_CFG_INT,   "(cores, at most 72)", "1 to 4096", NULL },
+    { "memory_limit_gb",  GHC_CFG_FLOAT, "0.0",                 "0 to 1e9",  NULL },   /* 0: none */
+    { "block_kib",        GHC_CFG_INT,   "1024",                "1 to 2^20", NULL },
+    { "progress_seconds", GHC_CFG_FLOAT, "5.0",                 "0 to 1e6",  NULL },   /* 0: none */
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static double now_s(void)

@@ -839,6 +839,33 @@ out:
     return rc;
 }
 
+int lyc_dora_file_scale(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *a, const ghc_tensor_t *b,
+                        float *g, bool to_file)
+{
+    int64_t out = md->out;
+    struct lyc_module t = *md;   /* the same module with the file's factors */
+    ghc_tensor_t *wf = NULL, *qt = NULL, *bt = NULL;
+    float *v = malloc((size_t)(4 * out) * sizeof(float));
+    int rc = 0;
+    t.p[0] = (ghc_tensor_t *)a;
+    t.p[1] = (ghc_tensor_t *)b;
+    if (!v || !md->wn2 || !(wf = lyc_base_weight(net, md, GHC_DTYPE_F32, NULL))) {
+        rc = ghc_error_code(net->core) ? ghc_error_code(net->core) : nomem(net);
+        goto out;
+    }
+    TRY(dora_coef(net, &t, wf, &qt, &bt, v, NULL));
+    for (int64_t o = 0; o < out; o++) {
+        double nw = sqrt((double)md->wn2[o]) + DORA_EPS, nq = (double)v[2 * out + o] + DORA_EPS;
+        g[o] = (float)(to_file ? (double)g[o] * nw / nq : (double)g[o] * nq / nw);
+    }
+out:
+    ghc_tensor_free(wf);
+    ghc_tensor_free(qt);
+    ghc_tensor_free(bt);
+    free(v);
+    return rc;
+}
+
 static int dora_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
                     void *stream)
 {
@@ -1241,7 +1268,9 @@ out:
 
 /* W <- W + m delta-W, or for DoRA (spec §5.2, ComfyUI strength semantics, §10.6)
  * W <- W + m (diag(c) (W + delta-W) - W) with c = g / (q + eps) and q = |W + delta-W| per row
- * from dora_coef (the same c the forward uses). */
+ * from dora_coef (the same c the forward uses); for a stored value divided by the base
+ * weight's norms (md->dora_base) c = g / (|W_o| + eps), ComfyUI's weight_decompose
+ * (comfy/weight_adapter/base.py) on the same numbers. */
 int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w, float m, void *stream)
 {
     const int64_t shape[2] = { md->out, md->in }, n = md->out * md->in;
@@ -1274,7 +1303,13 @@ int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w
             acc += (double)hw[o * in + i] * hw[o * in + i];
         md->wn2[o] = (float)acc;
     }
-    TRY(dora_coef(net, md, w, &qt, &bt, v, stream));
+    if (md->dora_base) {
+        TRY(download(net, md->p[2], v, stream));
+        for (int64_t o = 0; o < out; o++)
+            v[3 * out + o] = (float)(v[o] / (sqrt((double)md->wn2[o]) + DORA_EPS));
+    } else {
+        TRY(dora_coef(net, md, w, &qt, &bt, v, stream));
+    }
     for (int64_t o = 0; o < out; o++) {
         float c = v[3 * out + o];
         for (int64_t i = 0; i < in; i++) {

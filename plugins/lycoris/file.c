@@ -1,13 +1,17 @@
 /* file.c: adapter files of the lycoris plugin (spec/adapters.md §11, §12, §15): one
- * safetensors file per expert, in ComfyUI naming (`diffusion_model.<Wan path>.<tensor>`, the
- * default), musubi/kohya naming (`lora_unet_<path with _>`) or diffusers/peft naming
- * (`transformer.<diffusers path>.lora_A.weight`, LoRA only, scale folded into lora_B). Factors
- * in the save dtype, alpha as a 0-dim F32 tensor, the metadata minimum set. The reader accepts
- * every naming above, any key order and any float dtype, checks the whole file before it
- * changes a parameter, and rescales the "up" factor when the file's scale differs from ours. */
+ * safetensors file per expert, in musubi/kohya naming (`lora_unet_<path with _>`, the default:
+ * the one naming the Wan loaders of ComfyUI, musubi-tuner and diffusers all take), ComfyUI
+ * naming (`diffusion_model.<Wan path>.<tensor>`) or diffusers/peft naming
+ * (`transformer.<diffusers path>.lora_A.weight`, LoRA only, scale folded into lora_B), plus one
+ * file per extra format beside it. Factors in the save dtype, alpha as a 0-dim F32 tensor, the
+ * metadata minimum set; DoRA's dora_scale stored as ComfyUI's weight_decompose reads it
+ * (divided by the base weight's row norms, LYC_DORA_NORM_KEY). The reader accepts every naming
+ * above, any key order and any float dtype, checks the whole file before it changes a
+ * parameter, and rescales the "up" factor when the file's scale differs from ours. */
 #include <config.h>
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,20 @@
 #include "lycoris_impl.h"
 
 /* ---- names --------------------------------------------------------------------------------- */
+
+const char *lyc_format_name(enum lyc_format f)
+{
+    static const char *const names[] = { "comfyui", "musubi", "diffusers" };
+    return (unsigned)f < LYC_N_FORMATS ? names[f] : "?";
+}
+
+void lyc_extra_path(const char *path, enum lyc_format f, char *buf, size_t len)
+{
+    size_t l = strlen(path), sl = strlen(".safetensors");
+    if (l > sl && strcmp(path + l - sl, ".safetensors") == 0)
+        l -= sl;
+    snprintf(buf, len, "%.*s.%s.safetensors", (int)l, path, lyc_format_name(f));
+}
 
 const char *lyc_key_prefix(const struct lyc_module *md, enum lyc_format format, char *buf, size_t len)
 {
@@ -76,7 +94,7 @@ static int add_param(struct lycoris *net, ghc_st_writer_t *w, const char *key, c
     return rc;
 }
 
-static int add_metadata(struct lycoris *net, ghc_st_writer_t *w)
+static int add_metadata(struct lycoris *net, ghc_st_writer_t *w, enum lyc_format format)
 {
     char dim[32], alpha[48], args[256], date[32];
     time_t now = time(NULL);
@@ -97,7 +115,7 @@ static int add_metadata(struct lycoris *net, ghc_st_writer_t *w)
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
     const char *kv[][2] = {
-        { "ss_network_module", lora && !net->dora && net->format != LYC_FMT_COMFYUI ? "networks.lora_wan" :
+        { "ss_network_module", lora && !net->dora && format != LYC_FMT_COMFYUI ? "networks.lora_wan" :
                                "lycoris.kohya" },
         { "ss_network_dim", dim },
         { "ss_network_alpha", alpha },
@@ -108,18 +126,55 @@ static int add_metadata(struct lycoris *net, ghc_st_writer_t *w)
         { "modelspec.implementation", "https://github.com/Wan-Video/Wan2.1" },
         { "modelspec.title", net->title ? net->title : "gh200core adapter" },
         { "modelspec.date", date },
-        { "gh200core.format", net->format == LYC_FMT_MUSUBI ? "musubi" :
-                              net->format == LYC_FMT_DIFFUSERS ? "diffusers" : "comfyui" },
+        { "gh200core.format", lyc_format_name(format) },
+        { LYC_DORA_NORM_KEY, "base_weight" },   /* DoRA files only */
     };
     int rc = 0;
-    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && rc == 0; i++)
+    size_t n = sizeof(kv) / sizeof(kv[0]) - (net->dora ? 0 : 1);
+    for (size_t i = 0; i < n && rc == 0; i++)
         rc = ghc_st_writer_metadata(w, kv[i][0], kv[i][1]);
     return rc;
 }
 
-int lyc_save(struct lycoris *net, int32_t expert, const char *path)
+/* A DoRA module's dora_scale as the file stores it (LYC_DORA_NORM_KEY "base_weight"): ComfyUI's
+ * weight_decompose (comfy/weight_adapter/base.py) divides the stored value by |W_o| + eps, where
+ * we divide g by |W_o + delta-W_o| + eps. So the stored value is g (|W_o| + eps) / (q_o + eps),
+ * q from the factors as rounded to the save dtype (the delta-W every loader forms from this
+ * file): in ComfyUI each row of W + delta-W gets the norm g we trained. */
+static int add_dora_scale(struct lycoris *net, ghc_st_writer_t *w, const char *key, struct lyc_module *md)
 {
-    struct lyc_expert *e = &net->ex[expert];
+    ghc_tensor_t *f[2] = { NULL, NULL }, *g = NULL;
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {   /* A and B through the save dtype, on the device */
+        ghc_tensor_t *h = ghc_tensor_init(net->core, GHC_DTYPE_F32, 2, ghc_tensor_shape(md->p[i]), GHC_DEVICE_CPU,
+                                          GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *r = ghc_tensor_init(net->core, net->save_dtype, 2, ghc_tensor_shape(md->p[i]), GHC_DEVICE_CPU,
+                                          GHC_ROLE_WORKSPACE);
+        f[i] = ghc_tensor_init(net->core, GHC_DTYPE_F32, 2, ghc_tensor_shape(md->p[i]), net->device,
+                               GHC_ROLE_WORKSPACE);
+        if (!h || !r || !f[i])
+            rc = ghc_error_code(net->core) ? ghc_error_code(net->core) : GHC_ENOMEM;
+        else if ((rc = ghc_op_copy(h, md->p[i], NULL)) == 0 && (rc = ghc_op_sync(net->core, net->device, NULL)) == 0 &&
+                 (rc = ghc_tensor_convert_cpu(r, h, 1.0f)) == 0 && (rc = ghc_tensor_convert_cpu(h, r, 1.0f)) == 0 &&
+                 (rc = ghc_op_copy(f[i], h, NULL)) == 0)
+            rc = ghc_op_sync(net->core, net->device, NULL);
+        ghc_tensor_free(h);
+        ghc_tensor_free(r);
+    }
+    if (rc == 0 && !(g = ghc_tensor_init(net->core, GHC_DTYPE_F32, 2, ghc_tensor_shape(md->p[2]), GHC_DEVICE_CPU,
+                                         GHC_ROLE_WORKSPACE)))
+        rc = ghc_error_code(net->core) ? ghc_error_code(net->core) : GHC_ENOMEM;
+    if (rc == 0 && (rc = ghc_op_copy(g, md->p[2], NULL)) == 0 && (rc = ghc_op_sync(net->core, net->device, NULL)) == 0 &&
+        (rc = lyc_dora_file_scale(net, md, f[0], f[1], ghc_tensor_data(g), true)) == 0)
+        rc = ghc_st_writer_add(w, key, g);
+    ghc_tensor_free(f[0]);
+    ghc_tensor_free(f[1]);
+    ghc_tensor_free(g);
+    return rc;
+}
+
+static int save_one(struct lycoris *net, struct lyc_expert *e, const char *path, enum lyc_format format)
+{
     ghc_st_writer_t *w = ghc_st_writer_init(net->core);
     char prefix[256], key[320];
     int rc = 0;
@@ -127,28 +182,144 @@ int lyc_save(struct lycoris *net, int32_t expert, const char *path)
         return ghc_error_set(net->core, GHC_ENOMEM, "lycoris: out of memory");
     for (int32_t m = 0; m < e->n_mods && rc == 0; m++) {
         struct lyc_module *md = &e->mods[m];
-        lyc_key_prefix(md, net->format, prefix, sizeof(prefix));
+        lyc_key_prefix(md, format, prefix, sizeof(prefix));
         for (int i = 0; i < LYC_MAX_PARAMS && rc == 0; i++) {
             if (!md->p[i])
                 continue;
-            bool peft = net->format == LYC_FMT_DIFFUSERS;
+            bool peft = format == LYC_FMT_DIFFUSERS;
             snprintf(key, sizeof(key), "%s.%s", prefix, peft ? peft_suffix(i) : lyc_param_suffix(md, i));
-            rc = add_param(net, w, key, md->p[i], peft && i == up_slot(md) ? md->scale : 1.0f,
-                           md->dora && i == 2 ? GHC_DTYPE_F32 : net->save_dtype);   /* dora_scale: F32 (§11.5) */
+            if (md->dora && i == 2)   /* dora_scale: F32 (§11.5) */
+                rc = add_dora_scale(net, w, key, md);
+            else
+                rc = add_param(net, w, key, md->p[i], peft && i == up_slot(md) ? md->scale : 1.0f, net->save_dtype);
         }
-        if (rc == 0 && net->format != LYC_FMT_DIFFUSERS) {
+        if (rc == 0 && format != LYC_FMT_DIFFUSERS) {
             snprintf(key, sizeof(key), "%s.alpha", prefix);
             rc = ghc_st_writer_add_raw(w, key, GHC_DTYPE_F32, 0, NULL, &md->alpha_saved);
         }
     }
     if (rc == 0)
-        rc = add_metadata(net, w);
+        rc = add_metadata(net, w, format);
     if (rc == 0)
         rc = ghc_st_writer_finish(w, path);
     ghc_st_writer_free(w);
-    if (rc == 0)
-        ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: %d modules saved to %s", (int)expert, (int)e->n_mods, path);
     return rc;
+}
+
+int lyc_save(struct lycoris *net, int32_t expert, const char *path)
+{
+    struct lyc_expert *e = &net->ex[expert];
+    char extra[4200];
+    int rc = 0;
+    for (int k = -1; k < net->n_extra && rc == 0; k++) {
+        enum lyc_format f = k < 0 ? net->format : net->extra[k];
+        if (k >= 0)
+            lyc_extra_path(path, f, extra, sizeof(extra));
+        if ((rc = save_one(net, e, k < 0 ? path : extra, f)) == 0)
+            ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: %d modules saved to %s (%s naming)", (int)expert,
+                    (int)e->n_mods, k < 0 ? path : extra, lyc_format_name(f));
+    }
+    return rc;
+}
+
+/* ---- which tools load a file ------------------------------------------------------------------
+ * The rules of the tools' own Wan loaders (doc/lycoris.md, "Which tool loads which file"):
+ *   ComfyUI (comfy/lora.py model_lora_keys_unet, load_lora): `diffusion_model.<path>` or
+ *     `lora_unet_<path with _>` for every weight of the model; no diffusers names for Wan;
+ *     LoRA, LoHa, LoKr and dora_scale (comfy/weight_adapter/).
+ *   musubi-tuner (utils/lora_utils.py load_safetensors_with_lora_and_fp8, networks/loha.py and
+ *     lokr.py merge_weights_to_tensor): `lora_unet_<path with _>` only; LoRA, LoHa, LoKr with a
+ *     full lokr_w1; dora_scale is never read.
+ *   diffusers (WanLoraLoaderMixin.lora_state_dict, lora_conversion_utils.py): LoRA only;
+ *     `diffusion_model.` names (_convert_non_diffusers_wan_lora_to_diffusers, any subset),
+ *     `lora_unet_` names (_convert_musubi_wan_lora_to_diffusers: all 10 linears of blocks 0 to
+ *     N-1, nothing else) or peft names; a dora_scale left over is an error. */
+
+static const char *const wan_block_linears[] = { "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
+                                                 "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o",
+                                                 "ffn.0", "ffn.2" };
+
+/* Does e hold exactly the 10 Wan linears of blocks 0 .. N-1 (diffusers' musubi converter)? If
+ * not, the first module missing or out of place into miss. */
+static bool whole_blocks(const struct lyc_expert *e, char *miss, size_t len)
+{
+    int32_t nb = 0;
+    for (int32_t m = 0; m < e->n_mods; m++) {
+        long b;
+        char *end;
+        const char *nm = e->mods[m].name;
+        bool wan = strncmp(nm, "blocks.", 7) == 0 && (b = strtol(nm + 7, &end, 10)) >= 0 && end > nm + 7 && *end == '.';
+        size_t k = 0;
+        while (wan && k < 10 && strcmp(end + 1, wan_block_linears[k]) != 0)
+            k++;
+        if (!wan || k == 10) {
+            snprintf(miss, len, "%s is not one of the 10 block linears", nm);
+            return false;
+        }
+        if ((int32_t)b + 1 > nb)
+            nb = (int32_t)b + 1;
+    }
+    for (int32_t b = 0; b < nb; b++)
+        for (size_t k = 0; k < 10; k++) {
+            char want[64];
+            int32_t m = 0;
+            snprintf(want, sizeof(want), "blocks.%d.%s", (int)b, wan_block_linears[k]);
+            while (m < e->n_mods && strcmp(e->mods[m].name, want) != 0)
+                m++;
+            if (m == e->n_mods) {
+                snprintf(miss, len, "%s is not adapted", want);
+                return false;
+            }
+        }
+    return true;
+}
+
+static void add_why(char *why, size_t len, const char *fmt, ...) GHC_PRINTF(3, 4);
+static void add_why(char *why, size_t len, const char *fmt, ...)
+{
+    size_t o = strlen(why);
+    va_list ap;
+    va_start(ap, fmt);
+    if (o < len)
+        vsnprintf(why + o, len - o, fmt, ap);
+    va_end(ap);
+}
+
+unsigned lyc_loaders(const struct lycoris *net, const struct lyc_expert *e, enum lyc_format f, char *why,
+                     size_t len)
+{
+    char buf[512] = "", miss[160];
+    unsigned tools = 0;
+    bool lokr_w1_lr = false;
+    for (int32_t m = 0; m < e->n_mods; m++)
+        lokr_w1_lr |= e->mods[m].algo == LYC_LOKR && e->mods[m].w1_lr;
+    if (f == LYC_FMT_DIFFUSERS)
+        add_why(buf, sizeof(buf), "ComfyUI maps no diffusers names for Wan; ");
+    else
+        tools |= LYC_TOOL_COMFYUI;
+    if (f != LYC_FMT_MUSUBI)
+        add_why(buf, sizeof(buf), "musubi-tuner reads lora_unet_ names only; ");
+    else if (net->dora)
+        add_why(buf, sizeof(buf), "musubi-tuner does not read dora_scale (it applies the LoRA part alone); ");
+    else if (lokr_w1_lr)
+        add_why(buf, sizeof(buf), "musubi-tuner's LoKr merge needs a full lokr_w1 (decompose_both gives lokr_w1_a/b); ");
+    else
+        tools |= LYC_TOOL_MUSUBI;
+    if (net->algo != LYC_LORA)
+        add_why(buf, sizeof(buf), "diffusers loads no %s for Wan; ", lyc_algo_name(net->algo));
+    else if (net->dora)
+        add_why(buf, sizeof(buf), "diffusers refuses dora_scale in Wan files; ");
+    else if (f == LYC_FMT_MUSUBI && !whole_blocks(e, miss, sizeof(miss)))
+        add_why(buf, sizeof(buf), "diffusers takes lora_unet_ names only with all 10 linears of blocks 0 to N-1 "
+                "(here %s); ", miss);
+    else
+        tools |= LYC_TOOL_DIFFUSERS;
+    size_t l = strlen(buf);
+    if (l >= 2)
+        buf[l - 2] = '\0';
+    if (why)
+        snprintf(why, len, "%s", buf);
+    return tools;
 }
 
 /* ---- load ---------------------------------------------------------------------------------- */
@@ -365,6 +536,13 @@ int lyc_load(struct lycoris *net, int32_t expert, const char *path)
     }
     for (int32_t m = 0; m < e->n_mods; m++)
         found[m].kind = K_UNKNOWN;
+    const char *norm = ghc_st_metadata(st, LYC_DORA_NORM_KEY);
+    if (norm && strcmp(norm, "base_weight") != 0 && strcmp(norm, "adapted_weight") != 0) {
+        rc = ghc_error_set(net->core, GHC_EFORMAT, "%s: metadata %s = '%s': expected \"base_weight\" or "
+                           "\"adapted_weight\"", path, LYC_DORA_NORM_KEY, norm);
+        goto out;
+    }
+    bool base_norm = norm && strcmp(norm, "base_weight") == 0;
     if ((rc = scan(net, e, st, path, found, &unmatched, &first)) < 0)
         goto out;
     for (int32_t m = 0; m < e->n_mods && rc == 0; m++)
@@ -392,7 +570,9 @@ int lyc_load(struct lycoris *net, int32_t expert, const char *path)
                     v[k] *= ratio[m];
                 rescaled++;
             }
-            if ((rc = ghc_op_copy(md->p[i], h, NULL)) == 0)
+            if (md->dora && i == 2 && base_norm)   /* the stored value back to g (A, B loaded before) */
+                rc = lyc_dora_file_scale(net, md, md->p[0], md->p[1], ghc_tensor_data(h), false);
+            if (rc == 0 && (rc = ghc_op_copy(md->p[i], h, NULL)) == 0)
                 rc = ghc_op_sync(net->core, net->device, NULL);
             ghc_tensor_free(h);
         }

@@ -65,30 +65,32 @@ void lyc_factorization(int64_t d, int64_t f, int64_t *m, int64_t *n)
 /* ---- configuration -------------------------------------------------------------------------- */
 
 static const struct ghc_cfg_key lyc_keys[] = {
-    { "algo", GHC_CFG_STRING },          /* "lora" (or "locon"), "loha", "lokr" */
-    { "rank", GHC_CFG_INT },
-    { "alpha", GHC_CFG_FLOAT },          /* 0 or absent: alpha = rank (scale 1) */
-    { "rs_lora", GHC_CFG_BOOL },
-    { "factor", GHC_CFG_INT },           /* LoKr; -1 = most balanced */
-    { "decompose_both", GHC_CFG_BOOL },  /* LoKr: W1 low-rank too when r < max(a, c)/2 */
-    { "full_matrix", GHC_CFG_BOOL },     /* LoKr: both factors full (scale 1) */
-    { "rank_dropout", GHC_CFG_FLOAT },
-    { "rank_dropout_scale", GHC_CFG_BOOL },
-    { "module_dropout", GHC_CFG_FLOAT },
-    { "dora_wd", GHC_CFG_BOOL },         /* DoRA on LoRA, output axis (spec §5) */
-    { "preset", GHC_CFG_STRING },        /* "attn", "attn_ffn" (default), "full" */
-    { "include", GHC_CFG_LIST },         /* fnmatch patterns on official target names */
-    { "exclude", GHC_CFG_LIST },
-    { "overrides", GHC_CFG_LIST },       /* "pattern:rank" or "pattern:rank:alpha" */
-    { "format", GHC_CFG_STRING },        /* "comfyui" (default), "musubi", "diffusers" */
-    { "save_dtype", GHC_CFG_STRING },    /* "bf16" (default), "f16", "f32" */
-    { "title", GHC_CFG_STRING },
-    { "seed", GHC_CFG_INT },
-    { "device", GHC_CFG_INT },           /* -1 = CPU, 0.. = CUDA; default: the model's rule */
-    { "fold", GHC_CFG_BOOL },            /* LoRA: delta-W folded into the model's GEMM weight */
-    { "keep_h", GHC_CFG_BOOL },          /* LoRA: H = X A^T kept from the forward for the backward */
-    { "concat", GHC_CFG_BOOL },          /* LoRA: its factors in the model's GEMMs (K-concatenation) */
-    { "fuse_cast", GHC_CFG_BOOL },       /* concat: the backward casts dy itself (one read of dy) */
+    /* name                 type             default     range */
+    { "algo",               GHC_CFG_STRING, "lora",     "lora, loha, lokr, locon" },
+    { "rank",               GHC_CFG_INT,    "16",       "1 to 1000000" },
+    { "alpha",              GHC_CFG_FLOAT,  "0",        "0 to 1e12" },     /* 0: alpha = rank (scale 1) */
+    { "rs_lora",            GHC_CFG_BOOL,   "false" },
+    { "factor",             GHC_CFG_INT,    "-1",       "-1 to 2^20" },    /* LoKr; -1 = most balanced */
+    { "decompose_both",     GHC_CFG_BOOL,   "false" },  /* LoKr: W1 low-rank too when r < max(a, c)/2 */
+    { "full_matrix",        GHC_CFG_BOOL,   "false" },  /* LoKr: both factors full (scale 1) */
+    { "rank_dropout",       GHC_CFG_FLOAT,  "0",        "0 to 0.999" },
+    { "rank_dropout_scale", GHC_CFG_BOOL,   "false" },
+    { "module_dropout",     GHC_CFG_FLOAT,  "0",        "0 to 1" },
+    { "dora_wd",            GHC_CFG_BOOL,   "false" },  /* DoRA on LoRA, output axis */
+    { "preset",             GHC_CFG_STRING, "attn_ffn", "attn, attn_ffn, full" },
+    { "include",            GHC_CFG_LIST,   NULL,       "(fnmatch patterns on official target names)" },
+    { "exclude",            GHC_CFG_LIST,   NULL,       "(fnmatch patterns)" },
+    { "overrides",          GHC_CFG_LIST,   NULL,       "(\"pattern:rank\" or \"pattern:rank:alpha\")" },
+    { "format",             GHC_CFG_STRING, "musubi",   "comfyui, musubi, diffusers" },
+    { "extra_formats",      GHC_CFG_LIST,   NULL,       "(more namings, each a file beside the first)" },
+    { "save_dtype",         GHC_CFG_STRING, "bf16",     "bf16, f16, f32" },
+    { "title",              GHC_CFG_STRING },
+    { "seed",               GHC_CFG_INT,    "0",        "0 to 2^63-1" },
+    { "device",             GHC_CFG_INT,    "(the model's rule)", "-1 to 1023" }, /* -1 = CPU */
+    { "fold",               GHC_CFG_BOOL,   "false" },  /* LoRA: delta-W folded into the model's GEMM weight */
+    { "keep_h",             GHC_CFG_BOOL,   "true" },   /* LoRA: H = X A^T kept from the forward */
+    { "concat",             GHC_CFG_BOOL,   "true" },   /* LoRA: its factors in the model's GEMMs */
+    { "fuse_cast",          GHC_CFG_BOOL,   "true" },   /* concat: the backward casts dy itself */
     { NULL, 0 }
 };
 
@@ -144,6 +146,33 @@ static int read_overrides(struct lycoris *net, ghc_cfg_t *cfg)
         net->n_ov++;
     }
 out:
+    free(items);
+    return rc;
+}
+
+/* extra_formats: each a naming other than `format`'s, at most once; diffusers naming holds
+ * plain LoRA only (as `format`). */
+static int read_formats(struct lycoris *net, ghc_cfg_t *cfg, int fmt, bool dora, int algo)
+{
+    const char **items = NULL;
+    int n = 0, rc = read_list(cfg, "extra_formats", &items, &n);
+    for (int i = 0; i < n && rc == 0; i++) {
+        int f = 0;
+        while (f < LYC_N_FORMATS && strcmp(items[i], lyc_format_name((enum lyc_format)f)) != 0)
+            f++;
+        bool dup = f == fmt;
+        for (int k = 0; k < net->n_extra; k++)
+            dup |= net->extra[k] == (enum lyc_format)f;
+        if (f == LYC_N_FORMATS || dup)
+            rc = ghc_error_set(net->core, GHC_ECONFIG, "%s: lycoris: extra_formats: '%s' is %s", ghc_cfg_where(cfg,
+                               "extra_formats"), items[i], f == LYC_N_FORMATS ? "not one of \"comfyui\", \"musubi\", "
+                               "\"diffusers\"" : "already written (format or an earlier entry)");
+        else if (f == LYC_FMT_DIFFUSERS && (dora || (algo != 0 && algo != 3)))
+            rc = ghc_error_set(net->core, GHC_ECONFIG, "%s: lycoris: extra_formats: \"diffusers\" holds plain LoRA "
+                               "only (diffusers loads no LoHa, LoKr or DoRA for Wan)", ghc_cfg_where(cfg, "extra_formats"));
+        else
+            net->extra[net->n_extra++] = (enum lyc_format)f;
+    }
     free(items);
     return rc;
 }
@@ -210,7 +239,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_float(cfg, "module_dropout", 0.0, 0.0, 1.0, &net->module_dropout)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "dora_wd", false, &dora)) < 0 ||
         (rc = ghc_cfg_get_choice(cfg, "preset", 1, presets, &net->preset)) < 0 ||
-        (rc = ghc_cfg_get_choice(cfg, "format", 0, formats, &fmt)) < 0 ||
+        (rc = ghc_cfg_get_choice(cfg, "format", LYC_FMT_MUSUBI, formats, &fmt)) < 0 ||
         (rc = ghc_cfg_get_choice(cfg, "save_dtype", 0, dtypes, &dt)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "title", NULL, &net->title)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "seed", 0, 0, INT64_MAX, &seed)) < 0 ||
@@ -220,7 +249,7 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_bool(cfg, "fuse_cast", true, &net->fuse_cast)) < 0 ||
         (rc = read_list(cfg, "include", &net->include, &net->n_include)) < 0 ||
         (rc = read_list(cfg, "exclude", &net->exclude, &net->n_exclude)) < 0 ||
-        (rc = read_overrides(net, cfg)) < 0)
+        (rc = read_overrides(net, cfg)) < 0 || (rc = read_formats(net, cfg, fmt, dora, algo)) < 0)
         goto fail;
     if (factor == 0) {
         rc = ghc_error_set(core, GHC_ECONFIG, "%s: lycoris: factor must be -1 (most balanced) or >= 1",
@@ -258,6 +287,12 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
             net->dora ? " + DoRA" : "", (int)net->rank,
             net->alpha > 0 ? net->alpha : (double)net->rank, net->rs_lora ? " (rs_lora)" : "",
             net->device == GHC_DEVICE_CPU ? "cpu" : "cuda");
+    if (net->dora)   /* the tools disagree on DoRA: say where the file does what we train */
+        ghc_log(core, GHC_LOG_WARN, "lycoris: DoRA files apply as trained in ComfyUI and `gh200core merge` only "
+                "(dora_scale stored for ComfyUI's weight_decompose, metadata %s = base_weight); musubi-tuner "
+                "ignores dora_scale (LoRA part alone), LyCORIS (musubi-tuner --lycoris) divides it by |W + dW| "
+                "instead of |W|, diffusers refuses it: for those, merge with `gh200core merge` first "
+                "(doc/lycoris.md)", LYC_DORA_NORM_KEY);
     *self = net;
     return 0;
 fail:
@@ -411,6 +446,69 @@ static int module_alloc(struct lycoris *net, struct lyc_module *md)
 
 /* ---- ops: attach, params, hooks ---------------------------------------------------------------- */
 
+/* What the preset selected, in words; for "full", whether the model offers anything beyond the
+ * block linears ("full" adds targets outside blocks: none on Wan2.2, whose model exposes only
+ * the 10 linears of each block, so there it selects what "attn_ffn" does). */
+static void log_preset(struct lycoris *net, int32_t expert, const struct ghc_model_target *targets, int32_t n)
+{
+    static const char *const names[] = { "attn", "attn_ffn", "full" };
+    int32_t outside = 0, in_block = 0, attn = 0;
+    for (int32_t t = 0; t < n; t++) {
+        outside += targets[t].block < 0;
+        in_block += targets[t].block >= 0;
+        attn += targets[t].block >= 0 && strstr(targets[t].name, "attn.") != NULL;
+    }
+    int32_t sel = net->preset == 0 ? attn : net->preset == 1 ? in_block : n;
+    char note[160] = "";
+    if (net->preset == 2 && !outside)
+        snprintf(note, sizeof(note), "; the model offers no target outside its blocks, so \"full\" selects what "
+                 "\"attn_ffn\" does here");
+    else if (net->preset == 2)
+        snprintf(note, sizeof(note), "; %d of them outside the blocks (not in \"attn_ffn\")", (int)outside);
+    ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: preset \"%s\": %d of the model's %d targets (%d block "
+            "linears, %d of them attention)%s%s", (int)expert, names[net->preset], (int)sel, (int)n, (int)in_block,
+            (int)attn, note, net->n_include || net->n_exclude ? ", before include/exclude" : "");
+}
+
+/* Which tools load the files save writes for expert, and what to do where one does not. */
+static void log_loaders(struct lycoris *net, int32_t expert)
+{
+    static const char *const tool[] = { "ComfyUI", "musubi-tuner", "diffusers" };
+    char why[768], list[96] = "", missing[96] = "";
+    unsigned all = lyc_loaders(net, &net->ex[expert], net->format, why, sizeof(why));
+    for (int k = 0; k < net->n_extra; k++)
+        all |= lyc_loaders(net, &net->ex[expert], net->extra[k], NULL, 0);
+    for (int t = 0; t < 3; t++) {
+        char *dst = all & (1u << t) ? list : missing;
+        size_t o = strlen(dst);
+        snprintf(dst + o, sizeof(list) - o, "%s%s", o ? ", " : "", tool[t]);
+    }
+    if (!*missing) {
+        ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: the adapter files (%s naming%s) load in %s",
+                (int)expert, lyc_format_name(net->format), net->n_extra ? " and extra_formats" : "", list);
+        return;
+    }
+    /* a file in another naming that would add tools, where one can */
+    char hint[160] = "";
+    for (int f = 0; f < LYC_N_FORMATS && !*hint; f++) {
+        unsigned add = lyc_loaders(net, &net->ex[expert], (enum lyc_format)f, NULL, 0) & ~all;
+        for (int t = 0; t < 3; t++) {
+            size_t o = strlen(hint);
+            if (add & (1u << t))
+                snprintf(hint + o, sizeof(hint) - o, "%s%s", o ? " and " : "", tool[t]);
+        }
+        if (*hint) {
+            char names[64];
+            snprintf(names, sizeof(names), "%s", hint);
+            snprintf(hint, sizeof(hint), "; extra_formats = [ \"%s\" ] adds a file %s load%s",
+                     lyc_format_name((enum lyc_format)f), names, strstr(names, " and ") ? "" : "s");
+        }
+    }
+    ghc_log(net->core, GHC_LOG_WARN, "lycoris: expert %d: no file this run writes applies in %s as trained (%s "
+            "naming: %s)%s; they load in: %s", (int)expert, missing, lyc_format_name(net->format), why, hint,
+            *list ? list : "none");
+}
+
 static int lyc_attach(void *self, int32_t expert, const struct ghc_model_target *targets, int32_t n)
 {
     struct lycoris *net = self;
@@ -474,6 +572,8 @@ static int lyc_attach(void *self, int32_t expert, const struct ghc_model_target 
     e->attached = true;
     ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: %s on %d of %d targets, %lld parameters", (int)expert,
             lyc_algo_name(net->algo), (int)e->n_mods, (int)n, (long long)total);
+    log_preset(net, expert, targets, n);
+    log_loaders(net, expert);
     return 0;
 nomem:
     rc = ghc_error_set(net->core, GHC_ENOMEM, "lycoris: out of memory");

@@ -18,6 +18,16 @@
 enum lyc_algo { LYC_LORA = 0, LYC_LOHA, LYC_LOKR };
 
 enum lyc_format { LYC_FMT_COMFYUI = 0, LYC_FMT_MUSUBI, LYC_FMT_DIFFUSERS };
+#define LYC_N_FORMATS 3
+
+/* The tools whose Wan LoRA loaders take a file (lyc_loaders): a bit each. */
+enum lyc_tool { LYC_TOOL_COMFYUI = 1, LYC_TOOL_MUSUBI = 2, LYC_TOOL_DIFFUSERS = 4 };
+
+/* Metadata key of a DoRA file: what its dora_scale is divided by. "base_weight" (what we write):
+ * the row norms of the frozen W, as ComfyUI's weight_decompose divides it (so the stored value
+ * is g (|W_o| + eps) / (|W_o + dW_o| + eps)); "adapted_weight" or absent: the row norms of
+ * W + delta-W (LyCORIS, peft, the magnitude g we train). */
+#define LYC_DORA_NORM_KEY "gh200core.dora_norm"
 
 /* Parameter slots per algorithm (p[] of struct lyc_module):
  *   lora: 0 lora_down [r, in] (A), 1 lora_up [out, r] (B)
@@ -45,6 +55,8 @@ struct lyc_module {
     bool           dropped;         /* module dropout: skipped in this step */
     bool           dora;            /* weight decomposition (LoRA, output axis): g in p[2] */
     int32_t        expert;          /* the expert whose frozen weight DoRA normalises */
+    bool           dora_base;       /* merge: p[2] holds a file's dora_scale divided by the base
+                                     * weight's row norms (LYC_DORA_NORM_KEY "base_weight") */
     float         *wn2;             /* DoRA: host [out] squared row norms of the frozen W */
     float         *bias;            /* DoRA: host [out] frozen bias, or NULL */
 };
@@ -92,7 +104,9 @@ struct lycoris {
     int                 n_include, n_exclude;
     struct lyc_override *ov;
     int                 n_ov;
-    enum lyc_format     format;
+    enum lyc_format     format;         /* the file ghc_network_save names */
+    enum lyc_format     extra[LYC_N_FORMATS];   /* extra_formats: more files beside it */
+    int                 n_extra;
     enum ghc_dtype      save_dtype;
     const char         *title;
     uint64_t            seed;
@@ -162,8 +176,17 @@ int lyc_dora_init(struct lycoris *net, struct lyc_module *md);
 ghc_tensor_t *lyc_base_weight(struct lycoris *net, struct lyc_module *md, enum ghc_dtype dt, void *stream);
 /* Release the scratch buffers (and the kept H). */
 void lyc_ws_free(struct lycoris *net);
+/* DoRA's dora_scale between what we train and what a file stores (LYC_DORA_NORM_KEY
+ * "base_weight"): g (host [out]) becomes g (|W_o| + eps) / (q_o + eps) with to_file, and the
+ * inverse without, q_o = |W_o + delta-W_o| with delta-W from the LoRA factors a [r, in] and
+ * b [out, r] (the factors as the file holds them) and W the frozen weight whose squared row
+ * norms md->wn2 holds. Returns 0 or GHC_E*. */
+int lyc_dora_file_scale(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *a, const ghc_tensor_t *b,
+                        float *g, bool to_file);
 /* Merge md into its frozen weight w (f32 [out, in] on the network's device, in place):
- * W + m delta-W, for DoRA W + m (W_new - W) (spec §5.2, §10.6). Sets md->wn2 for DoRA.
+ * W + m delta-W, for DoRA W + m (W_new - W) (spec §5.2, §10.6), W_new = diag(c) (W + delta-W) with
+ * c = g / (|W + delta-W|_o + eps), or with md->dora_base c = g / (|W_o| + eps) (ComfyUI's
+ * weight_decompose on the stored value). Sets md->wn2 for DoRA.
  * Returns 0 or GHC_E*. */
 int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w, float m, void *stream);
 
@@ -172,7 +195,18 @@ int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w
 /* The module's name in the file for `format` into buf ("diffusion_model.blocks.0.ffn.0",
  * "lora_unet_blocks_0_ffn_0", "transformer.blocks.0.ffn.net.0.proj"). Returns buf. */
 const char *lyc_key_prefix(const struct lyc_module *md, enum lyc_format format, char *buf, size_t len);
+/* "comfyui", "musubi", "diffusers". Static. */
+const char *lyc_format_name(enum lyc_format f);
+/* Save expert's adapter to path in net->format, and one file per extra format beside it
+ * (lyc_extra_path). Returns 0 or GHC_E*. */
 int lyc_save(struct lycoris *net, int32_t expert, const char *path);
+/* The path of the file in extra format f beside `path`: "out.safetensors" -> "out.diffusers.safetensors". */
+void lyc_extra_path(const char *path, enum lyc_format f, char *buf, size_t len);
+/* Which tools (enum lyc_tool bits) load a file of expert's modules in format f and apply it as
+ * trained, by the rules of their Wan loaders (doc/lycoris.md, "Which tool loads which file");
+ * for each tool that does not, a reason in why (may be NULL). */
+unsigned lyc_loaders(const struct lycoris *net, const struct lyc_expert *e, enum lyc_format f, char *why,
+                     size_t len);
 /* The adapter tensor suffix `key` ends with ("lora_down.weight", "hada_w1_a", "alpha", ...; the
  * longest that fits after a '.'): *kind 0 LoRA, 1 LoHa, 2 LoKr (= enum lyc_algo), 3 alpha,
  * 4 dora_scale; *slot its parameter slot (-1 for alpha and dora_scale); *prefix_len the length

@@ -3,7 +3,10 @@
  * `lora_unet_`, diffusers/peft `transformer.` and lora_A/lora_B, bare names); each module's
  * algorithm, factor shapes and scale inferred from which keys exist and their shapes, as the
  * loaders of spec §12 do (no tensor stores rank, factor or algorithm); delta-W and the DoRA
- * rule from algo.c (lyc_delta, lyc_merge_weight), so a merge and the hooks use one math. */
+ * rule from algo.c (lyc_delta, lyc_merge_weight), so a merge and the hooks use one math. A
+ * DoRA file's metadata says what its dora_scale is divided by (LYC_DORA_NORM_KEY): the base
+ * weight's row norms in the files the plugin writes (ComfyUI's reading), those of W + delta-W
+ * in LyCORIS's and older ones. */
 #include <config.h>
 
 #include <stdio.h>
@@ -34,6 +37,7 @@ struct lyc_adapter {
     const char       **skipped;
     int32_t            n_skipped;
     ghc_st_t          *st;
+    bool               dora_base;            /* LYC_DORA_NORM_KEY "base_weight" */
 };
 
 static const char *const prefixes[] = { "model.diffusion_model.", "diffusion_model.", "base_model.model.",
@@ -171,6 +175,7 @@ static int infer(lyc_adapter_t *a, const char *path, struct lyc_amod *am)
             return bad(a, path, am->dora, msg);
         }
         md->dora = true;
+        md->dora_base = a->dora_base;
         am->t[2] = am->dora;
     }
     for (int i = 0; i < LYC_MAX_PARAMS; i++)
@@ -192,6 +197,13 @@ int lyc_adapter_open(ghc_core_t *core, const char *path, lyc_adapter_t **out)
         rc = ghc_error_code(core);
         goto fail;
     }
+    const char *norm = ghc_st_metadata(a->st, LYC_DORA_NORM_KEY);
+    if (norm && strcmp(norm, "base_weight") != 0 && strcmp(norm, "adapted_weight") != 0) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: metadata %s = '%s': expected \"base_weight\" or "
+                           "\"adapted_weight\"", path, LYC_DORA_NORM_KEY, norm);
+        goto fail;
+    }
+    a->dora_base = norm && strcmp(norm, "base_weight") == 0;
     int n = ghc_st_count(a->st);
     if (!(a->skipped = calloc((size_t)(n ? n : 1), sizeof(char *)))) {
         rc = ghc_error_set(core, GHC_ENOMEM, "lycoris: out of memory");

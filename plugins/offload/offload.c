@@ -70,10 +70,10 @@ struct off {
 };
 
 static const struct ghc_cfg_key off_keys[] = {
-    { "device", GHC_CFG_INT },
-    { "ring", GHC_CFG_INT },          /* device buffers in the ring (>= 2) */
-    { "mode", GHC_CFG_STRING },       /* "copy" (default) or "direct" */
-    { NULL, 0 }
+    { "device", GHC_CFG_INT, "0", "0 to 63", NULL },
+    { "ring", GHC_CFG_INT, "2", "2 to 64", NULL },                /* device buffers in the ring */
+    { "mode", GHC_CFG_STRING, "copy", "copy, direct", NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

@@ -9,9 +9,9 @@
 #include "../disk/tcache.h"
 
 static const struct ghc_cfg_key um_keys[] = {
-    { "persistent_cache", GHC_CFG_STRING },
-    { "max_mb",           GHC_CFG_FLOAT },
-    { NULL, 0 }
+    { "persistent_cache", GHC_CFG_STRING, NULL,  NULL,       NULL },
+    { "max_mb",           GHC_CFG_FLOAT,  "0.0", "0 to 1e9", NULL },   /* 0: keep all */
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static int um_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)

@@ -10,43 +10,52 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gh200core/run.h>   /* defines: ghc_cfg_resolve_path */
+
 #include "wan22_impl.h"
 
 /* ---- configuration -------------------------------------------------------------------------- */
 
 static const struct ghc_cfg_key wan22_random_keys[] = {
-    { "dim", GHC_CFG_INT },
-    { "ffn_dim", GHC_CFG_INT },
-    { "heads", GHC_CFG_INT },
-    { "layers", GHC_CFG_INT },
-    { "in_channels", GHC_CFG_INT },
-    { "out_channels", GHC_CFG_INT },
-    { "text_dim", GHC_CFG_INT },
-    { "freq_dim", GHC_CFG_INT },
-    { "experts", GHC_CFG_INT },
-    { "seed", GHC_CFG_INT },
-    { NULL, 0 }
+    { "dim",          GHC_CFG_INT, "256",                "2 to 65536",  NULL },
+    { "ffn_dim",      GHC_CFG_INT, "704",                "1 to 2^20",   NULL },
+    { "heads",        GHC_CFG_INT, "(dim / 128, or 1)",  "1 to 4096",   NULL },
+    { "layers",       GHC_CFG_INT, "3",                  "1 to 1000",   NULL },
+    { "in_channels",  GHC_CFG_INT, "16",                 "1 to 4096",   NULL },
+    { "out_channels", GHC_CFG_INT, "16",                 "1 to 4096",   NULL },
+    { "text_dim",     GHC_CFG_INT, "4096",               "1 to 2^20",   NULL },
+    { "freq_dim",     GHC_CFG_INT, "256",                "2 to 2^20",   NULL },
+    { "experts",      GHC_CFG_INT, "1",                  "1 to 2",      NULL },
+    { "seed",         GHC_CFG_INT, "0",                  "0 to 2^63-1", NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 static const struct ghc_cfg_key wan22_keys[] = {
-    { "checkpoint", GHC_CFG_STRING },     /* one model: a .safetensors file or an .index.json */
-    { "checkpoints", GHC_CFG_LIST },      /* two experts: [ high noise, low noise ] */
-    { "heads", GHC_CFG_INT },             /* custom head count (default dim / 128) */
-    { "boundary", GHC_CFG_FLOAT },        /* high-noise expert iff t >= boundary * 1000 */
-    { "dtype", GHC_CFG_STRING },          /* "bf16", "f32" or "fp8" (e4m3 block linears) */
-    { "fp8_gemm", GHC_CFG_BOOL },         /* dtype "fp8": forward block linears as fp8 x fp8
-                                           * GEMMs (inputs cast to e4m3, scale 1, saturating) */
-    { "device", GHC_CFG_INT },            /* -1 = CPU, 0.. = CUDA */
-    { "checkpointing", GHC_CFG_STRING },  /* "off" or "block" */
-    { "checkpoint_every", GHC_CFG_INT },  /* k (default 1), with "block": block i is recomputed in
-                                           * backward iff i % k == 0, the others keep their
-                                           * activations; k = 1 is every block */
-    { "random", GHC_CFG_GROUP },          /* a randomly initialised model instead */
-    { "adapter_pad", GHC_CFG_INT },       /* K-concatenation: spare rows and columns a block
-                                           * linear keeps for an adapter's rank-r factors
-                                           * (default 16; 0: none; adapters of a higher rank
-                                           * take the model's hooks instead) */
-    { NULL, 0 }
+    /* one model: a .safetensors file or an .index.json */
+    { "checkpoint", GHC_CFG_STRING, NULL, NULL, NULL },
+    /* two experts: [ high noise, low noise ] */
+    { "checkpoints", GHC_CFG_LIST, NULL, NULL, NULL },
+    /* a custom head count; 0: dim / 128 */
+    { "heads", GHC_CFG_INT, "(dim / 128)", "0 to 4096", NULL },
+    /* high-noise expert iff t >= boundary * 1000 */
+    { "boundary", GHC_CFG_FLOAT, "(0.875; 0.9 for 36 input channels, I2V)", "0 to 1", NULL },
+    /* fp8: e4m3 block linears */
+    { "dtype", GHC_CFG_STRING, "bf16", "bf16, f32, fp8", NULL },
+    /* dtype "fp8": forward block linears as fp8 x fp8 GEMMs (inputs cast to e4m3, scale 1,
+     * saturating) */
+    { "fp8_gemm", GHC_CFG_BOOL, "false", NULL, NULL },
+    /* -1 = CPU, 0.. = CUDA */
+    { "device", GHC_CFG_INT, "(0 with CUDA device memory, else -1)", "-1 to 1023", NULL },
+    { "checkpointing", GHC_CFG_STRING, "block", "off, block", NULL },
+    /* k, with "block": block i is recomputed in backward iff i % k == 0, the others keep their
+     * activations; k = 1 is every block */
+    { "checkpoint_every", GHC_CFG_INT, "1", "1 to 1000", NULL },
+    /* a randomly initialised model instead */
+    { "random", GHC_CFG_GROUP, NULL, NULL, wan22_random_keys },
+    /* K-concatenation: spare rows and columns a block linear keeps for an adapter's rank-r
+     * factors (0: none; adapters of a higher rank take the model's hooks instead) */
+    { "adapter_pad", GHC_CFG_INT, "16", "0 to 1024", NULL },
+    { NULL, 0, NULL, NULL, NULL }
 };
 
 
@@ -72,6 +81,46 @@ static int read_random(struct wan22 *m, ghc_cfg_t *g, int64_t *experts, int64_t 
         return ghc_error_set(m->core, GHC_ECONFIG, "%s: wan22: freq_dim must be even, got %lld",
                              ghc_cfg_where(g, "freq_dim"), (long long)d->freq_dim);
     return 0;
+}
+
+/* Where one of input_spec's numbers came from: "model.random.in_channels at train.cfg:12",
+ * "--set model.random.in_channels", or "model.random.in_channels (default 16)" (`given`: the
+ * key was in the section before its default was filled in). */
+static void setting_from(ghc_cfg_t *g, const char *key, bool given, int64_t value, char *buf, size_t len)
+{
+    const char *w = ghc_cfg_where(g, key);
+    if (!given)
+        snprintf(buf, len, "%s.%s (default %lld)", ghc_cfg_path(g), key, (long long)value);
+    else if (!strncmp(w, "--set ", 6))
+        snprintf(buf, len, "%s", w);
+    else
+        snprintf(buf, len, "%s.%s at %s", ghc_cfg_path(g), key, w);
+}
+
+/* The same for the random model's channels (C_in, and C_out where it differs: I2V) and
+ * text_dim, or for a checkpoint's (its file, and the key that named it). */
+static void input_from(struct wan22 *m, ghc_cfg_t *cfg, ghc_cfg_t *rnd, const bool given[3], const char *path,
+                       bool list)
+{
+    if (rnd) {
+        char in[480], out[480];
+        setting_from(rnd, "in_channels", given[0], m->d.in_ch, in, sizeof(in));
+        setting_from(rnd, "out_channels", given[1], m->d.out_ch, out, sizeof(out));
+        if (m->d.in_ch == m->d.out_ch)
+            snprintf(m->ch_from, sizeof(m->ch_from), "%s", in);
+        else
+            snprintf(m->ch_from, sizeof(m->ch_from), "%s and %s", in, out);
+        setting_from(rnd, "text_dim", given[2], m->d.text_dim, m->text_from, sizeof(m->text_from));
+        return;
+    }
+    const char *key = list ? "checkpoints" : "checkpoint", *w = ghc_cfg_where(cfg, key);
+    char by[600];
+    if (!strncmp(w, "--set ", 6))
+        snprintf(by, sizeof(by), "%s", w);
+    else
+        snprintf(by, sizeof(by), "%s.%s at %s", ghc_cfg_path(cfg), key, w);
+    snprintf(m->ch_from, sizeof(m->ch_from), "patch_embedding.weight of the checkpoint %s (%s)", path, by);
+    snprintf(m->text_from, sizeof(m->text_from), "text_embedding.0.weight of the checkpoint %s (%s)", path, by);
 }
 
 /* The adapter targets: 10 per block, official names with diffusers aliases. */
@@ -126,6 +175,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     static const char *const dtypes[] = { "bf16", "f32", "fp8", NULL };
     static const char *const ckpts[] = { "off", "block", NULL };
     int rc, dt, ck, nlist = 0;
+    bool given[3] = { false, false, false };
     int64_t heads, device, every, n_random = 1, seed = 0;
     const char *path = NULL, *paths[2] = { NULL, NULL };
     ghc_cfg_t *rnd = NULL;
@@ -188,12 +238,23 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
                     "looks like a high-noise one", ghc_cfg_where(cfg, "checkpoints"), paths[1]);
         m->n_experts = 2;
     } else if (rnd) {
+        given[0] = ghc_cfg_has(rnd, "in_channels");
+        given[1] = ghc_cfg_has(rnd, "out_channels");
+        given[2] = ghc_cfg_has(rnd, "text_dim");
         if ((rc = read_random(m, rnd, &n_random, &seed)) < 0)
             goto fail;
         m->n_experts = (int32_t)n_random;
     } else {
         paths[0] = path;
         m->n_experts = 1;
+    }
+    /* relative to the configuration file when written there, to the working directory when
+     * given with --set (the rule of every path in a configuration) */
+    char abs[2][4096];
+    for (int i = 0; !rnd && i < m->n_experts; i++) {
+        if ((rc = ghc_cfg_resolve_path(cfg, nlist ? "checkpoints" : "checkpoint", paths[i], abs[i], sizeof(abs[i]))) < 0)
+            goto fail;
+        paths[i] = abs[i];
     }
     if (!(m->experts = calloc((size_t)m->n_experts, sizeof(*m->experts)))) {
         rc = ghc_error_set(core, GHC_ENOMEM, "wan22: out of memory");
@@ -216,6 +277,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     if ((rc = build_targets(m)) < 0)
         goto fail;
+    input_from(m, cfg, rnd, given, paths[0], nlist > 0);
     ghc_log(core, GHC_LOG_INFO, "wan22: %d expert%s%s, %s weights, %s, checkpointing %s (every %d), %d targets",
             (int)m->n_experts, m->n_experts > 1 ? "s" : "", m->n_experts > 1 ? " (0 high noise, 1 low noise)" : "",
             m->fp8 ? (m->fp8_gemm ? "F8_E4M3 (scaled) block, fp8 GEMM" : "F8_E4M3 (scaled) block")
@@ -349,6 +411,23 @@ static int wan22_target_weight(void *self, int32_t expert, int32_t target, const
     return 0;
 }
 
+/* Wan's input: the latent's channels (C_out of them are the noisy latent; I2V appends
+ * C_in - C_out conditioning channels), the umT5 width, 512 text rows, patches of 1 x 2 x 2. */
+static int wan22_input_spec(void *self, struct ghc_model_input *out)
+{
+    struct wan22 *m = self;
+    int64_t c = m->d.in_ch < m->d.out_ch ? m->d.in_ch : m->d.out_ch;
+    struct ghc_model_input in = {
+        .struct_size = out->struct_size, .channels = c, .cond_channels = m->d.in_ch - c,
+        .text_dim = m->d.text_dim, .text_len = WAN22_TEXT_LEN, .patch = { 1, 2, 2 },
+        .channels_from = m->ch_from, .text_dim_from = m->text_from,
+        .text_len_from = "Wan2.2's text context of 512 rows",
+        .patch_from = "Wan2.2's patches of 1 x 2 x 2 frames x height x width",
+    };
+    memcpy(out, &in, out->struct_size < sizeof(in) ? out->struct_size : sizeof(in));
+    return 0;
+}
+
 static const struct ghc_model_ops wan22_ops = {
     .struct_size = sizeof(struct ghc_model_ops),
     .name = "wan22",
@@ -364,6 +443,7 @@ static const struct ghc_model_ops wan22_ops = {
     .free = wan22_free,
     .device = wan22_device,
     .target_weight = wan22_target_weight,
+    .input_spec = wan22_input_spec,
 };
 
 static int wan22_plugin_init(ghc_core_t *core)

@@ -217,6 +217,9 @@ struct wan22 {
     ghc_tensor_t           *twv;          /* target_weight's view of a weight with spare room */
     int                     pad_told;     /* a rank above pad was logged */
     bool                    again;        /* the backward's recomputation of a block forward */
+    char                    ch_from[1024];   /* input_spec: the setting or file C_in and C_out
+                                              * came from, and text_dim's */
+    char                    text_from[1024];
 };
 
 /* K-concatenation (model.h, API 7). Slot j's spare columns of its weight (the q, k and v
