@@ -1,6 +1,7 @@
 /* test_data_cuda.c: batches on a CUDA device: the unified_memory cache under the `device`
  * mempolicy, the next batch prefetched through the policy on a stream, the copies through
- * ghc_op_copy; the device batches must equal the CPU batches byte for byte. Exits 77 (SKIP)
+ * ghc_op_copy; the device batches must equal the CPU batches byte for byte, and the peers' f16
+ * caches arrive as f32 there too. Exits 77 (SKIP)
  * without a GPU; runs without fork (CUDA does not survive fork()). */
 #include <check.h>
 #include <stdlib.h>
@@ -14,11 +15,13 @@
 START_TEST(test_device_batches)
 {
     char cfg[8192];
+    const char *top = tu_env("GHC_TOP_SRCDIR");
     snprintf(cfg, sizeof(cfg),
              "mempolicy = { plugin = \"device\"; };\ncache = { plugin = \"unified_memory\"; };\n"
              "data = { batch_size = 2; text_dropout = 0.3; datasets = ( { path = \"%s/tests/fixtures/data/native\"; repeats = 2; },"
-             " { path = \"%s/tests/fixtures/data/musubi\"; }, { path = \"%s/tests/fixtures/data/aitk\"; } ); };",
-             tu_env("GHC_TOP_SRCDIR"), tu_env("GHC_TOP_SRCDIR"), tu_env("GHC_TOP_SRCDIR"));
+             " { path = \"%s/tests/fixtures/data/musubi\"; }, { path = \"%s/tests/fixtures/data/aitk\"; },"
+             " { path = \"%s/tests/fixtures/data/peers/aitk\"; }, { path = \"%s/tests/fixtures/data/peers/musubi\"; } ); };",
+             top, top, top, top, top);
     ghc_core_t *core = ghc_core_init();
     ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
     ck_assert_int_eq(ghc_config_load_string(core, cfg, "t.cfg", NULL, NULL, 0), 0);
@@ -26,13 +29,15 @@ START_TEST(test_device_batches)
     ghc_dataset_t *ds = NULL;
     ck_assert_msg(ghc_dataset_open(core, &ds) == 0, "%s", ghc_error_message(core));
     ghc_dataset_set_copy(ds, ghc_op_copy);
-    for (int i = 0; i < 14; i++) {
+    for (int i = 0; i < 18; i++) {
         int64_t e, c;
         ghc_dataset_tell(ds, &e, &c);
         struct ghc_data_batch dev, cpu;
         ck_assert_msg(ghc_dataset_next(ds, 0, NULL, &dev) == 0, "%s", ghc_error_message(core));
         ck_assert_int_eq(ghc_tensor_device(dev.latents), 0);
         ck_assert_int_eq(ghc_tensor_device(dev.text_mask), 0);
+        ck_assert_int_ne(ghc_tensor_dtype(dev.latents), GHC_DTYPE_F16);
+        ck_assert_int_ne(ghc_tensor_dtype(dev.text_embed), GHC_DTYPE_F16);
         ck_assert_int_eq(ghc_dataset_seek(ds, e, c), 0);
         ck_assert_int_eq(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &cpu), 0);
         ghc_tensor_t *d[3] = { dev.latents, dev.text_embed, dev.text_mask };
