@@ -146,7 +146,7 @@ int main(void)
             best_ms[rep % 3] = ms;
     }
     const float ms_am = best_ms[0], ms_late = best_ms[1], ms_ps = best_ms[2];
-    {   /* a build with -DAF_TRACE (kernels/cuda/optim.cu): the clusters' phases in SM cycles, the
+    {   /* a build with -DAF_TRACE (kernels/cuda/optim_am_fused.cu): the clusters' phases in SM cycles, the
          * mean over the first cluster's 8 blocks and its 7th to 23rd wide K = 16 tensors */
         void (*tr)(long long *) = (void (*)(long long *))dlsym(RTLD_DEFAULT, "ghc_k_automagic_trace");
         if (tr) {

@@ -12,14 +12,14 @@ bench: $(EXTRA_PROGRAMS)
 CLEANFILES += $(EXTRA_PROGRAMS)
 EXTRA_DIST += bench/bench_ops.c bench/bench_torch.py bench/README.md
 
-# ---- bench_data (issue 8): in_memory staging per compression vs sequential reads ----
+# ---- bench_data: in_memory staging per compression vs sequential reads ----
 noinst_PROGRAMS = bench/bench_data
 bench_bench_data_SOURCES = bench/bench_data.c
 bench_bench_data_LDADD = libgh200core.la
 bench: bench/bench_data
 # ---- end bench_data ----
 
-# ---- bench_optim (issue 6): fused optimizer updates vs the device copy bandwidth ----
+# ---- bench_optim: fused optimizer updates vs the device copy bandwidth ----
 if HAVE_CUDA
 EXTRA_PROGRAMS += bench/bench_optim
 bench_bench_optim_SOURCES = bench/bench_optim.c
@@ -28,16 +28,16 @@ bench_bench_optim_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
 endif
 EXTRA_DIST += bench/bench_optim.c
 
-# ---- lycoris (issue 5): adapter cost on one A14B block; see bench/bench_lycoris.c ----
+# ---- bench_lycoris: adapter cost on one A14B block; see bench/bench_lycoris.c ----
 if HAVE_CUDA
 EXTRA_PROGRAMS += bench/bench_lycoris
 bench_bench_lycoris_SOURCES = bench/bench_lycoris.c
 bench_bench_lycoris_LDADD = libgh200core_ops.la libgh200core.la
 endif
 EXTRA_DIST += bench/bench_lycoris.c
-# ---- end lycoris ----
+# ---- end bench_lycoris ----
 
-# ---- bench_mem (issue 7): device vs offload vs gh200_uvm on a multi-block A14B-dims step ----
+# ---- bench_mem: device vs offload vs gh200_uvm on a multi-block A14B-dims step ----
 if HAVE_CUDA
 EXTRA_PROGRAMS += bench/bench_mem
 bench_bench_mem_SOURCES = bench/bench_mem.c

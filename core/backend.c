@@ -41,48 +41,54 @@ bool ghc_compression_from_name(const char *name, enum ghc_compression *out)
 
 /* ---- wrappers ------------------------------------------------------------------------------- */
 
-/* A message for a failure the plugin did not explain. */
-static int failed(ghc_backend_t *b, int rc, const char *what, const char *name)
+/* A wrapper's call starts here: the error buffer cleared (a successful call leaves it empty);
+ * returns the point from which the member's own message counts (ghc_error_member). */
+static uint64_t begin(ghc_backend_t *b)
 {
-    ghc_core_t *core = B_INST(b)->core;
-    if (rc < 0 && !*ghc_error_message(core))
-        ghc_error_set(core, rc, "backend \"%s\": %s%s%s failed: %s", B_OPS(b)->name, what,
-                      name ? " " : "", name ? name : "", ghc_status_string(rc));
-    return rc;
+    ghc_error_clear(B_INST(b)->core);
+    return ghc_error_seq(B_INST(b)->core);
+}
+
+static int failed(ghc_backend_t *b, uint64_t seq, int rc, const char *what, const char *name)
+{
+    return ghc_error_member(B_INST(b)->core, seq, rc, "backend", B_OPS(b)->name, what, name);
 }
 
 const char *ghc_backend_name(const ghc_backend_t *b) { return B_OPS(b)->name; }
 
 int ghc_backend_mount(ghc_backend_t *b, const struct ghc_backend_root *roots, int32_t n)
 {
-    ghc_error_clear(B_INST(b)->core);
-    return failed(b, B_OPS(b)->mount(B_SELF(b), roots, n), "mount", NULL);
+    uint64_t seq = begin(b);
+    return failed(b, seq, B_OPS(b)->mount(B_SELF(b), roots, n), "mount", NULL);
 }
 
 int ghc_backend_list(ghc_backend_t *b, const char *prefix, ghc_backend_visit_fn visit, void *user)
 {
-    ghc_error_clear(B_INST(b)->core);
-    return failed(b, B_OPS(b)->list(B_SELF(b), prefix, visit, user), "list", prefix);
+    uint64_t seq = begin(b);
+    return failed(b, seq, B_OPS(b)->list(B_SELF(b), prefix, visit, user), "list", prefix);
 }
 
 int ghc_backend_stat(ghc_backend_t *b, const char *name, uint64_t *size)
 {
-    ghc_error_clear(B_INST(b)->core);
-    return failed(b, B_OPS(b)->stat(B_SELF(b), name, size), "stat", name);
+    uint64_t seq = begin(b);
+    return failed(b, seq, B_OPS(b)->stat(B_SELF(b), name, size), "stat", name);
 }
 
 int ghc_backend_read(ghc_backend_t *b, const char *name, uint64_t offset, void *buf, size_t len,
                      size_t *got)
 {
-    ghc_error_clear(B_INST(b)->core);
-    return failed(b, B_OPS(b)->read(B_SELF(b), name, offset, buf, len, got), "read", name);
+    uint64_t seq = begin(b);
+    return failed(b, seq, B_OPS(b)->read(B_SELF(b), name, offset, buf, len, got), "read", name);
 }
 
+/* GHC_EUNSUPPORTED, with or without a message, is no failure: the entry is to be read. */
 int ghc_backend_map(ghc_backend_t *b, const char *name, const void **data, uint64_t *size)
 {
     if (!B_OPS(b)->map)
         return GHC_EUNSUPPORTED;
-    return B_OPS(b)->map(B_SELF(b), name, data, size);
+    uint64_t seq = ghc_error_seq(B_INST(b)->core);
+    int rc = B_OPS(b)->map(B_SELF(b), name, data, size);
+    return rc == GHC_EUNSUPPORTED ? rc : failed(b, seq, rc, "map", name);
 }
 
 int ghc_backend_write(ghc_backend_t *b, const char *name, const void *buf, size_t len)
@@ -90,15 +96,18 @@ int ghc_backend_write(ghc_backend_t *b, const char *name, const void *buf, size_
     if (!B_OPS(b)->write)
         return ghc_error_set(B_INST(b)->core, GHC_EUNSUPPORTED, "backend \"%s\" is read-only: cannot write %s",
                              B_OPS(b)->name, name);
-    ghc_error_clear(B_INST(b)->core);
-    return failed(b, B_OPS(b)->write(B_SELF(b), name, buf, len), "write", name);
+    uint64_t seq = begin(b);
+    return failed(b, seq, B_OPS(b)->write(B_SELF(b), name, buf, len), "write", name);
 }
 
 int ghc_backend_stats(ghc_backend_t *b, struct ghc_backend_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->struct_size = sizeof(*out);
-    return B_OPS(b)->stats ? B_OPS(b)->stats(B_SELF(b), out) : 0;
+    if (!B_OPS(b)->stats)
+        return 0;
+    uint64_t seq = ghc_error_seq(B_INST(b)->core);
+    return failed(b, seq, B_OPS(b)->stats(B_SELF(b), out), "stats", NULL);
 }
 
 int ghc_backend_fetch(ghc_backend_t *b, const char *name, uint64_t max, const void **data,
@@ -117,7 +126,7 @@ int ghc_backend_fetch(ghc_backend_t *b, const char *name, uint64_t max, const vo
         return 0;
     }
     if (rc != GHC_EUNSUPPORTED)
-        return failed(b, rc, "map", name);
+        return rc;
     if ((rc = ghc_backend_stat(b, name, &sz)) < 0)
         return rc;
     uint64_t want = max && max < sz ? max : sz;
@@ -155,10 +164,10 @@ ghc_backend_t *ghc_backend_init(ghc_core_t *core, const struct ghc_backend_ops *
     *in = (struct ghc_instance){ .core = core, .kind = GHC_KIND_BACKEND, .ops = ops, .cfg = cfg,
                                  .free = ops->free };
     ghc_error_clear(core);
+    uint64_t seq = ghc_error_seq(core);
     int rc = ops->init(core, cfg, &in->self);
     if (rc < 0) {
-        if (!*ghc_error_message(core))
-            ghc_error_set(core, rc, "backend \"%s\": init failed: %s", ops->name, ghc_status_string(rc));
+        ghc_error_member(core, seq, rc, "backend", ops->name, "init", NULL);
         free(in);
         return NULL;
     }

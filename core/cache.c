@@ -31,21 +31,25 @@ enum ghc_mem_role ghc_sample_kind_role(enum ghc_sample_kind kind)
     }
 }
 
-/* A message for a failure the plugin did not explain. */
-static int failed(ghc_cache_t *c, int rc, const char *what)
+/* A wrapper's call starts here: the error buffer cleared (a successful call leaves it empty);
+ * returns the point from which the member's own message counts (ghc_error_member). */
+static uint64_t begin(ghc_cache_t *c)
 {
-    ghc_core_t *core = C_INST(c)->core;
-    if (rc < 0 && !*ghc_error_message(core))
-        ghc_error_set(core, rc, "cache \"%s\": %s failed: %s", C_OPS(c)->name, what, ghc_status_string(rc));
-    return rc;
+    ghc_error_clear(C_INST(c)->core);
+    return ghc_error_seq(C_INST(c)->core);
+}
+
+static int failed(ghc_cache_t *c, uint64_t seq, int rc, const char *what)
+{
+    return ghc_error_member(C_INST(c)->core, seq, rc, "cache", C_OPS(c)->name, what, NULL);
 }
 
 const char *ghc_cache_name(const ghc_cache_t *c) { return C_OPS(c)->name; }
 
 int ghc_cache_bind(ghc_cache_t *c, ghc_backend_t *backend, const struct ghc_sample_ref *samples, int64_t n)
 {
-    ghc_error_clear(C_INST(c)->core);
-    return failed(c, C_OPS(c)->bind(C_SELF(c), backend, samples, n), "bind");
+    uint64_t seq = begin(c);
+    return failed(c, seq, C_OPS(c)->bind(C_SELF(c), backend, samples, n), "bind");
 }
 
 int64_t ghc_cache_count(ghc_cache_t *c) { return C_OPS(c)->count(C_SELF(c)); }
@@ -57,8 +61,8 @@ int ghc_cache_sample(ghc_cache_t *c, int64_t index, enum ghc_sample_kind kind, g
     if (index < 0 || index >= n || (unsigned)kind >= GHC_SAMPLE_KIND_COUNT)
         return ghc_error_set(C_INST(c)->core, GHC_EINVAL, "cache \"%s\": sample %lld (%s) out of range (%lld samples)",
                              C_OPS(c)->name, (long long)index, ghc_sample_kind_name(kind), (long long)n);
-    ghc_error_clear(C_INST(c)->core);
-    return failed(c, C_OPS(c)->get(C_SELF(c), index, kind, out), "get");
+    uint64_t seq = begin(c);
+    return failed(c, seq, C_OPS(c)->get(C_SELF(c), index, kind, out), "get");
 }
 
 void ghc_cache_release(ghc_cache_t *c, int64_t index, enum ghc_sample_kind kind, ghc_tensor_t *t)
@@ -71,15 +75,18 @@ int ghc_cache_prefetch(ghc_cache_t *c, int64_t index, int device, void *stream)
 {
     if (!C_OPS(c)->prefetch)
         return 0;
-    ghc_error_clear(C_INST(c)->core);
-    return failed(c, C_OPS(c)->prefetch(C_SELF(c), index, device, stream), "prefetch");
+    uint64_t seq = begin(c);
+    return failed(c, seq, C_OPS(c)->prefetch(C_SELF(c), index, device, stream), "prefetch");
 }
 
 int ghc_cache_stats(ghc_cache_t *c, struct ghc_cache_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->struct_size = sizeof(*out);
-    return C_OPS(c)->stats ? C_OPS(c)->stats(C_SELF(c), out) : 0;
+    if (!C_OPS(c)->stats)
+        return 0;
+    uint64_t seq = ghc_error_seq(C_INST(c)->core);
+    return failed(c, seq, C_OPS(c)->stats(C_SELF(c), out), "stats");
 }
 
 int ghc_cache_decode(ghc_core_t *core, ghc_backend_t *backend, const char *file, const char *key,

@@ -11,7 +11,7 @@
  * a table of tensors (name, dtype, shape, bytes), and totals per dtype, printed to `out`. */
 int ghc_cli_inspect(ghc_core_t *core, const char *path, FILE *out);
 
-/* ---- appended for issue 7: estimate and diag ---- */
+/* ---- estimate and diag ---- */
 
 #include <gh200core/mempolicy.h>   /* defines: GHC_ROLE_COUNT, struct ghc_probe_opts */
 
@@ -34,7 +34,7 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
  * `out`, and as JSON to json_path when not NULL. *failed gets the number of failed checks. */
 int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *json_path, FILE *out, int *failed);
 
-/* ---- appended for issue 5: merge ---- */
+/* ---- merge ---- */
 
 struct ghc_merge_opts {
     const char *base, *adapter, *out;

@@ -124,7 +124,18 @@ int ghc_error_set(ghc_core_t *core, int code, const char *fmt, ...)
     va_end(ap);
     memcpy(core->err, tmp, sizeof(tmp));
     core->err_code = code;
+    core->err_seq++;
     return code;
+}
+
+int ghc_error_member(ghc_core_t *core, uint64_t seq, int rc, const char *kind, const char *name,
+                     const char *member, const char *object)
+{
+    if (rc >= 0 || (core->err_seq != seq && core->err[0]))
+        return rc;
+    return ghc_error_set(core, rc, "%s%s%s%s: %s%s%s failed: %s (code %d, no message from the plugin)", kind,
+                         name ? " \"" : "", name ? name : "", name ? "\"" : "", member, object && *object ? " " : "",
+                         object ? object : "", ghc_status_string(rc), rc);
 }
 
 const char *ghc_error_message(const ghc_core_t *core) { return core ? core->err : ""; }

@@ -25,7 +25,8 @@ struct ghc_registered {              /* one ops struct, copied to the core's siz
     struct ghc_loaded *plugin;       /* index into core->plugins is unstable: this is stable */
 };
 
-/* Every kind's ops start with these members (STYLE.md section 3); init is the same for all. */
+/* Every kind's ops start with these members (doc/plugin-guide.md section 3); init is the same
+ * for all. */
 struct ghc_ops_head {
     uint32_t                  struct_size;
     const char               *name;
@@ -41,6 +42,7 @@ struct ghc_instance {
     void                *self;
     ghc_cfg_t           *cfg;
     void               (*free)(void *self);
+    void                *hook;       /* model: the adapter hook ghc_model_set_hook installed */
 };
 
 /* ---- configuration -------------------------------------------------------------------------- */
@@ -69,6 +71,7 @@ struct ghc_config {
 struct ghc_core {
     char                   err[GHC_ERRMSG_MAX];
     int                    err_code;
+    uint64_t               err_seq;        /* +1 per ghc_error_set(): "set since" tests */
     ghc_log_sink_fn        sink;
     void                  *sink_user;
     enum ghc_log_level     level;
@@ -103,6 +106,17 @@ ghc_cfg_t *ghc_cfg_wrap(ghc_core_t *core, config_setting_t *s);
 void ghc_config_free(struct ghc_config *c);
 /* Rebuild core->paths from the CLI folders, the config, the environment and pluginsdir. */
 int ghc_plugin_paths_resolve(ghc_core_t *core);
+/* Where the error buffer stands: every ghc_error_set() moves it on. A wrapper takes it before
+ * it calls a plugin member, for ghc_error_member() after. */
+static inline uint64_t ghc_error_seq(const ghc_core_t *core) { return core->err_seq; }
+/* Every failure a core wrapper passes on carries its reason. When a member returned rc < 0
+ * and set no message since `seq` (or left the buffer empty), the message names the instance
+ * (`kind` "`name`", or `kind` alone with name NULL), the member, and `object` (a file or a
+ * target; NULL for none): `network "lycoris": hook forward on blocks.0.self_attn.q failed:
+ * invalid argument (code -1, no message from the plugin)`. A member that set one keeps it.
+ * Returns rc. */
+int ghc_error_member(ghc_core_t *core, uint64_t seq, int rc, const char *kind, const char *name,
+                     const char *member, const char *object);
 /* Duplicate a string; NULL on ENOMEM. */
 char *ghc_strdup(const char *s);
 /* Levenshtein distance, capped at 100 (for "did you mean"). */

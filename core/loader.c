@@ -1,6 +1,7 @@
 /* loader.c: finding, opening and checking plugins, and the registry of ops by kind and name.
- * Boring and loud (STYLE.md section 6): plain dlopen(RTLD_NOW | RTLD_LOCAL), one exported
- * descriptor per file, and every failure one line naming the file, the symbol and the cause. */
+ * Boring and loud (doc/plugin-guide.md section 2): plain dlopen(RTLD_NOW | RTLD_LOCAL), one
+ * exported descriptor per file, and every failure one line naming the file, the symbol and
+ * the cause. */
 #include <config.h>
 
 #include <dirent.h>
@@ -330,6 +331,7 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
     memcpy(&p->desc, d, d->struct_size);   /* members the plugin lacks stay zero */
     d = &p->desc;
     core->loading = p;
+    uint64_t seq = ghc_error_seq(core);
     rc = d->init(core);
     core->loading = NULL;
     if (rc == 0 && p->registered != d->kinds) {
@@ -341,7 +343,10 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
                            path, sym, ghc_kind_name((enum ghc_kind)k));
     } else if (rc < 0 && !strstr(ghc_error_message(core), path)) {
         char msg[GHC_ERRMSG_MAX];
-        snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+        if (ghc_error_seq(core) != seq && *ghc_error_message(core))
+            snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+        else
+            snprintf(msg, sizeof(msg), "%s (code %d, no message from the plugin)", ghc_status_string(rc), rc);
         rc = ghc_error_set(core, rc, "%s: %s: init failed: %s", path, sym, msg);
     }
     if (rc < 0) {

@@ -4,13 +4,14 @@
 lib_LTLIBRARIES += libgh200core.la
 libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
 	core/tensor.c core/safetensors.c core/elem.h core/model.c core/schedule.c
-# data (issue 8): backend and cache wrappers, the `local` backend, the dataset
-libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c
+# data: backend and cache wrappers, the `local` backend, the dataset
+libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c core/dataset_impl.h \
+	core/data_formats.c core/data_aitk.c core/data_order.c core/data_batch.c
 
-# optimizer wrappers (issue 6)
+# optimizer wrappers
 libgh200core_la_SOURCES += core/optimizer.c
 
-# network wrappers (issue 5)
+# network wrappers
 libgh200core_la_SOURCES += core/network.c
 libgh200core_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
 libgh200core_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
@@ -33,7 +34,7 @@ pkgconfig_DATA = gh200core.pc
 bin_PROGRAMS += gh200core
 gh200core_SOURCES = core/main.c core/inspect.c core/cli.h core/diag.c core/estimate.c
 gh200core_LDADD = libgh200core_train.la libgh200core_ops.la libgh200core.la
-# merge (issue 5): the lycoris plugin's reader and math, wan22's name map, linked from their sources
+# merge: the lycoris plugin's reader and math, wan22's name map, linked from their sources
 gh200core_SOURCES += core/merge.c plugins/lycoris/lyc_merge.h plugins/lycoris/merge.c plugins/lycoris/algo.c \
 	plugins/lycoris/file.c plugins/lycoris/lycoris.c plugins/wan22/detect.c
 gh200core_LDADD += -lm

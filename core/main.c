@@ -87,7 +87,7 @@ static const char usage_text[] =
     "See gh200core(1), doc/config.md and doc/plugin-guide.md.\n";
 
 struct cli {
-    /* diag and estimate (issue 7) */
+    /* diag and estimate */
     const char  *json;
     struct ghc_probe_opts probe;
     struct ghc_estimate_opts est;
@@ -98,7 +98,7 @@ struct cli {
     bool         dry_run;
     bool         keys;
     int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
-    struct ghc_merge_opts merge;   /* issue 5 */
+    struct ghc_merge_opts merge;
     int          argc;             /* the command line as given, for the resume command */
     char       **argv;
 };
@@ -106,7 +106,14 @@ struct cli {
 static void log_sink(void *user, enum ghc_log_level lvl, const char *msg)
 {
     (void)user;
-    if (lvl <= GHC_LOG_WARN)
+    if (msg[0] == '\r') {
+        /* the trainer's progress line for a terminal: drawn over the last one, padded to wipe a
+         * longer one out; '\n' ends it */
+        size_t n = strlen(msg + 1);
+        bool end = n > 0 && msg[n] == '\n';
+        fprintf(stderr, "\r%-110.*s%s", (int)(n - end), msg + 1, end ? "\n" : "");
+        fflush(stderr);
+    } else if (lvl <= GHC_LOG_WARN)
         fprintf(stderr, "gh200core: %s: %s\n", ghc_log_level_name(lvl), msg);
     else
         fprintf(stderr, "gh200core: %s\n", msg);
@@ -395,7 +402,7 @@ int main(int argc, char **argv)
         { "skip-allocation", no_argument, NULL, 1003 },
         { "batch", required_argument, NULL, 1004 },
         { "tokens", required_argument, NULL, 1005 },
-        { "base", required_argument, NULL, 1006 },       /* merge (issue 5) */
+        { "base", required_argument, NULL, 1006 },       /* merge */
         { "adapter", required_argument, NULL, 1007 },
         { "out", required_argument, NULL, 1008 },
         { "multiplier", required_argument, NULL, 1009 },
@@ -453,7 +460,7 @@ int main(int argc, char **argv)
             break;
         }
         case 1003: cli.probe.skip_allocation = true; break;
-        case 1006: cli.merge.base = optarg; break;      /* merge (issue 5) */
+        case 1006: cli.merge.base = optarg; break;      /* merge */
         case 1007: cli.merge.adapter = optarg; break;
         case 1008: cli.merge.out = optarg; break;
         case 1009:
@@ -520,12 +527,12 @@ int main(int argc, char **argv)
         status = rc < 0 ? fail(core, rc) : EXIT_OK;
         goto out;
     }
-    if (cmd && strcmp(cmd, "diag") == 0) {   /* issue 7 */
+    if (cmd && strcmp(cmd, "diag") == 0) {
         int failed = 0, rc = ghc_cli_diag(core, &cli.probe, cli.json, stdout, &failed);
         status = rc < 0 ? fail(core, rc) : failed ? EXIT_FAIL : EXIT_OK;
         goto out;
     }
-    if (cmd && strcmp(cmd, "merge") == 0) {   /* issue 5 */
+    if (cmd && strcmp(cmd, "merge") == 0) {
         if (!cli.merge.base || !cli.merge.adapter || !cli.merge.out || cli.config) {
             fprintf(stderr, "gh200core: error: merge needs --base CKPT --adapter FILE --out FILE (and no -c)\n"
                     "Try 'gh200core --help'.\n");
@@ -558,7 +565,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (cmd && strcmp(cmd, "estimate") == 0) {   /* issue 7 */
+    if (cmd && strcmp(cmd, "estimate") == 0) {
         struct ghc_estimate est;
         int rc = ghc_cli_estimate(core, &cli.est, &est, stdout);
         status = rc < 0 ? fail(core, rc) : EXIT_OK;

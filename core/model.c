@@ -1,8 +1,11 @@
 /* model.c: the core wrappers of the run's model instance (model.h): each calls the member of
- * the same name, checks the expert index first, and turns a failure without a message into
- * one that names the model. */
+ * the same name, checks the expert index first, and gives a failure without a message one
+ * that names the model. The adapter hook a model gets through ghc_model_set_hook() is the
+ * core's: each of its members calls the hook as given and does the same for it, so a model
+ * passes on a hook's failure as it is. */
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core_impl.h"
@@ -12,13 +15,17 @@
 #define M_SELF(m) (M_INST(m)->self)
 #define M_NAME(m) (M_OPS(m)->name)
 
-/* A message for a failure the plugin did not explain. */
-static int failed(ghc_model_t *m, int rc, const char *what)
+/* A wrapper's call starts here: the error buffer cleared (a successful call leaves it empty);
+ * returns the point from which the member's own message counts (ghc_error_member). */
+static uint64_t begin(ghc_model_t *m)
 {
-    ghc_core_t *core = M_INST(m)->core;
-    if (rc < 0 && !*ghc_error_message(core))
-        ghc_error_set(core, rc, "model \"%s\": %s failed: %s", M_NAME(m), what, ghc_status_string(rc));
-    return rc;
+    ghc_error_clear(M_INST(m)->core);
+    return ghc_error_seq(M_INST(m)->core);
+}
+
+static int failed(ghc_model_t *m, uint64_t seq, int rc, const char *what)
+{
+    return ghc_error_member(M_INST(m)->core, seq, rc, "model", M_NAME(m), what, NULL);
 }
 
 static int check_expert(ghc_model_t *m, int32_t expert, const char *what)
@@ -42,15 +49,143 @@ int32_t ghc_model_expert_for(ghc_model_t *m, float t)
 
 int ghc_model_targets(ghc_model_t *m, const struct ghc_model_target **out, int32_t *n)
 {
-    ghc_error_clear(M_INST(m)->core);
-    return failed(m, M_OPS(m)->targets(M_SELF(m), out, n), "targets");
+    uint64_t seq = begin(m);
+    return failed(m, seq, M_OPS(m)->targets(M_SELF(m), out, n), "targets");
 }
 
+/* ---- the adapter hook ------------------------------------------------------------------------ */
+
+/* The hook as given to ghc_model_set_hook(), behind the one the model gets. */
+struct hook {
+    struct ghc_instance    *model;
+    struct ghc_adapter_hook inner;
+    char                    name[64];   /* the run's network, "" without one */
+};
+
+/* A failure of hook member `member` on `target` without a message gets one naming the run's
+ * network (the hook's usual source), the member and the target. */
+static int hook_failed(struct hook *h, uint64_t seq, int rc, const char *member, int32_t target)
+{
+    ghc_core_t *core = h->model->core;
+    if (rc >= 0 || (ghc_error_seq(core) != seq && *ghc_error_message(core)))
+        return rc;   /* success, or the hook said why */
+    const struct ghc_model_target *t = NULL;
+    int32_t n = 0;
+    char on[160], what[80];
+    if (M_OPS(h->model)->targets(h->model->self, &t, &n) == 0 && t && target >= 0 && target < n)
+        snprintf(on, sizeof(on), "on %s", t[target].name);
+    else
+        snprintf(on, sizeof(on), "on target %d", (int)target);
+    snprintf(what, sizeof(what), "hook %s", member);
+    return ghc_error_member(core, ghc_error_seq(core), rc, *h->name ? "network" : "adapter", *h->name ? h->name : NULL,
+                            what, on);
+}
+
+/* The body of each hook member but concat_rank (which returns a count, not a status). */
+#define HOOK_CALL(member, ...)                                                                  \
+    struct hook *h = user;                                                                      \
+    uint64_t seq = ghc_error_seq(h->model->core);                                               \
+    return hook_failed(h, seq, h->inner.member(h->inner.user, target, __VA_ARGS__), #member, target)
+
+static int hook_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    HOOK_CALL(forward, x, y, stream);
+}
+
+static int hook_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
+                         void *stream)
+{
+    HOOK_CALL(backward, x, dy, dx, stream);
+}
+
+static int hook_fold(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream)
+{
+    HOOK_CALL(fold, w, wf, stream);
+}
+
+static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream)
+{
+    HOOK_CALL(grads, x, dy, stream);
+}
+
+static int hook_forward_first(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    HOOK_CALL(forward_first, x, y, stream);
+}
+
+static int hook_backward_first(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                               const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    HOOK_CALL(backward_first, x, dy, g, dx, accumulate, stream);
+}
+
+static int32_t hook_concat_rank(void *user, int32_t target)
+{
+    struct hook *h = user;
+    return h->inner.concat_rank(h->inner.user, target);
+}
+
+static int hook_concat_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *hc,
+                               ghc_tensor_t *wcols, bool again, void *stream)
+{
+    HOOK_CALL(concat_forward, x, hc, wcols, again, stream);
+}
+
+static int hook_concat_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *hc,
+                                const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+{
+    HOOK_CALL(concat_backward, x, hc, g, dh, wrows, stream);
+}
+
+static int hook_concat_backward_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *hc,
+                                   const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
+                                   void *stream)
+{
+    HOOK_CALL(concat_backward_dy, x, hc, dy, g, dh, wrows, stream);
+}
+
+#undef HOOK_CALL
+
+/* The model keeps a copy of the hook it gets (set_hook: "Copied"), so the one it held before
+ * can go once it took the new one; if it refuses the new one, it keeps the old. */
 int ghc_model_set_hook(ghc_model_t *m, const struct ghc_adapter_hook *hook)
 {
-    ghc_error_clear(M_INST(m)->core);
-    return failed(m, M_OPS(m)->set_hook(M_SELF(m), hook), "set_hook");
+    struct hook *h = NULL;
+    struct ghc_adapter_hook own;
+    if (hook) {
+        if (!(h = calloc(1, sizeof(*h))))
+            return ghc_error_set(M_INST(m)->core, GHC_ENOMEM, "model \"%s\": set_hook: out of memory", M_NAME(m));
+        const struct ghc_instance *net = M_INST(m)->core->inst[GHC_KIND_NETWORK];
+        h->model = M_INST(m);
+        h->inner = *hook;
+        if (net)
+            snprintf(h->name, sizeof(h->name), "%s", ((const struct ghc_ops_head *)net->ops)->name);
+#define OWN(member) own.member = hook->member ? hook_##member : NULL
+        own = (struct ghc_adapter_hook){ .user = h };
+        OWN(forward);
+        OWN(backward);
+        OWN(fold);
+        OWN(grads);
+        OWN(forward_first);
+        OWN(backward_first);
+        OWN(concat_rank);
+        OWN(concat_forward);
+        OWN(concat_backward);
+        OWN(concat_backward_dy);
+#undef OWN
+    }
+    uint64_t seq = begin(m);
+    int rc = failed(m, seq, M_OPS(m)->set_hook(M_SELF(m), hook ? &own : NULL), "set_hook");
+    if (rc < 0) {
+        free(h);
+        return rc;
+    }
+    free(M_INST(m)->hook);
+    M_INST(m)->hook = h;
+    return 0;
 }
+
+/* ---- forward, backward and the rest ---------------------------------------------------------- */
 
 int ghc_model_forward(ghc_model_t *m, int32_t expert, const struct ghc_model_batch *batch, ghc_tensor_t *out,
                       bool keep, void *stream)
@@ -58,8 +193,8 @@ int ghc_model_forward(ghc_model_t *m, int32_t expert, const struct ghc_model_bat
     int rc = check_expert(m, expert, "forward");
     if (rc < 0)
         return rc;
-    ghc_error_clear(M_INST(m)->core);
-    return failed(m, M_OPS(m)->forward(M_SELF(m), expert, batch, out, keep, stream), "forward");
+    uint64_t seq = begin(m);
+    return failed(m, seq, M_OPS(m)->forward(M_SELF(m), expert, batch, out, keep, stream), "forward");
 }
 
 int ghc_model_backward(ghc_model_t *m, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy, void *stream)
@@ -67,8 +202,8 @@ int ghc_model_backward(ghc_model_t *m, int32_t expert, const ghc_tensor_t *dout,
     int rc = check_expert(m, expert, "backward");
     if (rc < 0)
         return rc;
-    ghc_error_clear(M_INST(m)->core);
-    return failed(m, M_OPS(m)->backward(M_SELF(m), expert, dout, dnoisy, stream), "backward");
+    uint64_t seq = begin(m);
+    return failed(m, seq, M_OPS(m)->backward(M_SELF(m), expert, dout, dnoisy, stream), "backward");
 }
 
 int ghc_model_activate(ghc_model_t *m, int32_t expert)
@@ -76,8 +211,8 @@ int ghc_model_activate(ghc_model_t *m, int32_t expert)
     int rc = check_expert(m, expert, "activate");
     if (rc < 0 || !M_OPS(m)->activate)
         return rc;
-    ghc_error_clear(M_INST(m)->core);
-    return failed(m, M_OPS(m)->activate(M_SELF(m), expert), "activate");
+    uint64_t seq = begin(m);
+    return failed(m, seq, M_OPS(m)->activate(M_SELF(m), expert), "activate");
 }
 
 int ghc_model_device(ghc_model_t *m)
@@ -94,10 +229,10 @@ int ghc_model_target_weight(ghc_model_t *m, int32_t expert, int32_t target, cons
     if (!M_OPS(m)->target_weight)
         return ghc_error_set(M_INST(m)->core, GHC_EUNSUPPORTED, "model \"%s\": target_weight: the model does not "
                              "hand out its frozen weights (needed by DoRA)", M_NAME(m));
-    ghc_error_clear(M_INST(m)->core);
+    uint64_t seq = begin(m);
     *b = NULL;
     *w_scale = 1.0f;
-    return failed(m, M_OPS(m)->target_weight(M_SELF(m), expert, target, w, w_scale, b), "target_weight");
+    return failed(m, seq, M_OPS(m)->target_weight(M_SELF(m), expert, target, w, w_scale, b), "target_weight");
 }
 
 int ghc_model_input_spec(ghc_model_t *m, struct ghc_model_input *out)
@@ -110,8 +245,8 @@ int ghc_model_input_spec(ghc_model_t *m, struct ghc_model_input *out)
     if (!M_OPS(m)->input_spec)
         return ghc_error_set(M_INST(m)->core, GHC_EUNSUPPORTED, "model \"%s\": input_spec: the model does not say "
                              "what it takes (the data is checked at the first forward)", M_NAME(m));
-    ghc_error_clear(M_INST(m)->core);
-    int rc = failed(m, M_OPS(m)->input_spec(M_SELF(m), out), "input_spec");
+    uint64_t seq = begin(m);
+    int rc = failed(m, seq, M_OPS(m)->input_spec(M_SELF(m), out), "input_spec");
     out->struct_size = size;
     return rc;
 }

@@ -1,6 +1,6 @@
 /* network.c: the core wrappers of the run's network instance (network.h): each calls the
- * member of the same name, checks the expert index first, and turns a failure without a
- * message into one that names the network. */
+ * member of the same name, checks the expert index first, and gives a failure without a
+ * message one that names the network. */
 #include <config.h>
 
 #include <string.h>
@@ -12,16 +12,13 @@
 #define N_SELF(n) (N_INST(n)->self)
 #define N_NAME(n) (N_OPS(n)->name)
 
-/* A message for a failure the plugin did not explain. */
-static int failed(ghc_network_t *n, int rc, const char *what)
+static int failed(ghc_network_t *n, uint64_t seq, int rc, const char *what)
 {
-    ghc_core_t *core = N_INST(n)->core;
-    if (rc < 0 && !*ghc_error_message(core))
-        ghc_error_set(core, rc, "network \"%s\": %s failed: %s", N_NAME(n), what, ghc_status_string(rc));
-    return rc;
+    return ghc_error_member(N_INST(n)->core, seq, rc, "network", N_NAME(n), what, NULL);
 }
 
-/* 0 <= expert, and below the model's expert count when the run has a model. */
+/* 0 <= expert, and below the model's expert count when the run has a model. On success the
+ * error buffer is left empty for the member that follows. */
 static int check_expert(ghc_network_t *n, int32_t expert, const char *what)
 {
     ghc_core_t *core = N_INST(n)->core;
@@ -42,7 +39,8 @@ int ghc_network_attach(ghc_network_t *n, int32_t expert, const struct ghc_model_
     if (count < 0 || (count > 0 && !targets))
         return ghc_error_set(N_INST(n)->core, GHC_EINVAL, "network \"%s\": attach: %d targets at %p",
                              N_NAME(n), (int)count, (const void *)targets);
-    return failed(n, N_OPS(n)->attach(N_SELF(n), expert, targets, count), "attach");
+    uint64_t seq = ghc_error_seq(N_INST(n)->core);
+    return failed(n, seq, N_OPS(n)->attach(N_SELF(n), expert, targets, count), "attach");
 }
 
 int ghc_network_hook(ghc_network_t *n, int32_t expert, struct ghc_adapter_hook *out)
@@ -51,19 +49,26 @@ int ghc_network_hook(ghc_network_t *n, int32_t expert, struct ghc_adapter_hook *
     if (rc < 0)
         return rc;
     memset(out, 0, sizeof(*out));   /* members a plugin does not set stay NULL */
-    return failed(n, N_OPS(n)->hook(N_SELF(n), expert, out), "hook");
+    uint64_t seq = ghc_error_seq(N_INST(n)->core);
+    return failed(n, seq, N_OPS(n)->hook(N_SELF(n), expert, out), "hook");
 }
 
 int ghc_network_params(ghc_network_t *n, int32_t expert, struct ghc_param **out, int32_t *count)
 {
     int rc = check_expert(n, expert, "params");
-    return rc < 0 ? rc : failed(n, N_OPS(n)->params(N_SELF(n), expert, out, count), "params");
+    if (rc < 0)
+        return rc;
+    uint64_t seq = ghc_error_seq(N_INST(n)->core);
+    return failed(n, seq, N_OPS(n)->params(N_SELF(n), expert, out, count), "params");
 }
 
 int ghc_network_save(ghc_network_t *n, int32_t expert, const char *path)
 {
     int rc = check_expert(n, expert, "save");
-    return rc < 0 ? rc : failed(n, N_OPS(n)->save(N_SELF(n), expert, path), "save");
+    if (rc < 0)
+        return rc;
+    uint64_t seq = ghc_error_seq(N_INST(n)->core);
+    return failed(n, seq, N_OPS(n)->save(N_SELF(n), expert, path), "save");
 }
 
 int ghc_network_load(ghc_network_t *n, int32_t expert, const char *path)
@@ -74,7 +79,8 @@ int ghc_network_load(ghc_network_t *n, int32_t expert, const char *path)
     if (!N_OPS(n)->load)
         return ghc_error_set(N_INST(n)->core, GHC_EUNSUPPORTED, "network \"%s\": cannot load adapter files (%s)",
                              N_NAME(n), path);
-    return failed(n, N_OPS(n)->load(N_SELF(n), expert, path), "load");
+    uint64_t seq = ghc_error_seq(N_INST(n)->core);
+    return failed(n, seq, N_OPS(n)->load(N_SELF(n), expert, path), "load");
 }
 
 int ghc_network_begin_step(ghc_network_t *n, int64_t step)
@@ -82,5 +88,6 @@ int ghc_network_begin_step(ghc_network_t *n, int64_t step)
     if (!N_OPS(n)->begin_step)
         return 0;
     ghc_error_clear(N_INST(n)->core);
-    return failed(n, N_OPS(n)->begin_step(N_SELF(n), step), "begin_step");
+    uint64_t seq = ghc_error_seq(N_INST(n)->core);
+    return failed(n, seq, N_OPS(n)->begin_step(N_SELF(n), step), "begin_step");
 }

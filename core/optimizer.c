@@ -10,13 +10,17 @@
 #define O_SELF(o) (O_INST(o)->self)
 #define O_NAME(o) (O_OPS(o)->name)
 
-/* A message for a failure the plugin did not explain. */
-static int failed(ghc_optimizer_t *o, int rc, const char *what)
+/* A wrapper's call starts here: the error buffer cleared (a successful call leaves it empty);
+ * returns the point from which the member's own message counts (ghc_error_member). */
+static uint64_t begin(ghc_optimizer_t *o)
 {
-    ghc_core_t *core = O_INST(o)->core;
-    if (rc < 0 && !*ghc_error_message(core))
-        ghc_error_set(core, rc, "optimizer \"%s\": %s failed: %s", O_NAME(o), what, ghc_status_string(rc));
-    return rc;
+    ghc_error_clear(O_INST(o)->core);
+    return ghc_error_seq(O_INST(o)->core);
+}
+
+static int failed(ghc_optimizer_t *o, uint64_t seq, int rc, const char *what)
+{
+    return ghc_error_member(O_INST(o)->core, seq, rc, "optimizer", O_NAME(o), what, NULL);
 }
 
 int ghc_optimizer_add_params(ghc_optimizer_t *o, struct ghc_param *params, int32_t n)
@@ -24,14 +28,14 @@ int ghc_optimizer_add_params(ghc_optimizer_t *o, struct ghc_param *params, int32
     if (n < 0 || (n > 0 && !params))
         return ghc_error_set(O_INST(o)->core, GHC_EINVAL, "optimizer \"%s\": add_params: %d params at %p", O_NAME(o),
                              (int)n, (void *)params);
-    ghc_error_clear(O_INST(o)->core);
-    return failed(o, O_OPS(o)->add_params(O_SELF(o), params, n), "add_params");
+    uint64_t seq = begin(o);
+    return failed(o, seq, O_OPS(o)->add_params(O_SELF(o), params, n), "add_params");
 }
 
 int ghc_optimizer_step(ghc_optimizer_t *o, int32_t group, int64_t step, float lr_factor, void *stream)
 {
-    ghc_error_clear(O_INST(o)->core);
-    return failed(o, O_OPS(o)->step(O_SELF(o), group, step, lr_factor, stream), "step");
+    uint64_t seq = begin(o);
+    return failed(o, seq, O_OPS(o)->step(O_SELF(o), group, step, lr_factor, stream), "step");
 }
 
 float ghc_optimizer_lr(ghc_optimizer_t *o, int32_t group)
@@ -43,14 +47,14 @@ int ghc_optimizer_save(ghc_optimizer_t *o, const char *path)
 {
     if (!O_OPS(o)->save)
         return 0;
-    ghc_error_clear(O_INST(o)->core);
-    return failed(o, O_OPS(o)->save(O_SELF(o), path), "save");
+    uint64_t seq = begin(o);
+    return failed(o, seq, O_OPS(o)->save(O_SELF(o), path), "save");
 }
 
 int ghc_optimizer_load(ghc_optimizer_t *o, const char *path)
 {
     if (!O_OPS(o)->load)
         return 0;
-    ghc_error_clear(O_INST(o)->core);
-    return failed(o, O_OPS(o)->load(O_SELF(o), path), "load");
+    uint64_t seq = begin(o);
+    return failed(o, seq, O_OPS(o)->load(O_SELF(o), path), "load");
 }

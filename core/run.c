@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,9 +70,9 @@ static int instance_create(ghc_core_t *core, enum ghc_kind kind, ghc_cfg_t *cfg)
     *in = (struct ghc_instance){ .core = core, .kind = kind, .ops = r->ops, .cfg = cfg,
                                  .free = ops_free(kind, r->ops) };
     ghc_error_clear(core);
+    uint64_t seq = ghc_error_seq(core);
     if ((rc = head->init(core, cfg, &in->self)) < 0) {
-        if (!*ghc_error_message(core))
-            ghc_error_set(core, rc, "%s: init failed: %s", what, ghc_status_string(rc));
+        ghc_error_member(core, seq, rc, kname, name, "init", NULL);
         free(in);
         return rc;
     }
@@ -108,6 +109,7 @@ void ghc_run_free(ghc_core_t *core)
             continue;
         if (in->free)
             in->free(in->self);
+        free(in->hook);
         free(in);
         core->inst[k] = NULL;
     }
@@ -176,6 +178,17 @@ INSTANCE_GETTER(ghc_scheduler, GHC_KIND_SCHEDULER)
 
 #define MP_OPS(mp) ((const struct ghc_mempolicy_ops *)((struct ghc_instance *)(mp))->ops)
 #define MP_SELF(mp) (((struct ghc_instance *)(mp))->self)
+#define MP_CORE(mp) (((struct ghc_instance *)(mp))->core)
+
+/* The memory wrappers leave the error buffer as it is on success: they may run in the cleanup
+ * after an earlier failure, whose message must stay. A member's own message counts from `seq`
+ * on. */
+static int mem_failed(ghc_mempolicy_t *mp, uint64_t seq, int rc, const char *member)
+{
+    return ghc_error_member(MP_CORE(mp), seq, rc, "mempolicy", MP_OPS(mp)->name, member, NULL);
+}
+
+_Static_assert(GHC_ROLE_COUNT <= GHC_ROLE_MAX, "struct ghc_mem_stats has room for GHC_ROLE_MAX roles");
 
 const char *ghc_mem_role_name(enum ghc_mem_role role)
 {
@@ -190,11 +203,12 @@ int ghc_mem_alloc(ghc_mempolicy_t *mp, size_t bytes, enum ghc_mem_role role, int
 {
     *ptr = NULL;
     if ((unsigned)role >= GHC_ROLE_COUNT)
-        return ghc_error_set(((struct ghc_instance *)mp)->core, GHC_EINVAL, "mem: role %d out of range", role);
+        return ghc_error_set(MP_CORE(mp), GHC_EINVAL, "mem: role %d out of range", role);
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
     int rc = MP_OPS(mp)->alloc(MP_SELF(mp), bytes, role, device, ptr);
     if (rc < 0)
         *ptr = NULL;
-    return rc;
+    return mem_failed(mp, seq, rc, "alloc");
 }
 
 void ghc_mem_release(ghc_mempolicy_t *mp, void *ptr)
@@ -205,29 +219,50 @@ void ghc_mem_release(ghc_mempolicy_t *mp, void *ptr)
 
 int ghc_mem_advise(ghc_mempolicy_t *mp, void *ptr, size_t bytes, enum ghc_mem_role role)
 {
-    return MP_OPS(mp)->advise ? MP_OPS(mp)->advise(MP_SELF(mp), ptr, bytes, role) : 0;
+    if (!MP_OPS(mp)->advise)
+        return 0;
+    if ((unsigned)role >= GHC_ROLE_COUNT)   /* policies index their counters by role */
+        return ghc_error_set(MP_CORE(mp), GHC_EINVAL, "mem: role %d out of range", role);
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    return mem_failed(mp, seq, MP_OPS(mp)->advise(MP_SELF(mp), ptr, bytes, role), "advise");
 }
 
 int ghc_mem_prefetch(ghc_mempolicy_t *mp, void *ptr, size_t bytes, int device, void *stream)
 {
-    return MP_OPS(mp)->prefetch ? MP_OPS(mp)->prefetch(MP_SELF(mp), ptr, bytes, device, stream) : 0;
+    if (!MP_OPS(mp)->prefetch)
+        return 0;
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    return mem_failed(mp, seq, MP_OPS(mp)->prefetch(MP_SELF(mp), ptr, bytes, device, stream), "prefetch");
 }
 
 int ghc_mem_phase(ghc_mempolicy_t *mp, enum ghc_mem_phase phase, int64_t index)
 {
-    return MP_OPS(mp)->phase ? MP_OPS(mp)->phase(MP_SELF(mp), phase, index) : 0;
+    if (!MP_OPS(mp)->phase)
+        return 0;
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    return mem_failed(mp, seq, MP_OPS(mp)->phase(MP_SELF(mp), phase, index), "phase");
 }
 
 int ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out)
 {
-    return MP_OPS(mp)->stats ? MP_OPS(mp)->stats(MP_SELF(mp), out) : 0;
+    int rc = 0;
+    if (MP_OPS(mp)->stats) {
+        uint64_t seq = ghc_error_seq(MP_CORE(mp));
+        rc = mem_failed(mp, seq, MP_OPS(mp)->stats(MP_SELF(mp), out), "stats");
+    }
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, n_roles) + sizeof(out->n_roles))
+        out->n_roles = GHC_ROLE_COUNT;
+    return rc;
 }
 
-/* ---- mempolicy wrappers appended for issue 7 (trim, map, group, platforms, probes) ---- */
+/* ---- trim, map, group, platforms, probes ----------------------------------------------------- */
 
 int ghc_mem_trim(ghc_mempolicy_t *mp, bool hard)
 {
-    return MP_OPS(mp)->trim ? MP_OPS(mp)->trim(MP_SELF(mp), hard) : 0;
+    if (!MP_OPS(mp)->trim)
+        return 0;
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    return mem_failed(mp, seq, MP_OPS(mp)->trim(MP_SELF(mp), hard), "trim");
 }
 
 void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr)
@@ -237,17 +272,21 @@ void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr)
 
 int ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const size_t *bytes, int n)
 {
-    return MP_OPS(mp)->group ? MP_OPS(mp)->group(MP_SELF(mp), group, ptrs, bytes, n) : 0;
+    if (!MP_OPS(mp)->group)
+        return 0;
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    return mem_failed(mp, seq, MP_OPS(mp)->group(MP_SELF(mp), group, ptrs, bytes, n), "group");
 }
 
-const char *ghc_mem_usage_text(const uint64_t bytes_role[GHC_ROLE_COUNT], char *buf, size_t len)
+const char *ghc_mem_usage_text(const uint64_t *bytes_role, int32_t n_roles, char *buf, size_t len)
 {
-    bool done[GHC_ROLE_COUNT] = { false };
+    bool done[GHC_ROLE_MAX] = { false };
+    int n = n_roles < 0 ? 0 : n_roles > GHC_ROLE_MAX ? GHC_ROLE_MAX : (int)n_roles;
     size_t at = 0;
     buf[0] = '\0';
     for (;;) {
         int best = -1;
-        for (int r = 0; r < GHC_ROLE_COUNT; r++)
+        for (int r = 0; r < n; r++)
             if (!done[r] && bytes_role[r] && (best < 0 || bytes_role[r] > bytes_role[best]))
                 best = r;
         if (best < 0 || at >= len)
@@ -273,7 +312,8 @@ int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_o
     const struct ghc_mempolicy_ops *ops = r ? r->ops : NULL;
     if (!ops || !ops->probe)
         return ghc_error_set(core, GHC_ENOTFOUND, "mem: mempolicy '%s' has no probe", plugin);
-    return ops->probe(core, opts, out);
+    uint64_t seq = ghc_error_seq(core);
+    return ghc_error_member(core, seq, ops->probe(core, opts, out), "mempolicy", plugin, "probe", NULL);
 }
 
 const char *ghc_mem_platform_name(enum ghc_mem_platform p)

@@ -1,4 +1,4 @@
-/* sampler.c: sigma samplers of the flow-matching trainer (spec/training.md sections 2 and 3):
+/* sampler.c: sigma samplers of the flow-matching trainer (doc/config.md, the train section):
  * uniform, sigmoid, logit-normal, shift(k) over a sigmoid or uniform base, flux_shift; each
  * restricted to an expert's range by rejection, so the shape inside the range is the family's
  * own (no affine rescale), with a hard error instead of a silent unrestricted fallback.

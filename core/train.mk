@@ -1,8 +1,10 @@
 # core/train.mk: included after kernels/local.mk (libgh200core_train links libgh200core_ops).
-# libgh200core_train: the trainer (core/train.c), the sigma samplers, TensorBoard files and the
-# embedded demo's data. Apart from libgh200core because it computes (links libgh200core_ops).
+# libgh200core_train: the trainer (core/train.c the loop; train_check.c, checkpoint.c, outdir.c
+# and progress.c), the sigma samplers, TensorBoard files and the embedded demo's data. Apart
+# from libgh200core because it computes (links libgh200core_ops).
 lib_LTLIBRARIES += libgh200core_train.la
-libgh200core_train_la_SOURCES = core/train.c core/train_impl.h core/sampler.c core/tboard.c core/demo.c
+libgh200core_train_la_SOURCES = core/train.c core/train_check.c core/checkpoint.c core/outdir.c core/progress.c \
+	core/train_impl.h core/sampler.c core/tboard.c core/demo.c
 libgh200core_train_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
 libgh200core_train_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_train_la_LIBADD = libgh200core_ops.la libgh200core.la $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm

@@ -1,5 +1,8 @@
 /* train_impl.h: the trainer's internal pieces (never installed): the sigma samplers, the
- * TensorBoard event writer and the trainer's state. Tested directly by tests/test_train.c. */
+ * TensorBoard event writer, the embedded demo, and the trainer's state with the functions its
+ * files share (train.c the loop, train_check.c the checks before a run, checkpoint.c,
+ * outdir.c the output folder, progress.c). The samplers and the event writer are tested
+ * directly by tests/test_train.c. */
 #ifndef GHC_TRAIN_IMPL_H
 #define GHC_TRAIN_IMPL_H
 
@@ -7,8 +10,10 @@
 #include <stdio.h>
 
 #include <gh200core/gh200core.h>
+#include <gh200core/ops.h>      /* defines: struct ghc_rng */
+#include <gh200core/train.h>    /* defines: struct ghc_train_opts */
 
-/* ---- sigma samplers (spec/training.md sections 2 and 3) ------------------------------------- */
+/* ---- sigma samplers (doc/training.md) ------------------------------------------------------- */
 
 enum ghc_sampler_family {
     GHC_SAMPLER_UNIFORM = 0,    /* sigma = u */
@@ -81,5 +86,142 @@ struct ghc_demo_opts {
 };
 int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o);
 extern const struct ghc_cfg_key ghc_demo_keys[];
+
+/* ---- the trainer's state -------------------------------------------------------------------- */
+
+enum ghc_train_mode { GHC_TRAIN_MODE_SINGLE = 0, GHC_TRAIN_MODE_SEPARATE, GHC_TRAIN_MODE_SHARED };
+enum ghc_train_weighting { GHC_TRAIN_WEIGHTING_NONE = 0, GHC_TRAIN_WEIGHTING_SIGMA_SQRT, GHC_TRAIN_WEIGHTING_COSMAP };
+
+/* NULL-terminated, by enum value: the train section's spellings, also written to trainer.json. */
+extern const char *const ghc_train_mode_names[];
+extern const char *const ghc_train_expert_names[];   /* by model expert: 0 high noise, 1 low */
+
+/* The train section, as read and checked. */
+struct ghc_train_cfg {
+    int64_t steps, switch_every, max_tries, save_every, keep_last, max_bad, log_every;
+    int64_t validate_every, validation_batches;
+    int     mode, expert, weighting;
+    bool    t_offset, tensorboard, stored_noise, sync_timing;
+    double  max_grad_norm;
+    const char *name;
+    double  vsig[16];
+    int     n_vsig;
+};
+
+#define GHC_TRAIN_MAX_ADAPTERS 2
+
+struct ghc_trainer {
+    ghc_core_t        *core;
+    struct ghc_train_cfg c;
+    ghc_model_t       *model;
+    ghc_network_t     *net;
+    ghc_optimizer_t   *opt;
+    ghc_scheduler_t   *sched;
+    ghc_mempolicy_t   *mp;
+    ghc_dataset_t     *ds;
+    ghc_dataset_t     *vds;             /* held-out validation data, or NULL */
+    int                device;
+    int32_t            n_experts;       /* of the model */
+    double             boundary;        /* sigma of the expert boundary (two experts) */
+    /* adapters: one per trained expert (single, separate) or one shared */
+    int32_t            n_adapters;
+    int32_t            adapter_expert[GHC_TRAIN_MAX_ADAPTERS];  /* the model expert it serves (-1 shared) */
+    struct ghc_param  *params[GHC_TRAIN_MAX_ADAPTERS];
+    int32_t            n_params[GHC_TRAIN_MAX_ADAPTERS];
+    struct ghc_sampler sampler;
+    struct ghc_rng     noise_rng;
+    /* position (checkpointed) */
+    int64_t            step;                     /* optimizer steps done */
+    int64_t            adapter_steps[GHC_TRAIN_MAX_ADAPTERS];
+    int64_t            bad_total, bad_in_row, samples_seen;
+    int32_t            active;                   /* the model expert active now, -1 none */
+    /* scratch */
+    ghc_tensor_t      *sq, *norms;               /* grad-norm workspace */
+    ghc_tboard_t      *tb;
+    FILE              *metrics;
+    char               out[4096];
+    double             t_start;
+    int64_t            first_step;               /* the step this process started at (resume) */
+    double             loss_ema;
+    /* progress for a terminal (ghc_train_opts.progress), and its line drawn last ("" once ended) */
+    bool               progress;
+    char               line[512];
+    /* the data position a resumed run seeks to once its dataset is open */
+    bool               resumed;
+    int64_t            resume_epoch, resume_cursor;
+    /* what the model takes, when it says (ghc_model_input_spec) */
+    struct ghc_model_input in;
+    bool               have_in;
+    bool               demo;                     /* a `demo` section: the data is generated */
+    /* What this run wrote into output_dir: a run that fails before its first checkpoint
+     * removes it again, so that the folder is as it was and the next run is not refused. */
+    char               made_out[4096];           /* the shallowest folder mkdir created, or "" */
+    bool               made_resolved, made_demo, made_metrics, wrote_checkpoint;
+    char               tb_path[8400];            /* the event file this run opened, or "" */
+};
+
+/* What one optimizer step did, for metrics.jsonl, TensorBoard and the progress line. */
+struct ghc_step_report {
+    double loss, grad_norm, lr, lr_factor, t_step, t_data, t_fwd_bwd, t_opt;
+    int32_t micro_batches, samples, expert;
+    bool skipped;
+    struct ghc_mem_stats mem;                    /* after the step (zero without a policy) */
+};
+
+/* ---- train.c and train_check.c -------------------------------------------------------------- */
+
+/* The sigma range [lo, hi) of model expert e (the whole range with one expert or e < 0). */
+void ghc_train_expert_range(const struct ghc_trainer *tr, int32_t e, double *lo, double *hi);
+/* Everything that can be checked before output_dir is touched: the sections, the data against
+ * the model (the demo's shapes instead of its data), the adapters attached, the resumed
+ * checkpoint read. The trainer's resources are released by the caller. */
+int ghc_train_prepare(struct ghc_trainer *tr, const struct ghc_train_opts *opts);
+/* The training data (and the held-out validation data): opened, checked against the model,
+ * and put at the resumed position. */
+int ghc_train_open_data(struct ghc_trainer *tr);
+
+/* ---- checkpoint.c --------------------------------------------------------------------------- */
+
+/* output_dir/checkpoint-<step>/, whole or absent; then the oldest beyond keep_last go. */
+int ghc_checkpoint_write(struct ghc_trainer *tr);
+/* Loads the adapters, params, optimizer state and trainer state of the checkpoint folder dir,
+ * refusing one made in another mode or with another number of adapters. */
+int ghc_checkpoint_read(struct ghc_trainer *tr, const char *dir);
+/* Every adapter's file into dir as <name><suffix>.safetensors; `first` (when not NULL) gets
+ * the first one's path. A checkpoint holds them, and so does output_dir at the end. */
+int ghc_checkpoint_save_adapters(struct ghc_trainer *tr, const char *dir, char *first, size_t len);
+/* The newest checkpoint-N folder in dir: *step gets N, -1 when there is none. */
+void ghc_checkpoint_newest(const char *dir, int64_t *step);
+
+/* ---- outdir.c ------------------------------------------------------------------------------- */
+
+/* Creates output_dir with its parents and writes resolved.cfg, noting what did not exist yet. */
+int  ghc_outdir_create(struct ghc_trainer *tr);
+/* metrics.jsonl and the TensorBoard event file, for appending; a resumed run first drops what
+ * an earlier continuation logged past its step. */
+int  ghc_outdir_open_logs(struct ghc_trainer *tr);
+void ghc_outdir_close_logs(struct ghc_trainer *tr);
+/* One step's line in metrics.jsonl and its TensorBoard scalars (not for a skipped step). */
+void ghc_outdir_record_step(struct ghc_trainer *tr, const struct ghc_step_report *r);
+/* The mean validation loss at one sigma, in both files. */
+void ghc_outdir_record_validation(struct ghc_trainer *tr, double sigma, double loss);
+/* After a failure before the run's first checkpoint: removes what the run wrote into
+ * output_dir (its files closed). The error message stays. */
+void ghc_outdir_undo(struct ghc_trainer *tr);
+/* Removes path and everything below it; a missing path is no error. */
+int  ghc_outdir_remove(ghc_core_t *core, const char *path);
+
+/* ---- progress.c ----------------------------------------------------------------------------- */
+
+/* Seconds on the monotonic clock: the step's phase times and the ETA. */
+double ghc_progress_now(void);
+/* The run's first line; the clock of the ETA starts. */
+void ghc_progress_begin(struct ghc_trainer *tr);
+/* The progress line of the step just done, through ghc_log (GHC_LOG_INFO). */
+void ghc_progress_step(struct ghc_trainer *tr, const struct ghc_step_report *r);
+/* After a stop request: ends a terminal's progress line. */
+void ghc_progress_stop(struct ghc_trainer *tr);
+/* The run's last line: steps, time, the final loss and the adapter file. */
+void ghc_progress_done(struct ghc_trainer *tr, const char *first_file);
 
 #endif /* GHC_TRAIN_IMPL_H */

@@ -12,5 +12,5 @@ libgh200core_ops_la_LIBADD = libgh200core.la -lm
 if HAVE_CUDA
 libgh200core_ops_la_LIBADD += kernels/libghc_cuda.la $(CUDA_LIBS) -lcublasLt
 endif
-# optimizer updates (issue 6): the CPU twin of kernels/cuda/optim.cu
+# optimizer updates: the CPU twin of kernels/cuda/optim_*.cu
 libgh200core_ops_la_SOURCES += kernels/cpu/optim.c

@@ -966,7 +966,7 @@ int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *
                     ghc_k_mse_loss(loss, grad, pred, target, stream));
 }
 
-/* ==== optimizer updates (issue 6) ============================================================== */
+/* ==== optimizer updates (the adamw and automagic plugins) ===================================== */
 
 /* The shape a state tensor must have; numel only when ndim < 0. */
 static int check_state(const struct op_ctx *c, const char *name, const ghc_tensor_t *t, unsigned mask,

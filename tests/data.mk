@@ -1,4 +1,4 @@
-# tests/data.mk: the dataset, backends and caches (issue 8). Fixtures: tests/fixtures/data,
+# tests/data.mk: the dataset, backends and caches. Fixtures: tests/fixtures/data,
 # made by tests/fixtures/make_data_fixtures.py and, for data/peers, make_peer_cache_fixtures.py
 # (tests/fixtures/README.md, sections "data" and "data/peers").
 check_PROGRAMS += tests/test_data

@@ -4,6 +4,8 @@
 # pkg-config and its own Makefile, install the plugin into a folder of its own, and run the
 # installed CLI with it: `plugins` lists it, a configuration naming it passes --dry-run, a
 # real run records its defaults, and a bad key or value fails with exit 3 and a clear line.
+# Then a plugin that computes (calls a ghc_op_* of ops.h) links with -Wl,--no-undefined from
+# `pkg-config --cflags --libs gh200core-ops` alone, loads, and runs its init.
 # Run by `make check` (tests/local.mk sets GHC_TOP_BUILDDIR, GHC_TOP_SRCDIR and MAKE).
 # Exit: 0 pass, 1 fail, 77 skip (no pkg-config). GHC_KEEP_TMP=1 keeps the temporary folder.
 
@@ -116,16 +118,68 @@ if ! $MAKE -C "$tmp/src" install PKG_CONFIG="$staged_pc" PLUGINSDIR="$tmp/plugin
 fi
 so=$tmp/plugins/ghc_cosine.so
 [ -f "$so" ] || fail "make install did not put ghc_cosine.so into $tmp/plugins"
-# One exported symbol (STYLE.md section 5); the linker's own markers do not count.
+# One exported symbol (doc/plugin-guide.md section 1); the linker's own markers do not count.
 if command -v nm >/dev/null 2>&1; then
     syms=$(nm -D --defined-only "$so" | awk '$2 ~ /^[A-Z]$/ && $3 !~ /^(_init|_fini|_edata|_end|__bss_start)$/ { print $3 }')
     [ "$syms" = ghc_plugin_cosine ] || fail "ghc_cosine.so exports: $(printf '%s' "$syms" | tr '\n' ' '); expected only ghc_plugin_cosine"
     say "ghc_cosine.so exports only ghc_plugin_cosine"
 fi
 
+# ---- a plugin that computes: gh200core-ops.pc ------------------------------------------------
+# libgh200core_ops is not installed by `make install` above (it links libgh200core.la, so
+# libtool would relink it, see above): copy the built one, with its links, into the staged
+# libdir, where an installed one would be. The link below checks the flags, not the file.
+[ -r "$(dirname "$pc")/gh200core-ops.pc" ] ||
+    fail "no gh200core-ops.pc installed beside $pc"
+cp -P "$GHC_TOP_BUILDDIR"/.libs/libgh200core_ops.so* "$stage$libdir/" ||
+    fail "cannot copy $GHC_TOP_BUILDDIR/.libs/libgh200core_ops.so* into $stage$libdir"
+ops_cflags=$($staged_pc --cflags gh200core-ops) || fail "$staged_pc --cflags gh200core-ops failed"
+ops_libs=$($staged_pc --libs gh200core-ops) || fail "$staged_pc --libs gh200core-ops failed"
+say "gh200core-ops: cflags '$ops_cflags', libs '$ops_libs'"
+case $ops_libs in *-lgh200core_ops*-lgh200core*) ;; *) fail "libs '$ops_libs' lack -lgh200core_ops before -lgh200core" ;; esac
+mkdir "$tmp/ops" "$tmp/opsplugins" || fail "mkdir in $tmp failed"
+cat >"$tmp/ops/opsflat.c" <<'EOF2'
+/* opsflat.c: a scheduler that calls a compute op (ghc_op_sync, libgh200core_ops) in its init. */
+#include <gh200core/ops.h>         /* defines: ghc_op_sync */
+#include <gh200core/scheduler.h>   /* defines: struct ghc_scheduler_ops, ghc_register_scheduler */
+
+static int flat_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
+{
+    (void)cfg;
+    *self = core;
+    return ghc_op_sync(core, GHC_DEVICE_CPU, NULL);
+}
+static int32_t flat_micro_batches(void *self, int64_t step) { (void)self; (void)step; return 1; }
+static float flat_lr_factor(void *self, int64_t step) { (void)self; (void)step; return 1.0f; }
+
+static const struct ghc_scheduler_ops flat_ops = {
+    .struct_size = sizeof(struct ghc_scheduler_ops),
+    .name = "opsflat",
+    .init = flat_init,
+    .micro_batches = flat_micro_batches,
+    .lr_factor = flat_lr_factor,
+};
+
+static int flat_plugin_init(ghc_core_t *core) { return ghc_register_scheduler(core, &flat_ops); }
+
+GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_opsflat = {
+    .abi = GHC_PLUGIN_ABI, .api = GHC_API_VERSION, .struct_size = sizeof(struct ghc_plugin),
+    .kinds = GHC_KIND_BIT(GHC_KIND_SCHEDULER), .name = "opsflat", .version = "1.0.0",
+    .init = flat_plugin_init,
+};
+EOF2
+cc=${CC:-cc}
+say "$cc ... -shared -Wl,--no-undefined -o ghc_opsflat.so opsflat.c $ops_libs"
+# shellcheck disable=SC2086  # the flags are words
+if ! $cc $ops_cflags -std=c11 -fPIC -fvisibility=hidden -shared -Wl,--no-undefined \
+        -o "$tmp/opsplugins/ghc_opsflat.so" "$tmp/ops/opsflat.c" $ops_libs >"$tmp/build.log" 2>&1; then
+    show "$tmp/build.log"
+    fail "a plugin calling ghc_op_sync does not link with pkg-config --libs gh200core-ops (log above)"
+fi
+
 # ---- run the installed CLI ------------------------------------------------------------------
-# The CLI also needs libgh200core_ops and libgh200core_train, not installed here (see above):
-# they come from the build tree, after the staged libgh200core.
+# The CLI also needs libgh200core_train, not installed here (see above): it comes from the
+# build tree, after the staged libgh200core and libgh200core_ops.
 LD_LIBRARY_PATH=$stage$libdir:$GHC_TOP_BUILDDIR/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 unset GHC_PLUGIN_PATH
@@ -169,6 +223,15 @@ for key in micro_batches min_factor; do
     grep -q "^ *$key = " "$tmp/out.d/resolved.cfg" ||
         fail "$tmp/out.d/resolved.cfg lacks the default of $key (defaults are recorded)"
 done
+
+# The computing plugin loads (its ghc_op_sync resolves in the staged libgh200core_ops) and its
+# init runs.
+run_cli --plugin-path "$tmp/opsplugins" plugins
+[ "$rc" -eq 0 ] || fail "gh200core plugins with ghc_opsflat.so: exit $rc, expected 0"
+grep -q "^scheduler  *opsflat " "$tmp/out" || fail "gh200core plugins does not list scheduler 'opsflat'"
+sed 's/^scheduler = .*/scheduler = { plugin = "opsflat"; };/' "$tmp/train.cfg" >"$tmp/ops.cfg" || fail "cannot write $tmp/ops.cfg"
+run_cli --plugin-path "$tmp/opsplugins" --plugin-path "$GHC_TOP_BUILDDIR/plugins/.libs" -c "$tmp/ops.cfg" --dry-run
+[ "$rc" -eq 0 ] || fail "--dry-run with scheduler opsflat: exit $rc, expected 0"
 
 # An unknown key: exit 3 (configuration error), with a suggestion.
 run_cli --plugin-path "$tmp/plugins" --plugin-path "$GHC_TOP_BUILDDIR/plugins/.libs" -c "$tmp/train.cfg" --dry-run --set scheduler.warmup_stepz=3

@@ -1,7 +1,8 @@
 # tests: Check suites, loader test plugins, the CLI and the out-of-tree example plugin.
-# Test plugins are built with -rpath /nowhere (never installed); good ones go to
-# tests/plugins/.libs, deliberately broken ones to tests/badplugins/.libs.
-TEST_PLUGIN_LDFLAGS = -module -avoid-version -no-undefined -rpath /nowhere
+# Test plugins are linked as the shipped ones are (PLUGIN_LDFLAGS, Makefile.am), plus -rpath
+# /nowhere (never installed); good ones go to tests/plugins/.libs, deliberately broken ones to
+# tests/badplugins/.libs.
+TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
 TEST_PLUGIN_CFLAGS = $(PLUGIN_CFLAGS)
 TEST_PLUGIN_LIBS = libgh200core.la
 
@@ -18,6 +19,15 @@ tests_plugins_ghc_refuse_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=refuse -DFAKE_
 tests_plugins_ghc_refuse_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_plugins_ghc_refuse_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_ghc_refuse_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
+# a memory policy whose members fail without a message: the core's wrappers give one
+check_LTLIBRARIES += tests/plugins/ghc_silent.la
+tests_plugins_ghc_silent_la_SOURCES = tests/plugins/fake.c
+tests_plugins_ghc_silent_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=silent -DFAKE_SILENT \
+	-DFAKE_KINDS='GHC_KIND_BIT(GHC_KIND_MEMPOLICY)'
+tests_plugins_ghc_silent_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_ghc_silent_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_ghc_silent_la_LIBADD = $(TEST_PLUGIN_LIBS)
 
 check_LTLIBRARIES += tests/badplugins/ghc_badabi.la
 tests_badplugins_ghc_badabi_la_SOURCES = tests/plugins/fake.c
@@ -184,7 +194,7 @@ EXTRA_DIST += tests/fixtures/make_wan22_fixtures.py \
 	tests/fixtures/wan22/weights_official.safetensors \
 	tests/fixtures/wan22/case.safetensors
 
-# ---- wan22 model plugin (issue 4) ----
+# ---- wan22 model plugin ----
 # The suite loads plugins/.libs/ghc_wan22.so through a run and also links the plugin's sources
 # to reach config detection and intermediates; its GPU case runs only with a CUDA device.
 check_PROGRAMS += tests/test_wan22
@@ -196,7 +206,7 @@ tests_test_wan22_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_wan22
 # ---- end wan22 ----
 
-# ---- wan22 A14B block check on the GPU (issue 4) ----
+# ---- wan22 A14B block check on the GPU ----
 # Not a test: one bf16 forward + backward of a wan22 checkpoint on GPU 0, driven by
 # tests/fixtures/wan22_a14b_block_check.py on the GPU machine (doc/wan22.md). Built by
 # `make tests/wan22_gpu_check` (and by `make check`, which does not run it). A check program and

@@ -1,4 +1,4 @@
-# ---- lycoris network plugin (issue 5) ----
+# ---- lycoris network plugin ----
 # test_lycoris loads plugins/.libs/ghc_lycoris.so through a run and also links the plugin's
 # sources for the factorization and key names. Golden cases come from
 # tests/fixtures/make_lycoris_fixtures.py (Python LyCORIS + peft, pinned); the C tests read

@@ -1,4 +1,4 @@
-# tests/mem.mk: the memory policies (issue 7). test_mem (CPU) links the pure state machine of
+# tests/mem.mk: the memory policies. test_mem (CPU) links the pure state machine of
 # gh200_uvm and loads the policies through runs; test_mem_cuda (GPU suite, exit 77 without a
 # GPU) checks placement per role, the discrete cap and equal losses under device, gh200_uvm
 # and offload on a tiny multi-block wan22 model.
@@ -10,7 +10,7 @@ tests_test_mem_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_mem
 
 # test_wan22 links the wan22 sources; forward.c and backward.c map block weights through
-# plugins/wan22/stream.c (issue 7)
+# plugins/wan22/stream.c: the model's side of streaming policies
 tests_test_wan22_SOURCES += plugins/wan22/stream.c
 
 if HAVE_CUDA

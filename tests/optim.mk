@@ -1,4 +1,4 @@
-# tests/optim.mk: the adamw and automagic optimizers (issue 6). Golden trajectories come from
+# tests/optim.mk: the adamw and automagic optimizers. Golden trajectories come from
 # tests/fixtures/make_optim_fixtures.py (torch 2.9.1, ai-toolkit's Automagic); the C suites read
 # tests/fixtures/optim/trajectories.safetensors. The GPU suite exits 77 without a device.
 check_PROGRAMS += tests/test_optim

@@ -1,4 +1,4 @@
-/* test_data.c: the dataset (core/dataset.c) with the `local` backend, the in_memory backend
+/* test_data.c: the dataset (core/dataset.c, data_*.c) with the `local` backend, the in_memory backend
  * and the disk cache: musubi-tuner, ai-toolkit and gh200core fixtures read as they are
  * (tests/fixtures/make_data_fixtures.py), buckets, shuffling, repeats and weights, seek/tell,
  * text dropout, round trips through every compression, the memory limit, and each bad input;
@@ -949,11 +949,12 @@ static int peer_t(const char *file, int64_t *len)
 /* ai-toolkit pads its texts (to 512 rows; the fixtures to 8) */
 #define PEER_ROWS 8
 
-/* A fresh folder holding a copy of data/peers/<name>; the caller frees the string. */
+/* A fresh, writable folder holding a copy of data/peers/<name> (the source tree may be
+ * read-only, as under `make distcheck`); the caller frees the string. */
 static char *peer_copy(const char *name)
 {
     char *dir = fixture_dir(), *tmp = tu_tmpdir(), cmd[8400];
-    snprintf(cmd, sizeof(cmd), "cp -R '%s/peers/%s/.' '%s'", dir, name, tmp);
+    snprintf(cmd, sizeof(cmd), "cp -R '%s/peers/%s/.' '%s' && chmod -R u+w '%s'", dir, name, tmp, tmp);
     ck_assert_int_eq(system(cmd), 0);
     free(dir);
     return tmp;

@@ -263,6 +263,34 @@ START_TEST(instance_init_fails)
 }
 END_TEST
 
+/* Members that fail without a message get one from the core's wrappers, naming the plugin and
+ * the member; a message left from before the call does not stand in for it. */
+START_TEST(member_fails_silently)
+{
+    ghc_core_t *core = core_with("mempolicy = { plugin = \"silent\"; };\n");
+    ck_assert_msg(ghc_run_init(core) == 0, "%s", ghc_error_message(core));
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(core);
+    ck_assert_ptr_nonnull(mp);
+    void *p = &p;
+    ck_assert_int_eq(ghc_mem_alloc(mp, 64, GHC_ROLE_WORKSPACE, GHC_DEVICE_CPU, &p), GHC_ENOMEM);
+    ck_assert_ptr_null(p);
+    char want[256];
+    snprintf(want, sizeof(want), "mempolicy \"silent\": alloc failed: %s (code %d, no message from the plugin)",
+             ghc_status_string(GHC_ENOMEM), GHC_ENOMEM);
+    ck_assert_str_eq(ghc_error_message(core), want);
+    ghc_error_set(core, GHC_EINVAL, "an earlier failure, handled");
+    ck_assert_int_eq(ghc_mem_phase(mp, GHC_PHASE_STEP_BEGIN, 0), GHC_EIO);
+    snprintf(want, sizeof(want), "mempolicy \"silent\": phase failed: %s (code %d, no message from the plugin)",
+             ghc_status_string(GHC_EIO), GHC_EIO);
+    ck_assert_str_eq(ghc_error_message(core), want);
+    ck_assert_int_eq(ghc_error_code(core), GHC_EIO);
+    /* optional members the plugin lacks: no-ops, the message stays */
+    ck_assert_int_eq(ghc_mem_trim(mp, false), 0);
+    ck_assert_str_eq(ghc_error_message(core), want);
+    ghc_core_free(core);
+}
+END_TEST
+
 START_TEST(host_mempolicy)
 {
     ghc_core_t *core = core_with("mempolicy = { plugin = \"host\"; limit_mib = 1; };\n");
@@ -279,6 +307,15 @@ START_TEST(host_mempolicy)
     ck_assert_uint_eq(st.bytes_role[GHC_ROLE_LATENTS], 1000);
     ck_assert_uint_eq(st.bytes_role[GHC_ROLE_ADAPTER], 3000);
     ck_assert_uint_eq(st.bytes_host, 4000);
+    /* the per-role arrays keep their room whatever the number of roles; n_roles says how many */
+    ck_assert_uint_eq(st.n_roles, GHC_ROLE_COUNT);
+    ck_assert_uint_eq(sizeof(st.bytes_role), GHC_ROLE_MAX * sizeof(uint64_t));
+    ck_assert_uint_eq(sizeof(st.bytes_role_managed), GHC_ROLE_MAX * sizeof(uint64_t));
+    char use[256];
+    ck_assert_str_eq(ghc_mem_usage_text(st.bytes_role, (int32_t)st.n_roles, use, sizeof(use)),
+                     "adapter 2.9 KiB, latents 1000.0 B");
+    ck_assert_str_eq(ghc_mem_usage_text(st.bytes_role, GHC_ROLE_LATENTS, use, sizeof(use)), "adapter 2.9 KiB");
+    ck_assert_int_eq(ghc_mem_advise(mp, a, 1000, (enum ghc_mem_role)GHC_ROLE_COUNT), GHC_EINVAL);
     ck_assert_int_eq(ghc_mem_advise(mp, a, 1000, GHC_ROLE_TEXT_EMBEDS), 0);
     ck_assert_int_eq(ghc_mem_stats(mp, &st), 0);
     ck_assert_uint_eq(st.bytes_role[GHC_ROLE_LATENTS], 0);
@@ -350,6 +387,7 @@ int main(void)
     tcase_add_test(tc, wrong_kind);
     tcase_add_test(tc, missing_plugin_key);
     tcase_add_test(tc, instance_init_fails);
+    tcase_add_test(tc, member_fails_silently);
     tcase_add_test(tc, host_mempolicy);
     tcase_add_test(tc, constant_scheduler);
     suite_add_tcase(s, tc);

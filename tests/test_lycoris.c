@@ -1,12 +1,12 @@
 /* test_lycoris.c: the lycoris network plugin on the CPU (tests/test_lycoris_cuda.c includes
  * this file and runs the golden cases and the wan22 check on the GPU):
- *   - factorization against the worked values of spec/adapters.md §8;
+ *   - factorization against values worked out by hand from LyCORIS's factorization();
  *   - golden cases from the Python LyCORIS library (tests/fixtures/make_lycoris_fixtures.py):
  *     output, input gradient, adapter gradients and delta-W of LoRA (plain, rs_lora), LoHa and
  *     LoKr (factor -1, 4, 16; full, low-rank W2, both decomposed, full_matrix), read from the
  *     files LyCORIS saved (so loading LyCORIS files is tested too);
- *   - saving in the three namings (key names checked against the ComfyUI patterns of spec
- *     §12.1, alpha a 0-dim F32, diffusers with the scale folded in) and loading back, also
+ *   - saving in the three namings (key names checked against the patterns ComfyUI's Wan
+ *     loader takes, alpha a 0-dim F32, diffusers with the scale folded in) and loading back, also
  *     into a network of another alpha;
  *   - which tools load the files: C transcriptions of the Wan loaders of ComfyUI, musubi-tuner
  *     and diffusers played on the default file (LoRA: all three; LoHa, LoKr: ComfyUI and
@@ -123,7 +123,7 @@ static double rel_err(ghc_core_t *core, const ghc_tensor_t *got, const ghc_tenso
 
 START_TEST(factorization)
 {
-    /* spec §8 worked values (rows 5120, 13824, 1536, 360 and 64) */
+    /* LyCORIS's factorization() worked out by hand (rows 5120, 13824, 1536, 360 and 64) */
     static const struct { int64_t d, f, m, n; } v[] = {
         { 5120, -1, 64, 80 }, { 5120, 4, 4, 1280 }, { 5120, 12, 10, 512 }, { 5120, 16, 16, 320 },
         { 5120, 100, 64, 80 }, { 5120, 128, 40, 128 }, { 13824, -1, 108, 128 }, { 13824, 8, 8, 1728 },
@@ -642,8 +642,8 @@ START_TEST(wan22_first_vs_after)
     }
     const bool cpu = dev == GHC_DEVICE_CPU;
     /* 30 targets, each forward twice (block checkpointing, the model's default): forward_first
-     * does them all but under DoRA; backward_first LoRA's 30 (cross k and v without a dx since
-     * API 7: their parameter gradients only) */
+     * does them all but under DoRA; backward_first LoRA's 30 (cross k and v without a dx: their
+     * parameter gradients only) */
     const bool dora = strstr(first_cfgs[_i], "dora") != NULL, lora = strstr(first_cfgs[_i], "lora") != NULL;
     printf("first vs after (%s): forward_first did %d targets, backward_first %d\n", first_cfgs[_i], n_fwd_first,
            n_bwd_first);
@@ -712,7 +712,8 @@ START_TEST(wan22_keep_h)
 }
 END_TEST
 
-/* K-concatenation (model.h, API 7: H in the inputs' spare columns, B and A in the weights',
+/* K-concatenation (model.h, concat_forward and concat_backward: H in the inputs' spare columns,
+ * B and A in the weights',
  * one GEMM of the model's each way) against the hooks' passes (forward_first, backward_first):
  * the same prediction and gradients. LoRA of rank 4 (alpha 2: s = 1/2); with module dropout
  * (dropped modules take neither path in this step); of rank 20, above the model's
@@ -858,8 +859,9 @@ END_TEST
 
 /* ---- files ------------------------------------------------------------------------------------ */
 
-/* Does `key` have one of the forms ComfyUI loads for Wan (spec §12.1): module name
- * `diffusion_model.<path>` or `lora_unet_<path with _>`, then a LoRA/LoHa/LoKr tensor or alpha? */
+/* Does `key` have one of the forms ComfyUI loads for Wan (doc/lycoris.md, "Which tool loads
+ * which file"): module name `diffusion_model.<path>` or `lora_unet_<path with _>`, then a
+ * LoRA/LoHa/LoKr tensor or alpha? */
 static bool comfy_key(const char *key)
 {
     static const char *const sfx[] = { ".lora_up.weight", ".lora_down.weight", ".alpha", ".hada_w1_a", ".hada_w1_b",
@@ -1740,7 +1742,7 @@ START_TEST(target_selection)
     ok(core, ghc_network_save(net, 0, path));
     ghc_st_t *st = ghc_st_open(core, path);
     ghc_tensor_t *a = load(core, st, "lora_unet_blocks_1_ffn_0.alpha");
-    ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 8.0f);   /* per-layer alpha (spec §1.1) */
+    ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 8.0f);   /* the override's alpha, per layer */
     ghc_tensor_free(a);
     a = load(core, st, "lora_unet_blocks_0_self_attn_q.alpha");
     ck_assert_float_eq(*(const float *)ghc_tensor_cdata(a), 6.0f);   /* alpha unset: = rank */

@@ -281,7 +281,7 @@ END_TEST
 
 START_TEST(advice_by_role)
 {
-    /* the placement rules of DESIGN.md */
+    /* the placement rules of doc/memory.md ("Advice") */
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_LATENTS, UVM_GPU_FIRST, 0, true, true), UVM_ADVICE_HOST);
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_WEIGHTS_INACTIVE, UVM_GPU_FIRST, 0, true, true), UVM_ADVICE_HOST);
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_TEXT_EMBEDS, UVM_CPU_FIRST, 0, true, true), UVM_ADVICE_GPU);

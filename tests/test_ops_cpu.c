@@ -1298,8 +1298,8 @@ END_TEST
 
 /* ---- RoPE --------------------------------------------------------------------------------- */
 
-/* Rotation of element pair p of a head at token (fi, hi, wi), from the table of
- * spec/wan22.md §5.6: dims [0, d_t) time, then two blocks of d_hw = 2 floor(Dh / 6). */
+/* Rotation of element pair p of a head at token (fi, hi, wi), as the official Wan code splits
+ * the head: dims [0, d_t) time, then two blocks of d_hw = 2 floor(Dh / 6). */
 static void rope_angle(int64_t Dh, int64_t p, int64_t fi, int64_t hi, int64_t wi, double *theta)
 {
     int64_t d_hw = 2 * (Dh / 6), d_t = Dh - 2 * d_hw, dim = 2 * p;
@@ -1389,8 +1389,8 @@ END_TEST
 /* ---- patches ------------------------------------------------------------------------------ */
 
 /* Row b * L + tok, column col of a [B, L, 4 C] patch matrix: the latent element it holds,
- * written from the rows' side (spec §5.2 / §5.8): tok = (fi, hi, wi) row-major, k = kh 2 + kw,
- * column c 4 + k (c_major, the Conv3d weight) or k C + c (the head). */
+ * written from the rows' side (ops.h, ghc_op_patchify): tok = (fi, hi, wi) row-major,
+ * k = kh 2 + kw, column c 4 + k (c_major, the Conv3d weight) or k C + c (the head). */
 static void patch_src(int64_t tok, int64_t col, int64_t C, int64_t h, int64_t w, bool c_major, int64_t *c,
                       int64_t *fi, int64_t *y, int64_t *x)
 {
@@ -1511,7 +1511,7 @@ START_TEST(activations_backward)
         ghc_tensor_t *dx = like(c.x, F32);
         OK(act ? ghc_op_silu_bwd(dx, c.w, c.x, NULL) : ghc_op_gelu_tanh_bwd(dx, c.w, c.x, NULL));
         fd_check(act ? "silu dx" : "gelu dx", act_loss, &c, c.x, dx, 1e-3, 1e-2, 1e-4);
-        /* and against the closed forms in f64 (spec/wan22.md §7) */
+        /* and against the closed forms of the derivatives in f64 */
         double ref[40];
         for (int64_t i = 0; i < 40; i++) {
             double z = get(c.x, i), d;

@@ -98,7 +98,7 @@ END_TEST
 
 START_TEST(test_sampler_acceptance)
 {
-    /* spec/training.md 2.1: the share of draws above 0.875 and 0.9 */
+    /* the share of draws above 0.875 and 0.9 (the experts' boundaries), worked out per family */
     struct { enum ghc_sampler_family f; enum ghc_sampler_base b; double k, p875, p900; } t[] = {
         { GHC_SAMPLER_UNIFORM, 0, 1.0, 0.125, 0.100 },
         { GHC_SAMPLER_SIGMOID, 0, 1.0, 0.026, 0.014 },
@@ -268,7 +268,7 @@ static ghc_core_t *sched_core(const char *sched)
 
 START_TEST(test_gradient_ramp)
 {
-    /* spec/training.md 7.2's example, indexed by optimizer step (b = 1, E0 = 4, E1 = 32, R = 400) */
+    /* a ramp worked out by hand, indexed by optimizer step (b = 1, E0 = 4, E1 = 32, R = 400) */
     ghc_core_t *core = sched_core("scheduler = { plugin = \"gradient_ramp\"; initial_effective_batch_size = 4; "
                                   "target_effective_batch_size = 32; batch_rampup_steps = 400; };");
     ghc_scheduler_t *s = ghc_scheduler_get(core);

@@ -345,7 +345,7 @@ static int64_t shapes_params(const struct shapes *s)
 
 START_TEST(detect_variants)
 {
-    /* spec/wan22.md §2: dims, tensor counts and parameter counts of the released configs */
+    /* dims, tensor counts and parameter counts of the released configs (their config.json files) */
     static const struct {
         struct wan22_dims d;
         enum wan22_variant v;
@@ -877,6 +877,39 @@ START_TEST(backward_lora)
 {
     ghc_core_t *core = fixture_core(NULL, false);
     check_lora(core, GHC_DEVICE_CPU, TOL_FWD, TOL_GRAD, TOL_GRAD * GRAD_TENSOR_FACTOR);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* A hook that fails without a message (it breaks the hook contract): the model passes the
+ * failure on as it is, and the core's hook names the member and the target. */
+static int silent_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+{
+    (void)user, (void)target, (void)x, (void)y, (void)stream;
+    return GHC_EIO;
+}
+
+START_TEST(hook_fails_silently)
+{
+    ghc_core_t *core = fixture_core(NULL, false);
+    struct fcase c;
+    case_open(core, &c, GHC_DEVICE_CPU);
+    ghc_model_t *model = ghc_model_get(core);
+    const struct ghc_model_target *t;
+    int32_t n;
+    ok(core, ghc_model_targets(model, &t, &n));
+    struct ghc_adapter_hook h = { .forward = silent_forward };
+    ok(core, ghc_model_set_hook(model, &h));
+    struct ghc_model_batch b = batch_of(&c, true);
+    ghc_tensor_t *out = like(core, c.x700, GHC_DEVICE_CPU);
+    ck_assert_int_eq(ghc_model_forward(model, 0, &b, out, false, NULL), GHC_EIO);
+    char want[256];
+    snprintf(want, sizeof(want), "adapter: hook forward on %s failed: %s (code %d, no message from the plugin)",
+             t[0].name, ghc_status_string(GHC_EIO), GHC_EIO);
+    ck_assert_str_eq(ghc_error_message(core), want);
+    ok(core, ghc_model_set_hook(model, NULL));
+    ghc_tensor_free(out);
+    case_close(&c);
     ghc_core_free(core);
 }
 END_TEST
@@ -1435,6 +1468,7 @@ int main(void)
     tcase_add_test(tc, backward_base);
     tcase_add_test(tc, backward_lora);
     tcase_add_test(tc, checkpointing_same);
+    tcase_add_test(tc, hook_fails_silently);
     suite_add_tcase(s, tc);
     tc = tcase_create("inputs");
     tcase_set_timeout(tc, 60);

@@ -1,5 +1,5 @@
 /* wan22_gpu_check.c: one forward (keep) and one backward of the wan22 plugin on the GPU, bf16,
- * for the full-size check against diffusers (tests/fixtures/wan22_a14b_block_check.py, issue 4).
+ * for the full-size check against diffusers (tests/fixtures/wan22_a14b_block_check.py).
  * Not part of the test suite: built by `make tests/wan22_gpu_check`, run on the GPU machine.
  *
  *   wan22_gpu_check CHECKPOINT INPUTS OUTPUT

@@ -95,7 +95,8 @@ enum ghc_log_level {
     GHC_LOG_DEBUG = 3,
 };
 
-/* A sink receives each message at or below the core's level, without a trailing newline. */
+/* A sink receives each message at or below the core's level, without a trailing newline (the
+ * trainer's progress bar is the one exception: see `progress` in train.h). */
 typedef void (*ghc_log_sink_fn)(void *user, enum ghc_log_level lvl, const char *msg);
 
 /* Log through the installed sink. Messages start with the module or plugin name

@@ -41,7 +41,7 @@ struct ghc_data_batch {
  * 0 or GHC_E* (message in ghc_error_message(core)); on success *out belongs to the caller,
  * who frees it with ghc_dataset_free() before ghc_run_free(). */
 GHC_API int  ghc_dataset_open(ghc_core_t *core, ghc_dataset_t **out);
-/* (API 3) The same for another top-level section with the keys of `data` (the trainer's
+/* (since API 3) The same for another top-level section with the keys of `data` (the trainer's
  * held-out `validation` data): its folders are read through a `local` backend of its own,
  * without the run's backend and cache. */
 GHC_API int  ghc_dataset_open_section(ghc_core_t *core, const char *section, ghc_dataset_t **out);

@@ -12,7 +12,9 @@ GHC_BEGIN_DECLS
 /* The device of an allocation: GHC_DEVICE_CPU or a CUDA ordinal (0, 1, ...). */
 #define GHC_DEVICE_CPU (-1)
 
-/* What a block of memory holds; policies place by role (DESIGN.md, "memory roles"). */
+/* What a block of memory holds. Policies place by role (doc/memory.md): where a role's bytes
+ * live is the policy's choice, which role a block has is the caller's. Roles are only ever
+ * appended, up to GHC_ROLE_MAX. */
 enum ghc_mem_role {
     GHC_ROLE_WEIGHTS = 0,        /* base weights of the active expert */
     GHC_ROLE_WEIGHTS_INACTIVE,   /* base weights of the expert not in use */
@@ -24,8 +26,15 @@ enum ghc_mem_role {
     GHC_ROLE_TEXT_EMBEDS,        /* cached text embeddings */
     GHC_ROLE_MASKS,              /* attention / text masks */
     GHC_ROLE_WORKSPACE,          /* scratch for kernels (GEMM, attention) */
-    GHC_ROLE_COUNT
+    GHC_ROLE_COUNT               /* the roles this gh200core knows; grows when one is appended */
 };
+
+/* Room for roles wherever they index an array that crosses the ABI (struct ghc_mem_stats) or
+ * that a policy keeps per role: appending a role below it changes no layout. The core never
+ * hands a policy a role at or above GHC_ROLE_COUNT (ghc_mem_alloc and ghc_mem_advise refuse
+ * it), and GHC_ROLE_COUNT <= GHC_ROLE_MAX, so a policy built against an older header with
+ * counters of GHC_ROLE_MAX entries takes a role it does not know without harm. */
+#define GHC_ROLE_MAX 32
 
 /* Points of the training step at which a policy may move memory. */
 enum ghc_mem_phase {
@@ -34,19 +43,23 @@ enum ghc_mem_phase {
     GHC_PHASE_BLOCK_BEGIN,       /* index: transformer block, forward and backward */
     GHC_PHASE_BLOCK_END,
     GHC_PHASE_EXPERT_SWITCH,     /* index: the expert becoming active */
-    /* appended (issue 7): the direction of the block walk that follows, so a streaming policy
-     * knows which block comes next. index: the number of blocks. */
+    /* The direction of the block walk that follows, so that a streaming policy knows which
+     * block comes next. index: the number of blocks. */
     GHC_PHASE_FORWARD_BEGIN,     /* BLOCK_BEGIN follows for 0, 1, ..., index - 1 */
     GHC_PHASE_BACKWARD_BEGIN,    /* BLOCK_BEGIN follows for index - 1, ..., 0 */
     GHC_PHASE_PASS_END,          /* the forward or backward walk is over */
 };
 
 /* Statistics. The caller sets struct_size = sizeof(struct ghc_mem_stats) and zeroes the rest;
- * a policy fills the members it knows (members are only ever appended). */
+ * a policy fills the members it knows (members are only ever appended). The per-role arrays
+ * have GHC_ROLE_MAX entries whatever the number of roles, so that appending a role keeps the
+ * layout; n_roles says how many of them this gh200core has names for. */
 struct ghc_mem_stats {
     uint32_t struct_size;
     int32_t  stage;                       /* policy-specific state (gh200_uvm: 0, 1, 2) */
-    uint64_t bytes_role[GHC_ROLE_COUNT];  /* live bytes per role */
+    uint32_t n_roles;                     /* set by ghc_mem_stats(): the core's GHC_ROLE_COUNT;
+                                           * entries from there on are 0 (since API 12) */
+    uint64_t bytes_role[GHC_ROLE_MAX];    /* live bytes per role */
     uint64_t bytes_host;                  /* live bytes by location */
     uint64_t bytes_device;
     uint64_t bytes_managed;
@@ -55,14 +68,13 @@ struct ghc_mem_stats {
     uint64_t page_faults;                 /* CUPTI, where available */
     uint64_t transitions;                 /* stage changes */
     uint64_t reclamations;                /* light + hard */
-    /* appended (issue 7) */
     uint64_t light_reclamations;          /* gh200_uvm: pool trims without synchronisation */
     uint64_t hard_reclamations;           /* gh200_uvm: synchronise, trim to zero, evict cold */
     uint64_t bytes_pinned;                /* live pinned host bytes (offload: streamed weights) */
     uint64_t bytes_gpu_preferred;         /* managed bytes advised to prefer the GPU */
     uint64_t device_budget;               /* bytes the policy may keep on the device */
     uint64_t managed_cap;                 /* most managed bytes the policy will hold */
-    uint64_t bytes_role_managed[GHC_ROLE_COUNT];   /* the managed part of bytes_role */
+    uint64_t bytes_role_managed[GHC_ROLE_MAX];     /* the managed part of bytes_role */
     uint64_t cpu_page_faults;             /* CUPTI (telemetry = true), since the last step */
     uint64_t bytes_htod;                  /* CUPTI: migrated host -> device */
     uint64_t bytes_dtoh;                  /* CUPTI: migrated device -> host */
@@ -74,7 +86,8 @@ struct ghc_mem_stats {
                                            * copies only: synchronise first) */
 };
 
-/* The kind of machine a managed-memory policy runs on (spec/memory.md §2, first match wins). */
+/* The kind of machine a managed-memory policy runs on, from the device's attributes, the first
+ * that matches in this order (doc/memory.md, "Platform"). */
 enum ghc_mem_platform {
     GHC_PLATFORM_NONE = 0,       /* no CUDA device, or no concurrent managed access */
     GHC_PLATFORM_DISCRETE,       /* x86 + H100/H200 over PCIe: never oversubscribe */
@@ -128,7 +141,6 @@ struct ghc_mempolicy_ops {
     int (*stats)(void *self, struct ghc_mem_stats *out);
     /* optional; once, last. */
     void (*free)(void *self);
-    /* ---- appended (issue 7) ---- */
     /* optional; give cached free memory back (pool trims) and re-evaluate any state that
      * depends on free memory; `hard` also synchronises. Any time outside a step. */
     int (*trim)(void *self, bool hard);
@@ -158,7 +170,7 @@ GHC_API int  ghc_mem_advise(ghc_mempolicy_t *mp, void *ptr, size_t bytes, enum g
 GHC_API int  ghc_mem_prefetch(ghc_mempolicy_t *mp, void *ptr, size_t bytes, int device, void *stream);
 GHC_API int  ghc_mem_phase(ghc_mempolicy_t *mp, enum ghc_mem_phase phase, int64_t index);
 GHC_API int  ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out);
-/* Appended (issue 7); a NULL optional member is a no-op: trim 0, map returns ptr, group 0. */
+/* A NULL optional member is a no-op: trim 0, map returns ptr, group 0. */
 GHC_API int   ghc_mem_trim(ghc_mempolicy_t *mp, bool hard);
 GHC_API void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr);
 GHC_API int   ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const size_t *bytes, int n);
@@ -166,8 +178,11 @@ GHC_API int   ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptr
  * GHC_ELOAD / GHC_ENOTFOUND (message set) when it is absent or has no probe. */
 GHC_API int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_opts *opts,
                           struct ghc_probe *out);
-/* "weights 1.2 GiB, activations 300.0 MiB" (roles in use, largest first) into buf. Returns buf. */
-GHC_API const char *ghc_mem_usage_text(const uint64_t bytes_role[GHC_ROLE_COUNT], char *buf, size_t len);
+/* "weights 1.2 GiB, activations 300.0 MiB" (roles in use, largest first) into buf, from the
+ * first n_roles entries of bytes_role (a policy's counters or a ghc_mem_stats' bytes_role with
+ * GHC_ROLE_MAX; entries past GHC_ROLE_MAX are not read). Returns buf. Since API 12 (the count
+ * is new: the array had GHC_ROLE_COUNT entries). */
+GHC_API const char *ghc_mem_usage_text(const uint64_t *bytes_role, int32_t n_roles, char *buf, size_t len);
 /* "discrete", "coherent", ... Static. */
 GHC_API const char *ghc_mem_platform_name(enum ghc_mem_platform p);
 /* Append an item to a probe (truncating strings); ignored when the probe is full. */
@@ -175,7 +190,7 @@ GHC_API void ghc_probe_add(struct ghc_probe *p, const char *section, const char 
                            double value, const char *unit, const char *fmt, ...) GHC_PRINTF(7, 8);
 /* "weights", "weights_inactive", ... Static; "?" when out of range. */
 GHC_API const char *ghc_mem_role_name(enum ghc_mem_role role);
-/* (API 3) Where a plugin computes by default: CUDA device 0 when this build has CUDA and the
+/* (since API 3) Where a plugin computes by default: CUDA device 0 when this build has CUDA and the
  * run's memory policy gives device memory there, else GHC_DEVICE_CPU. */
 GHC_API int ghc_mem_default_device(ghc_core_t *core);
 

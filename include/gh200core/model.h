@@ -168,7 +168,7 @@ struct ghc_model_ops {
     int (*activate)(void *self, int32_t expert);
     /* optional; once, last. */
     void (*free)(void *self);
-    /* optional (API 3); the device the model computes on: GHC_DEVICE_CPU or a CUDA ordinal.
+    /* optional (since API 3); the device the model computes on: GHC_DEVICE_CPU or a CUDA ordinal.
      * Absent: the CPU. Callers put the batch, the noise and the loss there. */
     int (*device)(void *self);
     /* optional (since API 3); the frozen weight and bias of `target` of `expert` as the model
@@ -197,6 +197,9 @@ GHC_API int32_t ghc_model_experts(ghc_model_t *model);
 GHC_API int32_t ghc_model_expert_for(ghc_model_t *model, float t);
 /* *out is borrowed from the model; valid until the run is freed. */
 GHC_API int ghc_model_targets(ghc_model_t *model, const struct ghc_model_target **out, int32_t *n);
+/* Install `hook` (NULL: remove). The model gets the core's copy: the same members (NULL where
+ * hook's are), each calling hook's and giving a failure without a message one that names the
+ * run's network, the member and the target. hook need not outlive the call. */
 GHC_API int ghc_model_set_hook(ghc_model_t *model, const struct ghc_adapter_hook *hook);
 GHC_API int ghc_model_forward(ghc_model_t *model, int32_t expert, const struct ghc_model_batch *batch,
                               ghc_tensor_t *out, bool keep, void *stream);
@@ -208,8 +211,8 @@ GHC_API int ghc_model_device(ghc_model_t *model);
  * the model lacks the member, GHC_EINVAL for an expert or target out of range. */
 GHC_API int ghc_model_target_weight(ghc_model_t *model, int32_t expert, int32_t target, const ghc_tensor_t **w,
                                     float *w_scale, const ghc_tensor_t **b);
-/* (API 11) What the model takes as input: out->struct_size must be set; the rest is zeroed and
- * filled by the model. GHC_EUNSUPPORTED (message set) when the model lacks the member. */
+/* (since API 11) What the model takes as input: out->struct_size must be set; the rest is
+ * zeroed and filled by the model. GHC_EUNSUPPORTED (message set) when the model lacks the member. */
 GHC_API int ghc_model_input_spec(ghc_model_t *model, struct ghc_model_input *out);
 
 GHC_END_DECLS

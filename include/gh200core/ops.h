@@ -181,7 +181,7 @@ GHC_API int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const g
 GHC_API int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w,
                         bool inverse, void *stream);
 
-/* ---- patches (spec/wan22.md §5.2, §5.8) ------------------------------------------------------ */
+/* ---- patches --------------------------------------------------------------------------------- */
 
 /* Wan's 2x2 spatial patches. A latent is [B, C, F, H, W] with H and W even; its rows are
  * [B, L, 4 C'] with L = F (H/2) (W/2) tokens (fi, hi, wi) row-major, and k = kh * 2 + kw the
@@ -249,7 +249,7 @@ GHC_API int ghc_op_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stre
 GHC_API int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred,
                             const ghc_tensor_t *target, void *stream);
 
-/* ==== optimizer updates (issue 6: the adamw and automagic plugins) ============================
+/* ==== optimizer updates (the adamw and automagic plugins) ========================================
  * Multi-tensor fused updates: one call updates n parameter tensors (each with its gradient and
  * state) in one launch on the GPU (a chunked list of tensors, no host synchronisation), or in
  * loops on the CPU. All tensors of a call are on one device. Gradients are f32 or bf16; params
@@ -280,7 +280,7 @@ struct ghc_adamw_args {
 GHC_API int ghc_op_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args,
                          void *stream);
 
-/* Automagic v1 (doc/optimizers.md, spec training.md section 5.3), per tensor P of numel N:
+/* Automagic v1 (doc/optimizers.md), per tensor P of numel N:
  *   state[0]: R, f32 P.shape[:-1] (ndim >= 2; C x B rows), or S, f32 like P (ndim < 2)
  *   state[1]: C, f32 P.shape[:-2] + P.shape[-1:] (ndim >= 2), else NULL
  *   state[2]: the lr mask: U8 int8 codes (non-negative, scale in state[3][0]) or f32 values

@@ -26,14 +26,14 @@ GHC_API int ghc_config_write(ghc_core_t *core, const char *path);
 GHC_API ghc_cfg_t *ghc_config_section(ghc_core_t *core, const char *name);
 /* The run's output directory (config key output_dir, default "output"). Borrowed. */
 GHC_API const char *ghc_config_output_dir(ghc_core_t *core);
-/* (API 11) Where a path of the configuration points: `value`, read from `key` of section `cfg`
- * (a string, or an element of a list of strings), made absolute: a relative path written in
+/* (since API 11) Where a path of the configuration points: `value`, read from `key` of section
+ * `cfg` (a string, or an element of a list of strings), made absolute: a relative path written in
  * the configuration file (or a file it includes) is relative to the folder of the
  * configuration file, one given with --set relative to the working directory. Into buf (len
  * bytes). Returns 0, or GHC_EINVAL when it does not fit. */
 GHC_API int ghc_cfg_resolve_path(ghc_cfg_t *cfg, const char *key, const char *value, char *buf, size_t len);
-/* (API 11) Make output_dir absolute in the configuration in effect by that rule (the default
- * "output" counts as given on the command line), so that resolved.cfg, the trainer, the demo
+/* (since API 11) Make output_dir absolute in the configuration in effect by that rule (the
+ * default "output" counts as given on the command line), so that resolved.cfg, the trainer, the demo
  * and ghc_config_output_dir() name one folder. ghc_train() calls it; a program that looks at
  * the folder first calls it before. Calling it again changes nothing. Returns 0 or GHC_E*. */
 GHC_API int ghc_config_resolve_output_dir(ghc_core_t *core);
@@ -62,7 +62,7 @@ struct ghc_plugin_info {
     const char   *version;
     const char   *description;  /* may be "" */
     const char   *path;         /* the file it came from */
-    const struct ghc_cfg_key *keys; /* (API 3) the keys its section declares, or NULL */
+    const struct ghc_cfg_key *keys; /* (since API 3) the keys its section declares, or NULL */
 };
 /* Registered entry `i` (0, 1, ...), in load order. Returns false past the end. The strings
  * are borrowed; valid until ghc_core_free(). */

@@ -10,7 +10,10 @@ GHC_BEGIN_DECLS
 
 struct ghc_train_opts {
     const char *resume;     /* NULL, or a checkpoint folder (output_dir/checkpoint-N) to continue */
-    int         progress;   /* 1: a one-line progress bar (a terminal), 0: plain lines */
+    int         progress;   /* 1: a one-line progress bar (a terminal): each step's line is logged
+                             * (INFO) starting with '\r' for the sink to redraw in place, and the
+                             * line that ends the bar also ends with '\n'; 0: plain lines every
+                             * log_every steps */
 };
 
 /* Train as the run's configuration says (the plugins must be initialised: ghc_run_init).
@@ -23,7 +26,7 @@ struct ghc_train_opts {
  * request (a checkpoint was written), or GHC_E* with the reason in ghc_error_message(core). */
 GHC_API int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts);
 
-/* (API 11) What ghc_train checks before it writes anything, writing nothing (the CLI's
+/* (since API 11) What ghc_train checks before it writes anything, writing nothing (the CLI's
  * --dry-run): output_dir (ghc_train_check_output), the train section, the data and validation
  * sections opened and every sample checked against what the model takes
  * (ghc_model_input_spec; with a demo section, the demo's shapes instead of its data, which
@@ -32,7 +35,7 @@ GHC_API int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts);
  * Returns 0 or GHC_E*, the message ghc_train would stop with. */
 GHC_API int ghc_train_check(ghc_core_t *core, const struct ghc_train_opts *opts);
 
-/* (API 11) Whether the run may write into output_dir (made absolute first,
+/* (since API 11) Whether the run may write into output_dir (made absolute first,
  * ghc_config_resolve_output_dir): GHC_EEXIST when it holds an earlier run (its resolved.cfg)
  * and opts->resume is NULL, the message naming that run's newest checkpoint to --resume, or
  * saying it has none; GHC_ENOTFOUND when opts->resume names no folder; else 0. Cheap: the

@@ -1,6 +1,6 @@
 /* kernels/cpu/attention.c: reference attention, non-causal, per batch and head:
  * O = softmax(scale Q K^T) V with the natural-log log-sum-exp of each row, and the backward
- * that recomputes P = exp(scale Q K^T - lse) (spec/wan22.md §7):
+ * that recomputes P = exp(scale Q K^T - lse) (nothing of P is kept):
  *   dV = P^T dO,  dP = dO V^T,  dS = P (dP - rowsum(dO O)),  dQ = scale dS K,  dK = scale dS^T Q.
  * The inputs are read as f32; every sum (the D-long dot products and the sums over the Lq or
  * Lk rows) accumulates in f64 and the outputs are rounded once. This path is the reference

@@ -50,7 +50,7 @@ int ghc_cpu_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows);
 int ghc_cpu_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows);
 int ghc_cpu_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout);
 int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target);
-/* optimizer updates (issue 6, kernels/cpu/optim.c) */
+/* optimizer updates (kernels/cpu/optim.c) */
 int ghc_cpu_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args);
 int ghc_cpu_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args);
 

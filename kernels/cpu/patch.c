@@ -1,4 +1,4 @@
-/* kernels/cpu/patch.c: Wan's 2x2 spatial patches (spec/wan22.md §5.2, §5.8): patchify, the I2V
+/* kernels/cpu/patch.c: Wan's 2x2 spatial patches (ghc_op_patchify in ops.h): patchify, the I2V
  * channel concatenation and unpatchify, and their backwards. Pure permutations: every element
  * is loaded as f32 and stored once in the destination's dtype (exact for an f32 destination). */
 #include <config.h>

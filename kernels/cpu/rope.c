@@ -1,4 +1,4 @@
-/* kernels/cpu/rope.c: Wan's 3-D rotary position embedding (spec/wan22.md §5.6): adjacent
+/* kernels/cpu/rope.c: Wan's 3-D rotary position embedding, as the official code: adjacent
  * pairs of each head rotate by pos * 10000^(-2j/d_axis), with the head dim split into time,
  * height and width parts. Angles, cos and sin in f64; the rotation in fp32. */
 #include <config.h>

@@ -1,7 +1,8 @@
 /* common.cuh: device-side helpers shared by the kernels in kernels/cuda/: element types and
  * their loads and stores with exactly the rounding of tensor.h's C conversions, the
  * Philox4x32-10 generator of ops.h, warp and block sums, launch sizes, and error checks.
- * Everything here is static or a template (one copy per translation unit, STYLE.md §15), and
+ * Everything here is static or a template (one copy per translation unit: several .cu files
+ * include it into one library, so it must define no external symbol), and
  * the scalar pieces are __host__ __device__ so that they can be checked on the host. */
 #ifndef GHC_KERNELS_CUDA_COMMON_CUH
 #define GHC_KERNELS_CUDA_COMMON_CUH

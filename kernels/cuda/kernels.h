@@ -59,7 +59,7 @@ int ghc_k_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *strea
 int ghc_k_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean, void *stream);
 int ghc_k_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
 int ghc_k_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target, void *stream);
-/* optimizer updates (issue 6, kernels/cuda/optim.cu) */
+/* optimizer updates (kernels/cuda/optim*.cu) */
 int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args, void *stream);
 int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args, void *stream);
 /* For bench_optim: while profiling is on, each automagic call synchronises and times its

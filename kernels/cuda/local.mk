@@ -4,7 +4,8 @@ CUDA_KERNEL_SOURCES = kernels/cuda/device.cu kernels/cuda/device.h kernels/cuda/
 	kernels/cuda/mma.cuh \
 	kernels/cuda/cast_rng.cu kernels/cuda/norm.cu kernels/cuda/rope.cu kernels/cuda/patch.cu \
 	kernels/cuda/elementwise.cu kernels/cuda/reduce.cu kernels/cuda/gemm.cu \
-	kernels/cuda/attention.cu
+	kernels/cuda/attention_impl.cuh kernels/cuda/attention.cu kernels/cuda/attention_fwd.cu \
+	kernels/cuda/attention_bwd.cu kernels/cuda/attention_wgmma.cu kernels/cuda/attention_generic.cu
 EXTRA_DIST += $(CUDA_KERNEL_SOURCES)
 if HAVE_CUDA
 noinst_LTLIBRARIES += kernels/libghc_cuda.la
@@ -15,8 +16,17 @@ endif
 if HAVE_CUDA
 $(kernels_libghc_cuda_la_OBJECTS): kernels/cuda/common.cuh kernels/cuda/mma.cuh kernels/cuda/kernels.h kernels/cuda/device.h \
 	include/gh200core/ops.h include/gh200core/tensor.h
+kernels/cuda/attention.lo kernels/cuda/attention_fwd.lo kernels/cuda/attention_bwd.lo \
+	kernels/cuda/attention_wgmma.lo kernels/cuda/attention_generic.lo: kernels/cuda/attention_impl.cuh
 endif
-# optimizer updates (issue 6)
-CUDA_KERNEL_SOURCES += kernels/cuda/optim.cu
+# optimizer updates (issue 6): adamw; automagic's separate passes, its cluster kernel, its plan
+CUDA_KERNEL_SOURCES += kernels/cuda/optim_impl.cuh kernels/cuda/optim_am_cluster.cuh \
+	kernels/cuda/optim_adamw.cu kernels/cuda/optim_automagic.cu kernels/cuda/optim_am_fused.cu \
+	kernels/cuda/optim_plan.cu
+if HAVE_CUDA
+kernels/cuda/optim_adamw.lo kernels/cuda/optim_automagic.lo kernels/cuda/optim_am_fused.lo \
+	kernels/cuda/optim_plan.lo: kernels/cuda/optim_impl.cuh
+kernels/cuda/optim_am_fused.lo: kernels/cuda/optim_am_cluster.cuh
+endif
 # LoRA's backward at a K-concatenated linear's output (issue 5)
 CUDA_KERNEL_SOURCES += kernels/cuda/lora.cu

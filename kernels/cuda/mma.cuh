@@ -1,6 +1,6 @@
-/* mma.cuh: the tensor-core building blocks the bf16 kernels share (attention.cu, lora.cu):
+/* mma.cuh: the tensor-core building blocks the bf16 kernels share (attention_fwd.cu, attention_bwd.cu, attention_wgmma.cu, lora.cu):
  * shared-memory addresses, ldmatrix and mma.sync m16n8k16 with fp32 accumulation. Static
- * inline device functions (one copy per translation unit, STYLE.md §15). */
+ * inline device functions (one copy per translation unit: no external symbol to clash). */
 #ifndef GHC_KERNELS_CUDA_MMA_CUH
 #define GHC_KERNELS_CUDA_MMA_CUH
 

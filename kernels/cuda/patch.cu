@@ -1,4 +1,4 @@
-/* patch.cu: Wan's 2x2 spatial patches (spec/wan22.md §5.2, §5.8), as kernels/cpu/patch.c
+/* patch.cu: Wan's 2x2 spatial patches (ghc_op_patchify in ops.h), as kernels/cpu/patch.c
  * computes them: patchify (with the I2V channel concatenation), unpatchify and their
  * backwards. Pure permutations: each element is loaded as f32 and stored once in the
  * destination's dtype, so the results are bit-identical to the CPU's. One grid-stride

@@ -1,4 +1,4 @@
-/* rope.cu: Wan's 3-D rotary position embedding (spec/wan22.md §5.6), as kernels/cpu/rope.c
+/* rope.cu: Wan's 3-D rotary position embedding (ghc_op_rope in ops.h), as kernels/cpu/rope.c
  * computes it: adjacent pairs of each head rotate by pos * 10000^(-2j/d_axis) (angles, cos
  * and sin in f64, rounded to f32; the rotation in fp32). One block per token: its Dh/2
  * cos/sin pairs go to shared memory once and serve all H heads. */

@@ -3,5 +3,5 @@
 plugins_LTLIBRARIES += plugins/ghc_adamw.la
 plugins_ghc_adamw_la_SOURCES = plugins/adamw/adamw.c plugins/adamw/optim_common.c plugins/adamw/optim_common.h
 plugins_ghc_adamw_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_adamw_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_adamw_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_adamw_la_LIBADD = libgh200core_ops.la libgh200core.la -lm

@@ -1,5 +1,5 @@
-/* automagic.c: the `automagic` optimizer: ai-toolkit's Automagic v1 (spec training.md section
- * 5): a per-element learning-rate mask moved by sign agreement, a factored second moment for
+/* automagic.c: the `automagic` optimizer: ai-toolkit's Automagic v1 (doc/optimizers.md): a
+ * per-element learning-rate mask moved by sign agreement, a factored second moment for
  * params of 2 or more dims (full for others), RMS clipping of the update and decoupled weight
  * decay at the per-element rate. The mask is int8 codes with one scale per tensor as upstream
  * (lr_mask = "int8", default) or f32 values (lr_mask = "f32"). Per-group lr, min_lr, max_lr and

@@ -2,7 +2,7 @@
  * host memory. The plain-GPU baseline the other policies are measured against: nothing is
  * managed, nothing moves by itself. Device memory comes from the device's stream-ordered pool
  * with the release threshold at UINT64_MAX (a caching pool: 6 us instead of 236 us per
- * alloc/free, spec/memory.md §1.7), given back by trim(). Counts live bytes per role and the
+ * alloc/free, doc/memory.md), given back by trim(). Counts live bytes per role and the
  * peak; an optional limit turns runaway allocation into a clear error before the card's, and
  * an out-of-memory error names the role, the bytes asked for and what is in use by role.
  * Pinned host blocks are cached too (cudaMallocHost / cudaFreeHost cost milliseconds per MB
@@ -46,7 +46,7 @@ struct dev {
     pthread_mutex_t    lock;
     struct dev_block  *blocks;
     uint64_t           live, live_host, live_dev, peak;
-    uint64_t           role[GHC_ROLE_COUNT];
+    uint64_t           role[GHC_ROLE_MAX];
 };
 
 static const struct ghc_cfg_key dev_keys[] = {
@@ -168,14 +168,14 @@ static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     pthread_mutex_unlock(&d->lock);
     if (over) {
         char use[512];
-        uint64_t by_role[GHC_ROLE_COUNT];
+        uint64_t by_role[GHC_ROLE_MAX];
         pthread_mutex_lock(&d->lock);
         memcpy(by_role, d->role, sizeof(by_role));
         pthread_mutex_unlock(&d->lock);
         free(b);
         return ghc_error_set(d->core, GHC_ENOMEM, "device: %zu bytes of %s would exceed limit_mib (%llu of %llu MiB in "
                              "use: %s)", bytes, ghc_mem_role_name(role), (unsigned long long)(live >> 20),
-                             (unsigned long long)(d->limit >> 20), ghc_mem_usage_text(by_role, use, sizeof(use)));
+                             (unsigned long long)(d->limit >> 20), ghc_mem_usage_text(by_role, GHC_ROLE_MAX, use, sizeof(use)));
     }
     size_t n = bytes ? bytes : 1;
     cudaError_t e;
@@ -206,7 +206,7 @@ static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
 fail:
     cudaGetLastError();
     free(b);
-    uint64_t by_role[GHC_ROLE_COUNT];
+    uint64_t by_role[GHC_ROLE_MAX];
     pthread_mutex_lock(&d->lock);
     d->live -= bytes;
     memcpy(by_role, d->role, sizeof(by_role));
@@ -221,7 +221,7 @@ fail:
     }
     return ghc_error_set(d->core, GHC_ENOMEM, "device: out of memory: %zu bytes (%.2f GiB) of %s on %s: %s; in use by "
                          "role: %s", bytes, bytes / 1073741824.0, ghc_mem_role_name(role), where, cudaGetErrorString(e),
-                         ghc_mem_usage_text(by_role, use, sizeof(use)));
+                         ghc_mem_usage_text(by_role, GHC_ROLE_MAX, use, sizeof(use)));
 }
 
 static struct dev_block *dev_unlink(struct dev *d, void *ptr)

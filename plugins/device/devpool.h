@@ -1,6 +1,6 @@
 /* devpool.h: the caching device pool shared by the device and offload policies: each CUDA
- * device's default stream-ordered pool with the release threshold at UINT64_MAX (spec/memory.md
- * §1.7: 6 us instead of 236 us per alloc/free), allocations ordered on the legacy stream the
+ * device's default stream-ordered pool with the release threshold at UINT64_MAX (6 us instead
+ * of 236 us per alloc/free, doc/memory.md), allocations ordered on the legacy stream the
  * ops use, a retry after trimming when it runs out. Compiled into each plugin; not installed. */
 #ifndef GHC_DEVPOOL_H
 #define GHC_DEVPOOL_H

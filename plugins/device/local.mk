@@ -5,6 +5,6 @@ plugins_LTLIBRARIES += plugins/ghc_device.la
 plugins_ghc_device_la_SOURCES = plugins/device/device.c plugins/device/devpool.c plugins/device/devpool.h
 plugins_ghc_device_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 plugins_ghc_device_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_device_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_device_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_device_la_LIBADD = libgh200core.la $(CUDA_LIBS) $(PTHREAD_LIBS)
 endif

@@ -3,5 +3,5 @@
 plugins_LTLIBRARIES += plugins/ghc_disk.la
 plugins_ghc_disk_la_SOURCES = plugins/disk/disk.c plugins/disk/tcache.c plugins/disk/tcache.h
 plugins_ghc_disk_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_disk_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_disk_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_disk_la_LIBADD = libgh200core.la $(PTHREAD_LIBS)

@@ -4,7 +4,7 @@
  * on coherent (GH200) and integrated (GB10) platforms, capped at the device's free memory on
  * discrete ones (x86 + H100/H200, where oversubscription can hang the GPU), prefetch of the next
  * block's managed weights on a side stream, and statistics. The decisions live in uvm_sm.c
- * (pure, CPU-tested); this file makes the CUDA calls. Behaviour: spec/memory.md §10.2. */
+ * (pure, CPU-tested); this file makes the CUDA calls. Behaviour: doc/memory.md, "gh200_uvm". */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -55,7 +55,7 @@ struct uvm {
     struct uvm_group      *groups;
     int64_t                n_groups;
     int                    dir;            /* +1 forward walk, -1 backward */
-    uint64_t               role[GHC_ROLE_COUNT], role_managed[GHC_ROLE_COUNT];
+    uint64_t               role[GHC_ROLE_MAX], role_managed[GHC_ROLE_MAX];
     uint64_t               live, live_dev, live_pinned, peak, gpu_pref, prefetched;
     struct uvm_telemetry  *tel;
 };
@@ -134,7 +134,7 @@ static uint64_t env_free(void *user)
 {
     struct uvm *u = user;
     if (u->platform == GHC_PLATFORM_INTEGRATED)
-        return uvm_host_available();   /* cudaMemGetInfo undercounts there (spec §1.6) */
+        return uvm_host_available();   /* cudaMemGetInfo undercounts there: the pool is the host's */
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
         cudaGetLastError();
@@ -239,7 +239,7 @@ static int uvm_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     }
     uint64_t host = uvm_host_available(), total = tot, free_b = fr;
-    if (platform == GHC_PLATFORM_INTEGRATED) {   /* budget against host memory (spec §6.2) */
+    if (platform == GHC_PLATFORM_INTEGRATED) {   /* one memory: budget against what the host has free */
         free_b = host;
         if (host && host < total)
             total = host;
@@ -277,14 +277,14 @@ fail:
 static int uvm_oom(struct uvm *u, size_t bytes, enum ghc_mem_role role, const char *why)
 {
     char use[512];
-    uint64_t by_role[GHC_ROLE_COUNT];
+    uint64_t by_role[GHC_ROLE_MAX];
     pthread_mutex_lock(&u->lock);
     memcpy(by_role, u->role, sizeof(by_role));
     pthread_mutex_unlock(&u->lock);
     return ghc_error_set(u->core, GHC_ENOMEM, "gh200_uvm: out of memory: %zu bytes (%.2f GiB) of %s: %s (stage %d, "
                          "managed %.2f of %.2f GiB cap, device free %.2f GiB); in use by role: %s", bytes, bytes / GIB,
                          ghc_mem_role_name(role), why, u->sm.stage, u->sm.managed / GIB, u->sm.cfg.managed_cap / GIB,
-                         env_free(u) / GIB, ghc_mem_usage_text(by_role, use, sizeof(use)));
+                         env_free(u) / GIB, ghc_mem_usage_text(by_role, GHC_ROLE_MAX, use, sizeof(use)));
 }
 
 static int uvm_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)

@@ -10,6 +10,6 @@ plugins_ghc_gh200_uvm_la_SOURCES = plugins/gh200_uvm/gh200_uvm.c plugins/gh200_u
 	plugins/gh200_uvm/uvm_sm.h plugins/gh200_uvm/uvm_impl.h plugins/gh200_uvm/telemetry.c plugins/gh200_uvm/probe.c
 plugins_ghc_gh200_uvm_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 plugins_ghc_gh200_uvm_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_gh200_uvm_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_gh200_uvm_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_gh200_uvm_la_LIBADD = libgh200core.la $(CUDA_LIBS) -lcupti $(PTHREAD_LIBS) -lm
 endif

@@ -1,5 +1,5 @@
 /* probe.c: the machine probe behind `gh200core diag`: environment, GPU and driver, the
- * attributes that classify the platform (spec/memory.md §2), HBM and host memory, a managed
+ * attributes that classify the platform (doc/memory.md, "Platform"), HBM and host memory, a managed
  * allocation test (past HBM only on coherent or integrated platforms; elsewhere up to the safe
  * cap, with the reason), and bandwidth probes (pinned copies, managed prefetch, the C2C link on
  * coherent machines). The core formats the items (core/diag.c); nothing is printed here. */

@@ -1,7 +1,7 @@
 /* telemetry.c: CUPTI's unified-memory counters for gh200_uvm (telemetry = true): GPU and CPU
  * page faults, bytes migrated each way, thrashing and throttling, counted per step. The order
- * of calls is the one measured to work on CUDA 13 (spec/memory.md §7): callbacks, driver up,
- * configure, enable. One collector per process (CUPTI's callbacks are global). */
+ * of calls is the one found to work on CUDA 13: callbacks, driver up, configure, enable. One
+ * collector per process (CUPTI's callbacks are global). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +72,7 @@ int uvm_telemetry_init(ghc_core_t *core, int device, struct uvm_telemetry **out)
     pthread_mutex_unlock(&tel_lock);
     if (first) {
         int n;
-        cudaGetDeviceCount(&n);   /* the driver must be up before configuring (§7) */
+        cudaGetDeviceCount(&n);   /* the driver must be up before configuring */
         for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
             cfg[i] = (CUpti_ActivityUnifiedMemoryCounterConfig){
                 .scope = CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_SCOPE_PROCESS_SINGLE_DEVICE,

@@ -8,7 +8,7 @@
 /* Host memory the kernel could give now (/proc/meminfo MemAvailable), 0 if unknown. */
 uint64_t uvm_host_available(void);
 
-/* ---- telemetry.c: CUPTI unified-memory counters (spec/memory.md §7) ---- */
+/* ---- telemetry.c: CUPTI unified-memory counters ---- */
 
 struct uvm_telemetry;
 struct uvm_tel_counts {

@@ -100,7 +100,7 @@ enum uvm_advice uvm_advice_for(enum ghc_mem_role role, enum uvm_pattern pattern,
         want = pattern == UVM_GPU_FIRST ? UVM_ADVICE_GPU : pattern == UVM_CPU_FIRST ? UVM_ADVICE_HOST : UVM_ADVICE_NONE;
         break;
     }
-    /* GPU-preferred beyond the device budget would thrash forever (spec §4.4, item 1) */
+    /* GPU-preferred beyond the device budget would thrash forever */
     return want == UVM_ADVICE_GPU && !gpu_fits ? UVM_ADVICE_NONE : want;
 }
 
@@ -144,7 +144,8 @@ static bool managed_fits(const struct uvm_sm *sm, uint64_t bytes, uint64_t free_
     if (sm->managed + bytes > sm->cfg.managed_cap || sm->managed + bytes < sm->managed)
         return false;
     /* discrete: all managed bytes, wherever they are, fit the device's free memory minus the
-     * headroom, so no migration can oversubscribe it (spec §5, item 3). Pages already on the
+     * headroom, so no migration can oversubscribe it (oversubscribed managed memory can hang a
+     * discrete GPU). Pages already on the
      * device lower free_bytes too: counted twice, on the safe side. */
     return !sm->cfg.discrete || sm->managed + bytes + sm->cfg.headroom <= free_bytes;
 }

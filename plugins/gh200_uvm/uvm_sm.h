@@ -1,8 +1,8 @@
 /* uvm_sm.h: the pure part of the gh200_uvm policy, free of CUDA so the CPU suite
- * (tests/test_mem.c) drives it with a simulated budget: the two-stage state machine of
- * spec/memory.md §10.2 with light and hard reclamation, platform classification (§2), the
- * managed cap (§6), role -> advice, and the parsing of settings and their environment
- * overrides. Never installed; the plugin and the test link uvm_sm.c. */
+ * (tests/test_mem.c) drives it with a simulated budget: the two-stage state machine with light
+ * and hard reclamation, platform classification, the managed cap, role -> advice, and the
+ * parsing of settings and their environment overrides (doc/memory.md, "gh200_uvm", says what
+ * each does). Never installed; the plugin and the test link uvm_sm.c. */
 #ifndef GHC_UVM_SM_H
 #define GHC_UVM_SM_H
 
@@ -13,8 +13,9 @@
 
 /* ---- platform and cap ------------------------------------------------------------------------ */
 
-/* The class of a device from its attributes (first match wins, spec §2): integrated,
- * pageableMemoryAccessUsesHostPageTables, concurrentManagedAccess. */
+/* The class of a device from its attributes, the first that is set in this order: integrated
+ * (GB10), pageableMemoryAccessUsesHostPageTables (coherent: GH200), concurrentManagedAccess
+ * (discrete); none of them: GHC_PLATFORM_NONE. */
 enum ghc_mem_platform uvm_platform_classify(int integrated, int uses_host_page_tables, int concurrent_managed);
 
 /* The most managed bytes the policy holds. Discrete: the device's free memory minus the

@@ -1,6 +1,7 @@
 /* gradient_ramp.c: the `gradient_ramp` scheduler: the accumulation window grows from
  * initial_effective_batch_size to target_effective_batch_size samples over batch_rampup_steps
- * optimizer steps (spec/training.md section 7.2, project semantics): the window size of step s
+ * optimizer steps (the GH200 SimpleTuner fork's ramp with the project's semantics, doc/config.md):
+ * the window size of step s
  *   GA(s) = clamp(ceil(GA0 + (GA1 - GA0) min(s / R, 1)^gamma), GA0, GA1)   (floor when GA1 < GA0)
  * with GA = max(1, round_half_even(E / micro_batch_size)); it is a pure function of s, fixed
  * when the window opens, so the trainer's checkpointed step is the ramp's position. Each change

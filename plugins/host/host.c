@@ -21,7 +21,7 @@ struct host {
     pthread_mutex_t  lock;
     uint64_t         live;
     uint64_t         peak;
-    uint64_t         role[GHC_ROLE_COUNT];
+    uint64_t         role[GHC_ROLE_MAX];
 };
 
 static const struct ghc_cfg_key host_keys[] = {
@@ -69,7 +69,7 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
         if (h->live > h->peak)
             h->peak = h->live;
     }
-    uint64_t by_role[GHC_ROLE_COUNT];
+    uint64_t by_role[GHC_ROLE_MAX];
     memcpy(by_role, h->role, sizeof(by_role));
     pthread_mutex_unlock(&h->lock);
     char use[512];
@@ -77,7 +77,7 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
         return ghc_error_set(h->core, GHC_ENOMEM,
                              "host: %zu bytes of %s would exceed limit_mib (%llu of %llu MiB in use: %s)",
                              bytes, ghc_mem_role_name(role), (unsigned long long)(live >> 20),
-                             (unsigned long long)(h->limit >> 20), ghc_mem_usage_text(by_role, use, sizeof(use)));
+                             (unsigned long long)(h->limit >> 20), ghc_mem_usage_text(by_role, GHC_ROLE_MAX, use, sizeof(use)));
     char *base = aligned_alloc(HOST_ALIGN, total);
     if (!base) {
         pthread_mutex_lock(&h->lock);
@@ -86,7 +86,7 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
         memcpy(by_role, h->role, sizeof(by_role));
         pthread_mutex_unlock(&h->lock);
         return ghc_error_set(h->core, GHC_ENOMEM, "host: out of memory: %zu bytes of %s; in use by role: %s",
-                             bytes, ghc_mem_role_name(role), ghc_mem_usage_text(by_role, use, sizeof(use)));
+                             bytes, ghc_mem_role_name(role), ghc_mem_usage_text(by_role, GHC_ROLE_MAX, use, sizeof(use)));
     }
     struct host_hdr *hdr = (struct host_hdr *)base;
     hdr->bytes = bytes;

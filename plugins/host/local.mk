@@ -2,5 +2,5 @@
 plugins_LTLIBRARIES += plugins/ghc_host.la
 plugins_ghc_host_la_SOURCES = plugins/host/host.c
 plugins_ghc_host_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_host_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_host_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_host_la_LIBADD = libgh200core.la $(PTHREAD_LIBS)

@@ -310,7 +310,7 @@ static int collect_visit(void *user, const char *name, uint64_t size)
     struct im *m = c->m;
     struct im_entry *ne = realloc(m->e, (m->n + 1) * sizeof(*ne));
     if (!ne)
-        return GHC_ENOMEM;
+        return ghc_error_set(m->core, GHC_ENOMEM, "in_memory: out of memory listing");
     m->e = ne;
     struct im_entry *e = &m->e[m->n];
     memset(e, 0, sizeof(*e));
@@ -324,7 +324,7 @@ static int collect_visit(void *user, const char *name, uint64_t size)
     if (!e->name || !e->path) {
         free(e->name);
         free(e->path);
-        return GHC_ENOMEM;
+        return ghc_error_set(m->core, GHC_ENOMEM, "in_memory: out of memory listing");
     }
     snprintf(e->path, pl, "%s%s", m->roots[r].path, slash);
     e->file_size = size;
@@ -413,8 +413,6 @@ static int im_mount(void *self, const struct ghc_backend_root *roots, int32_t n)
     if ((rc = ghc_backend_mount(lb, roots, n)) == 0)
         rc = ghc_backend_list(lb, "", collect_visit, &c);
     ghc_backend_free(lb);
-    if (rc == GHC_ENOMEM && !*ghc_error_message(core))
-        rc = ghc_error_set(core, GHC_ENOMEM, "in_memory: out of memory listing");
     if (rc < 0)
         return rc;
     qsort(m->e, m->n, sizeof(*m->e), cmp_name);

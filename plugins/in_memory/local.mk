@@ -4,5 +4,5 @@ plugins_LTLIBRARIES += plugins/ghc_in_memory.la
 plugins_ghc_in_memory_la_SOURCES = plugins/in_memory/in_memory.c plugins/in_memory/codec.c \
 	plugins/in_memory/codec.h
 plugins_ghc_in_memory_la_CFLAGS = $(PLUGIN_CFLAGS) $(LZ4_CFLAGS) $(ZLIB_CFLAGS)
-plugins_ghc_in_memory_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_in_memory_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_in_memory_la_LIBADD = libgh200core.la $(LZ4_LIBS) $(ZLIB_LIBS) $(SNAPPY_LIBS) $(PTHREAD_LIBS)

@@ -3,5 +3,5 @@
 plugins_LTLIBRARIES += plugins/ghc_local.la
 plugins_ghc_local_la_SOURCES = plugins/local/local.c
 plugins_ghc_local_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_local_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_local_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_local_la_LIBADD = libgh200core.la

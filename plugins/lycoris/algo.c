@@ -1,12 +1,13 @@
-/* algo.c: forward and backward of the lycoris adapters in factorised form (spec §10), written
- * once on the ops of ops.h so the same code runs on the CPU and on CUDA:
- *   LoRA  (§10.1): H = X A^T, dY = s H B^T; the backward recomputes H (no per-target state,
- *                  and a checkpointed block needs nothing kept);
- *   LoHa  (§10.2a): the materialised Hadamard product, recomputed in the backward;
- *   LoKr  (§10.3): the reshape trick, never forming kron(W1, W2); dW1 as a batched GEMM over
- *                  token chunks followed by a row sum.
+/* algo.c: forward and backward of the lycoris adapters in factorised form (doc/lycoris.md,
+ * "Computation"), written once on the ops of ops.h so the same code runs on the CPU and on CUDA:
+ *   LoRA: H = X A^T, dY = s H B^T; the backward recomputes H (no per-target state, and a
+ *         checkpointed block needs nothing kept);
+ *   LoHa: the materialised Hadamard product (W1a W1b) * (W2a W2b), recomputed in the
+ *         backward, or the Khatri-Rao form below where it is smaller;
+ *   LoKr: the reshape trick, never forming kron(W1, W2); dW1 as a batched GEMM over token
+ *         chunks followed by a row sum.
  * The input x comes in the model's GEMM dtype (bf16 or f32): small operands are cast to it, the
- * outputs and gradients stay f32. Rank dropout masks output rows of delta-W (spec §7), that is
+ * outputs and gradients stay f32. Rank dropout masks output rows of delta-W (as LyCORIS), that is
  * the adapter's output columns in the forward and the rows of G in the backward. Scratch lives
  * in grow-only buffers of the network. */
 #include <config.h>
@@ -355,7 +356,7 @@ out:
     return rc;
 }
 
-/* LoHa in Khatri-Rao form (spec §10.2b), where r^2 (in + out) < in out: delta-W = Ua Ub with
+/* LoHa in Khatri-Rao form, where r^2 (in + out) < in out: the same delta-W, exactly, as Ua Ub with
  * Ua[o, (i, j)] = W1a[o, i] W2a[o, j] [out, r^2] and Ub[(i, j), c] = W1b[i, c] W2b[j, c]
  * [r^2, in], so the adapter runs as a LoRA of rank r^2 (no [out, in] product); the factors'
  * gradients are scattered back from dUa and dUb. */
@@ -640,7 +641,7 @@ out:
 }
 
 
-/* ---- DoRA (LoRA, output axis; spec §5, §10.4 "LoRA-DoRA without any [out, in] delta") --------
+/* ---- DoRA (LoRA, output axis, the norm not detached as in LyCORIS; no [out, in] delta) ------
  * The hook's y already holds Y0 + b = X W^T + b and dx the frozen G W, so
  *   forward:  y = c (y + s H B^T) + (1 - c) b         (= c Z + b, Z = X W'^T)
  *   backward: dx += (G (c - 1)) W + dH A,  dH = s (G c) B
@@ -1266,7 +1267,7 @@ out:
 
 /* ---- merge ------------------------------------------------------------------------------------- */
 
-/* W <- W + m delta-W, or for DoRA (spec §5.2, ComfyUI strength semantics, §10.6)
+/* W <- W + m delta-W (s applied once), or for DoRA with ComfyUI's strength semantics
  * W <- W + m (diag(c) (W + delta-W) - W) with c = g / (q + eps) and q = |W + delta-W| per row
  * from dora_coef (the same c the forward uses); for a stored value divided by the base
  * weight's norms (md->dora_base) c = g / (|W_o| + eps), ComfyUI's weight_decompose

@@ -1,4 +1,4 @@
-/* file.c: adapter files of the lycoris plugin (spec/adapters.md §11, §12, §15): one
+/* file.c: adapter files of the lycoris plugin (doc/lycoris.md, "Files"): one
  * safetensors file per expert, in musubi/kohya naming (`lora_unet_<path with _>`, the default:
  * the one naming the Wan loaders of ComfyUI, musubi-tuner and diffusers all take), ComfyUI
  * naming (`diffusion_model.<Wan path>.<tensor>`) or diffusers/peft naming
@@ -188,7 +188,7 @@ static int save_one(struct lycoris *net, struct lyc_expert *e, const char *path,
                 continue;
             bool peft = format == LYC_FMT_DIFFUSERS;
             snprintf(key, sizeof(key), "%s.%s", prefix, peft ? peft_suffix(i) : lyc_param_suffix(md, i));
-            if (md->dora && i == 2)   /* dora_scale: F32 (§11.5) */
+            if (md->dora && i == 2)   /* dora_scale: always F32, whatever the save dtype */
                 rc = add_dora_scale(net, w, key, md);
             else
                 rc = add_param(net, w, key, md->p[i], peft && i == up_slot(md) ? md->scale : 1.0f, net->save_dtype);

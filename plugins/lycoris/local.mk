@@ -4,6 +4,6 @@ plugins_LTLIBRARIES += plugins/ghc_lycoris.la
 plugins_ghc_lycoris_la_SOURCES = plugins/lycoris/lycoris.c plugins/lycoris/algo.c plugins/lycoris/file.c \
 	plugins/lycoris/lycoris_impl.h
 plugins_ghc_lycoris_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_lycoris_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_lycoris_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_lycoris_la_LIBADD = libgh200core_ops.la libgh200core.la -lm
 EXTRA_DIST += doc/lycoris.md

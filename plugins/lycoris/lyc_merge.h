@@ -1,6 +1,6 @@
 /* lyc_merge.h: the lycoris plugin's adapter reader for merging, the interface `gh200core merge`
  * (core/merge.c) calls. An adapter file in any naming the plugin writes or loads is read into
- * modules (algorithm, shapes and scale inferred from the keys and shapes, spec §11.3) whose
+ * modules (algorithm, shapes and scale inferred from the keys and shapes, as the loaders do) whose
  * delta-W comes from the plugin's own math (algo.c). Never installed; plain C types only. */
 #ifndef GHC_LYC_MERGE_H
 #define GHC_LYC_MERGE_H

@@ -1,5 +1,5 @@
 /* lycoris.c: the `lycoris` network plugin: LoRA, LoHa and LoKr adapters on a model's linear
- * targets (spec/adapters.md), trained through the model's adapter hooks, saved in the files
+ * targets, trained through the model's adapter hooks, saved in the files
  * ComfyUI, diffusers and musubi-tuner load. This file is the glue: configuration, target
  * selection, factor shapes and initialisation, parameters, dropout seeding, the hooks and the
  * plugin descriptor. The math is in algo.c, files in file.c; doc/lycoris.md describes the keys
@@ -322,7 +322,8 @@ static bool selected(const struct lycoris *net, const struct ghc_model_target *t
     return base;
 }
 
-/* Rank, alpha, scale, LoKr factor shapes and the saved alpha of module md (spec §1.1, §4). */
+/* Rank, alpha, scale, LoKr factor shapes and the saved alpha of module md, as LyCORIS makes
+ * them (doc/lycoris.md, "Files"). */
 static void module_shape(const struct lycoris *net, struct lyc_module *md)
 {
     md->algo = net->algo;
@@ -343,13 +344,13 @@ static void module_shape(const struct lycoris *net, struct lyc_module *md)
         md->w1_lr = net->decompose_both && !net->full_matrix && r < (double)(md->a > md->c ? md->a : md->c) / 2;
         md->w2_lr = !net->full_matrix && r < (double)(md->b > md->d ? md->b : md->d) / 2;
         if (!md->w1_lr && !md->w2_lr)
-            md->alpha = md->rank;   /* both full: scale 1 (§1.1 step 2) */
+            md->alpha = md->rank;   /* both full: scale 1, as LyCORIS */
     }
     double rf = net->rs_lora ? sqrt(r) : r;
     md->scale = (float)(md->alpha / rf);
     md->alpha_saved = (float)(md->alpha * r / rf);
     if (md->algo == LYC_LOKR && !md->w1_lr && !md->w2_lr)
-        md->alpha_saved = (float)(md->b / md->a);   /* the defensive value (§11.4) */
+        md->alpha_saved = (float)(md->b / md->a);   /* LyCORIS's defensive value */
 }
 
 /* Shapes of the module's parameter slots; 0 rows for an unused slot. */
@@ -376,8 +377,9 @@ static void param_shape(const struct lyc_module *md, int i, int64_t shape[2])
     }
 }
 
-/* Initial values (spec §2-§4) into host memory v of n = rows x cols: 0 zeros, 1 kaiming(a=sqrt 5)
- * U(+-1/sqrt(cols)), 2 N(0, 0.1^2), 3 N(0, 1). */
+/* Initial values, LyCORIS's (one factor of each product zero, so delta-W starts at 0), into host
+ * memory v of n = rows x cols: 0 zeros, 1 kaiming(a=sqrt 5) U(+-1/sqrt(cols)), 2 N(0, 0.1^2),
+ * 3 N(0, 1). */
 static int init_kind(const struct lyc_module *md, int i)
 {
     switch (md->algo) {
@@ -711,7 +713,7 @@ static int hook_concat_fwd(void *user, int32_t target, const ghc_tensor_t *x, gh
     return rc < 0 ? rc : lyc_concat_forward(net, md, x, h, wcols, again, stream);
 }
 
-/* concat_backward_dy (API 8): dy given, g to write; concat_backward below: g the model's cast. */
+/* concat_backward_dy: dy given, g to write; concat_backward below: g the model's cast. */
 static int hook_concat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
                               const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
                               void *stream)
@@ -759,8 +761,8 @@ static double uniform(const struct lycoris *net, int64_t step, int32_t target, u
     return (double)(o[k % 4] >> 8) * (1.0 / 16777216.0);
 }
 
-/* Draw step `step`'s module-dropout decisions and rank-dropout masks (spec §7: output rows of
- * delta-W), the same for every call of that step. */
+/* Draw step `step`'s module-dropout decisions and rank-dropout masks (output rows of delta-W,
+ * LyCORIS's rebuild semantics), the same for every call of that step. */
 static int lyc_begin_step(void *self, int64_t step)
 {
     struct lycoris *net = self;

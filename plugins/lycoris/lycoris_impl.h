@@ -2,7 +2,7 @@
  * targets, parameters, dropout, plugin glue), algo.c (forward and backward of LoRA, LoHa and
  * LoKr on the ops of ops.h, one code path for CPU and CUDA) and file.c (adapter files: key
  * names, save, load). Never installed; tests/test_lycoris.c links these sources to reach the
- * factorization and the key mapping directly. Formulas: spec/adapters.md. */
+ * factorization and the key mapping directly. Formulas: doc/lycoris.md. */
 #ifndef GHC_LYCORIS_IMPL_H
 #define GHC_LYCORIS_IMPL_H
 
@@ -34,7 +34,7 @@ enum lyc_tool { LYC_TOOL_COMFYUI = 1, LYC_TOOL_MUSUBI = 2, LYC_TOOL_DIFFUSERS = 
  *   loha: 0 hada_w1_a [out, r], 1 hada_w1_b [r, in], 2 hada_w2_a [out, r], 3 hada_w2_b [r, in]
  *   lokr: 0 lokr_w1 [a, c] or lokr_w1_a [a, r], 1 -- or lokr_w1_b [r, c],
  *         2 lokr_w2 [b, d] or lokr_w2_a [b, r], 3 -- or lokr_w2_b [r, d]  (unused slots NULL)
- *   lora with DoRA: 2 dora_scale [out, 1] (g, output axis, spec §5) */
+ *   lora with DoRA: 2 dora_scale [out, 1] (g, the magnitude per output row) */
 struct lyc_module {
     int32_t        target;          /* index into the model's targets */
     ghc_tensor_t  *hc;              /* K-concatenation with keep_h: the H its forward wrote in
@@ -46,8 +46,10 @@ struct lyc_module {
     enum lyc_algo  algo;
     int32_t        rank;
     double         alpha;           /* the alpha in effect (user alpha, or r; LoKr both-full: r) */
-    float          scale;           /* s (spec §1.1) */
-    float          alpha_saved;     /* the file's alpha tensor (§1.1 step 5; §11.4 for both-full LoKr) */
+    float          scale;           /* s = alpha / r (alpha / sqrt(r) with rs_lora) */
+    float          alpha_saved;     /* the file's alpha tensor: alpha r / r_f, so that a loader's
+                                     * alpha / rank gives s; both-full LoKr: b // a (LyCORIS's
+                                     * defensive value) */
     int64_t        a, b, c, d;      /* LoKr: W1 [a, c], W2 [b, d]; out = a b, in = c d */
     bool           w1_lr, w2_lr;    /* LoKr: factor stored as two low-rank tensors */
     ghc_tensor_t  *p[LYC_MAX_PARAMS], *g[LYC_MAX_PARAMS];   /* f32 on the network's device */
@@ -132,7 +134,9 @@ struct lycoris {
 
 /* ---- lycoris.c ------------------------------------------------------------------------------- */
 
-/* (m, n) = factorization(d, f) of spec §8: m n = d, m <= n. */
+/* (m, n) = LyCORIS's factorization(d, f): m n = d, m <= n. With f > 0 dividing d: {f, d / f};
+ * else divisors are tried upwards, none above f (f < 0: no bound), until the pair passes
+ * sqrt(d). */
 void lyc_factorization(int64_t d, int64_t f, int64_t *m, int64_t *n);
 /* "lora", "loha", "lokr". Static. */
 const char *lyc_algo_name(enum lyc_algo a);
@@ -154,10 +158,11 @@ int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t 
 int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                        const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
 int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
-/* K-concatenation (model.h, API 7) of a LoRA module without DoRA or rank dropout: the forward
+/* K-concatenation (model.h, concat_forward and concat_backward) of a LoRA module without DoRA
+ * or rank dropout: the forward
  * writes H = s X A^T into h and B into wcols (the weight's dtype); the backward, with h still
  * holding H, writes dH = s G B into dh and A into wrows and accumulates dB += G^T H,
- * dA += dH^T X. With dy (API 8's concat_backward_dy; else NULL: g holds the model's cast) it
+ * dA += dH^T X. With dy (concat_backward_dy; else NULL: g holds the model's cast) it
  * first writes G = dy in g's dtype, from the same read of dy as dH and dB where r <= 16
  * (ghc_op_lora_cast_bwd). x, h, g, dh, wcols, wrows may be column views. Return 1, or GHC_E*. */
 int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
@@ -169,7 +174,7 @@ int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x,
  * device. Returns 0 or GHC_E*. */
 int lyc_delta(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *dw, void *stream);
 /* DoRA: read md's frozen W and b (through the model's target_weight), keep its row norms and
- * bias on the host, and set g (p[2]) to the row norms (spec §5.1). */
+ * bias on the host, and set g (p[2]) to the row norms (so the adapter starts as the identity). */
 int lyc_dora_init(struct lycoris *net, struct lyc_module *md);
 /* The frozen weight of md as an [out, in] tensor of dtype dt on the network's device: a view of
  * the model's tensor, or a copy / dequantisation in scratch (the caller frees the result). */
@@ -184,7 +189,8 @@ void lyc_ws_free(struct lycoris *net);
 int lyc_dora_file_scale(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *a, const ghc_tensor_t *b,
                         float *g, bool to_file);
 /* Merge md into its frozen weight w (f32 [out, in] on the network's device, in place):
- * W + m delta-W, for DoRA W + m (W_new - W) (spec §5.2, §10.6), W_new = diag(c) (W + delta-W) with
+ * W + m delta-W, for DoRA W + m (W_new - W) (ComfyUI's strength semantics),
+ * W_new = diag(c) (W + delta-W) with
  * c = g / (|W + delta-W|_o + eps), or with md->dora_base c = g / (|W_o| + eps) (ComfyUI's
  * weight_decompose on the stored value). Sets md->wn2 for DoRA.
  * Returns 0 or GHC_E*. */

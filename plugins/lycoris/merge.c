@@ -2,8 +2,8 @@
  * modules by the suffixes file.c knows, in any naming (ComfyUI `diffusion_model.`, musubi
  * `lora_unet_`, diffusers/peft `transformer.` and lora_A/lora_B, bare names); each module's
  * algorithm, factor shapes and scale inferred from which keys exist and their shapes, as the
- * loaders of spec §12 do (no tensor stores rank, factor or algorithm); delta-W and the DoRA
- * rule from algo.c (lyc_delta, lyc_merge_weight), so a merge and the hooks use one math. A
+ * loaders of ComfyUI and LyCORIS do (no tensor stores rank, factor or algorithm); delta-W and
+ * the DoRA rule from algo.c (lyc_delta, lyc_merge_weight), so a merge and the hooks use one math. A
  * DoRA file's metadata says what its dora_scale is divided by (LYC_DORA_NORM_KEY): the base
  * weight's row norms in the files the plugin writes (ComfyUI's reading), those of W + delta-W
  * in LyCORIS's and older ones. */
@@ -158,7 +158,7 @@ static int infer(lyc_adapter_t *a, const char *path, struct lyc_amod *am)
         ghc_tensor_t *t = ghc_st_load(a->st, am->alpha, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
         if (!t)
             return ghc_error_code(a->core);
-        if (md->rank > 0)   /* both-full LoKr: s = 1 (spec §4.2) */
+        if (md->rank > 0)   /* rank 0: both-full LoKr, s = 1 whatever its alpha */
             md->scale = (float)(*(const float *)ghc_tensor_cdata(t) / md->rank);
         ghc_tensor_free(t);
     }

@@ -7,6 +7,6 @@ plugins_LTLIBRARIES += plugins/ghc_offload.la
 plugins_ghc_offload_la_SOURCES = plugins/offload/offload.c plugins/device/devpool.c plugins/device/devpool.h
 plugins_ghc_offload_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 plugins_ghc_offload_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_offload_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_offload_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_offload_la_LIBADD = libgh200core.la $(CUDA_LIBS) $(PTHREAD_LIBS)
 endif

@@ -1,11 +1,12 @@
 /* offload.c: the `offload` memory policy: base weights (either expert) in pinned host memory,
  * streamed block by block into a ring of device buffers on a copy stream, overlapped with the
  * compute on the legacy stream, in forward order and in backward order; every other role in
- * device memory from the caching pool. The way past HBM on discrete GPUs (DESIGN.md, safety
- * rule). The model declares each block's weights once (group(), id expert x blocks + block)
- * and asks map() for the device address of a weight between BLOCK_BEGIN and BLOCK_END; any
- * other weight is read in place from pinned memory (zero-copy), so results never depend on
- * the streaming. mode "direct" reads every weight in place (GH200: over NVLink-C2C). */
+ * device memory from the caching pool. The way past HBM on discrete GPUs, where managed memory
+ * must not oversubscribe the device (gh200_uvm caps it there). The model declares each block's
+ * weights once (group(), id expert x blocks + block) and asks map() for the device address of
+ * a weight between BLOCK_BEGIN and BLOCK_END; any other weight is read in place from pinned
+ * memory (zero-copy), so results never depend on the streaming. mode "direct" reads every
+ * weight in place (GH200: over NVLink-C2C). */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ struct off {
     struct off_slot  *slots;
     size_t            slot_bytes;
     uint64_t          clock;
-    uint64_t          role[GHC_ROLE_COUNT], live, live_dev, live_pinned, peak, streamed;
+    uint64_t          role[GHC_ROLE_MAX], live, live_dev, live_pinned, peak, streamed;
     /* each block copy between two timing events on the copy stream: a FIFO of event pairs,
      * read back (without waiting) when a pair is needed again and in stats() */
     cudaEvent_t       t_begin[OFF_TIMED], t_end[OFF_TIMED];
@@ -143,7 +144,7 @@ static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     if (e != cudaSuccess) {
         cudaGetLastError();
         char use[512];
-        uint64_t by_role[GHC_ROLE_COUNT];
+        uint64_t by_role[GHC_ROLE_MAX];
         bool pinned = b->at == OFF_PINNED;
         pthread_mutex_lock(&o->lock);
         memcpy(by_role, o->role, sizeof(by_role));
@@ -152,7 +153,7 @@ static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
         return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory: %zu bytes (%.2f GiB) of %s in %s: %s; in "
                              "use by role: %s", bytes, bytes / 1073741824.0, ghc_mem_role_name(role),
                              pinned ? "pinned host memory" : "device memory", cudaGetErrorString(e),
-                             ghc_mem_usage_text(by_role, use, sizeof(use)));
+                             ghc_mem_usage_text(by_role, GHC_ROLE_MAX, use, sizeof(use)));
     }
     b->bytes = bytes;
     b->role = role;

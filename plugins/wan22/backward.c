@@ -1,4 +1,4 @@
-/* backward.c: the backward of a frozen Wan2.2 DiT (spec/wan22.md §7): from d(loss)/d(output)
+/* backward.c: the backward of a frozen Wan2.2 DiT: from d(loss)/d(output)
  * through unpatchify, the head and the blocks in reverse to d(loss)/d(input latent), calling
  * the adapter hook's backward on every target linear with the linear's input x and output
  * gradient dy, and letting it add to dx. Nothing of the base gets a gradient; m0..m5, the
@@ -92,11 +92,7 @@ static bool hook_bwd(const struct wan22 *m) { return m->has_hook && m->hook.back
 static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
                      void *stream)
 {
-    ghc_error_clear(m->core);
-    int rc = m->hook.backward(m->hook.user, target, x, dy, dx, stream);
-    if (rc < 0 && !*ghc_error_message(m->core))
-        ghc_error_set(m->core, rc, "wan22: adapter hook backward failed on %s", m->targets[target].name);
-    return rc;
+    return m->hook.backward(m->hook.user, target, x, dy, dx, stream);
 }
 
 /* The hook's backward of a target without an input gradient (cross-attention k and v over the
@@ -106,10 +102,7 @@ static int call_hook_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x
                           const ghc_tensor_t *g, void *stream)
 {
     if (m->hook.backward_first) {
-        ghc_error_clear(m->core);
         int rc = m->hook.backward_first(m->hook.user, target, x, dy, g, NULL, false, stream);
-        if (rc < 0 && !*ghc_error_message(m->core))
-            ghc_error_set(m->core, rc, "wan22: adapter hook backward_first failed on %s", m->targets[target].name);
         if (rc != 0)
             return rc < 0 ? rc : 0;
     }
@@ -119,7 +112,7 @@ static int call_hook_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x
 /* The hook's backward of cross-attention k or v (no input gradient: the text context is a
  * constant): with K-concatenation, concat_backward_dy (dy cast into gp, dH into its spare
  * columns, the parameter gradients; the weight's spare rows get A, which no GEMM reads here)
- * where the hook has it (API 8); else call_hook_nodx, with dy cast into `cast` for a bf16
+ * where the hook has it; else call_hook_nodx, with dy cast into `cast` for a bf16
  * model first. */
 static int linear_bwd_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *xp,
                            const ghc_tensor_t *dy, const ghc_tensor_t *w, ghc_tensor_t *cast, ghc_tensor_t *gp,
@@ -136,11 +129,7 @@ static int linear_bwd_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *
         if (!gv || !dh || !h || !wr) {
             rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
         } else {
-            ghc_error_clear(m->core);
             rc = m->hook.concat_backward_dy(m->hook.user, target, x, h, dy, gv, dh, wr, stream);
-            if (rc < 0 && !*ghc_error_message(m->core))
-                ghc_error_set(m->core, rc, "wan22: adapter hook concat_backward_dy failed on %s",
-                              m->targets[target].name);
         }
         ghc_tensor_free(gv);
         ghc_tensor_free(dh);
@@ -156,8 +145,8 @@ static int linear_bwd_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *
 
 /* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
  * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients. With
- * K-concatenation (the forward's, model.h API 7): dy cast into gp (the cast with spare
- * columns; by the hook's concat_backward_dy where it has one, API 8), the hook's dH = s g B
+ * K-concatenation (the forward's, model.h concat_backward): dy cast into gp (the cast with spare
+ * columns; by the hook's concat_backward_dy where it has one), the hook's dH = s g B
  * into them and A into the weight's spare rows, then one GEMM
  * dx = [g | dH] [W ; A]. Else before the GEMM by backward_first where the hook has it (the GEMM
  * then adds to dx), or after. dx NULL: no input gradient (the text context). xp: x with its
@@ -187,20 +176,15 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
                 rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
                 goto out;
             }
-            const bool own = m->hook.concat_backward_dy != NULL;   /* the hook casts dy into gv (API 8) */
+            const bool own = m->hook.concat_backward_dy != NULL;   /* the hook casts dy into gv */
             if (!own) {
                 TRY(ghc_op_cast(gv, dy, 1.0f, NULL, stream));
                 gc = gv;
             }
-            ghc_error_clear(m->core);
             rc = first = own ? m->hook.concat_backward_dy(m->hook.user, target, x, h, dy, gv, dh, wr, stream)
                              : m->hook.concat_backward(m->hook.user, target, x, h, gv, dh, wr, stream);
-            if (rc < 0) {
-                if (!*ghc_error_message(m->core))
-                    ghc_error_set(m->core, rc, "wan22: adapter hook %s failed on %s",
-                                  own ? "concat_backward_dy" : "concat_backward", m->targets[target].name);
+            if (rc < 0)
                 goto out;
-            }
             if (first == 1) {   /* dx (+)= [g | dH] [W ; A] */
                 struct ghc_gemm gm = { .beta = accumulate ? 1.0f : 0.0f };
                 rc = ghc_op_gemm(dx, ga, wa, &gm, stream);
@@ -223,22 +207,15 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
             g = gc ? gc : cast;
         }
         if (!folded && target >= 0 && m->has_hook && m->hook.backward_first) {   /* dx (+)= the hook's part */
-            ghc_error_clear(m->core);
             if ((rc = first = m->hook.backward_first(m->hook.user, target, x, dy, g != dy ? g : NULL, dx, accumulate,
-                                                     stream)) < 0) {
-                if (!*ghc_error_message(m->core))
-                    ghc_error_set(m->core, rc, "wan22: adapter hook backward_first failed on %s",
-                                  m->targets[target].name);
+                                                     stream)) < 0)
                 goto out;
-            }
         }
         struct ghc_gemm gm = { .beta = accumulate || first == 1 ? 1.0f : 0.0f };
         TRY(ghc_op_gemm(dx, g, wd, &gm, stream));
     }
     if (folded) {   /* dx holds the adapter's part: only its parameter gradients (from dy as cast) */
-        ghc_error_clear(m->core);
-        if ((rc = m->hook.grads(m->hook.user, target, x, g, stream)) < 0 && !*ghc_error_message(m->core))
-            ghc_error_set(m->core, rc, "wan22: adapter hook grads failed on %s", m->targets[target].name);
+        rc = m->hook.grads(m->hook.user, target, x, g, stream);
     } else if (first != 1 && target >= 0 && hook_bwd(m)) {   /* (first == 1: done before the GEMM) */
         rc = call_hook(m, target, x, dy, dx, stream);
     }

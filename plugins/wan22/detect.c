@@ -1,5 +1,5 @@
-/* detect.c: the Wan2.x DiT's tensors by name and shape (spec/wan22.md §3), the official <->
- * diffusers name mapping (§3.3), and config detection from a file's tensor list (§4.5): file
+/* detect.c: the Wan2.x DiT's tensors by name and shape, the official <-> diffusers name
+ * mapping, and config detection from a file's tensor list (doc/wan22.md, "Checkpoints"): file
  * prefix, layout, dimensions, the known variants, and a strict check that every expected
  * tensor is present with its shape. Pure functions of names and shapes, so the tests can
  * check detection for A14B, 5B and 1.3B shape sets without the files. */
@@ -34,7 +34,8 @@ const char *wan22_shape_text(int ndim, const int64_t *shape, char *buf, size_t l
     return buf;
 }
 
-/* Official -> diffusers for the part of a block key after "blocks.i." (spec §3.3). */
+/* Official -> diffusers for the part of a block key after "blocks.i." (diffusers' norm2 is the
+ * official norm3 and the other way round). */
 static const char *const block_map[][2] = {
     { "modulation", "scale_shift_table" },
     { "self_attn.q.", "attn1.to_q." },
@@ -366,7 +367,7 @@ int wan22_detect(ghc_core_t *core, const char *what, const struct wan22_tensor_d
         }
     }
 
-    /* classification (spec §4.5) */
+    /* classification: the released configs by their shapes */
     if (d->dim == 5120 && d->layers == 40 && d->in_ch == 16 && d->out_ch == 16)
         out->variant = WAN22_A14B_T2V;
     else if (d->dim == 5120 && d->layers == 40 && d->in_ch == 36 && d->out_ch == 16)

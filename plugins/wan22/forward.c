@@ -1,4 +1,5 @@
-/* forward.c: the Wan2.2 DiT forward of spec/wan22.md §5 with the precision of §6: patch
+/* forward.c: the Wan2.2 DiT forward, as the official code computes it, with the precision of
+ * doc/wan22.md ("Precision"): patch
  * embedding, text MLP over all 512 (zero-padded) rows, sinusoidal time embedding and
  * projection, the blocks (modulated LayerNorms, self-attention with RMSNorm q/k and 3-D RoPE,
  * cross-attention, GELU-tanh FFN, gated residuals), the head and unpatchify.
@@ -321,17 +322,14 @@ int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_ten
         if (!(wf = *fview = wan22_view(m, m->fbuf, 0, ghc_tensor_ndim(*wd), ghc_tensor_shape(*wd))))
             return GHC_ENOMEM;
     }
-    ghc_error_clear(m->core);
     int rc = m->hook.fold(m->hook.user, target, *wd, wf, stream);
-    if (rc < 0 && !*ghc_error_message(m->core))
-        ghc_error_set(m->core, rc, "wan22: adapter hook fold failed on %s", m->targets[target].name);
     if (rc == 1)
         *wd = wf;
     return rc;
 }
 
 /* y = x W^T + b (f32 out) and the adapter hook's part of `target` (-1: none). K-concatenation
- * where the hook takes it (model.h, API 7): H = s x A^T into x's spare columns (xp: x with
+ * where the hook takes it (model.h, concat_forward): H = s x A^T into x's spare columns (xp: x with
  * them, NULL: none) and B into the weight's, then one GEMM y = [x | H] [W | B]^T + b. Else
  * the hook's part is written first by forward_first where the hook has it (the GEMM adds to
  * it), or added after by forward. With fp8_gemm an e4m3 (block) weight multiplies x cast to
@@ -357,13 +355,8 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
                 rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
                 goto out;
             }
-            ghc_error_clear(m->core);
-            if ((rc = first = m->hook.concat_forward(m->hook.user, target, x, h, wc, m->again, stream)) < 0) {
-                if (!*ghc_error_message(m->core))
-                    ghc_error_set(m->core, rc, "wan22: adapter hook concat_forward failed on %s",
-                                  m->targets[target].name);
+            if ((rc = first = m->hook.concat_forward(m->hook.user, target, x, h, wc, m->again, stream)) < 0)
                 goto out;
-            }
             if (first == 1) {   /* y = [x | H] [W | B]^T + b */
                 rc = ghc_op_gemm(y, xa, wa, &g, stream);
                 goto out;
@@ -392,20 +385,14 @@ static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_
         }
         rc = folded = wan22_fold(m, target, &wd, view, &fview, stream);   /* the hook's delta-W in wd */
         if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward_first) {   /* y = the hook's part, */
-            ghc_error_clear(m->core);
-            if ((rc = first = m->hook.forward_first(m->hook.user, target, x, y, stream)) < 0 &&
-                !*ghc_error_message(m->core))
-                ghc_error_set(m->core, rc, "wan22: adapter hook forward_first failed on %s", m->targets[target].name);
+            rc = first = m->hook.forward_first(m->hook.user, target, x, y, stream);
             g.beta = first == 1 ? 1.0f : 0.0f;                           /* then += x W^T + b */
         }
         if (rc >= 0)
             rc = ghc_op_gemm(y, x, wd, &g, stream);
     }
-    if (rc == 0 && !folded && first != 1 && target >= 0 && m->has_hook && m->hook.forward) {
-        ghc_error_clear(m->core);
-        if ((rc = m->hook.forward(m->hook.user, target, x, y, stream)) < 0 && !*ghc_error_message(m->core))
-            ghc_error_set(m->core, rc, "wan22: adapter hook forward failed on %s", m->targets[target].name);
-    }
+    if (rc == 0 && !folded && first != 1 && target >= 0 && m->has_hook && m->hook.forward)
+        rc = m->hook.forward(m->hook.user, target, x, y, stream);
 out:
     ghc_tensor_free(view);
     ghc_tensor_free(fview);
@@ -599,7 +586,8 @@ out:
     return rc;
 }
 
-/* The sinusoid of spec §5.4 in f64: cos half first, t unscaled. */
+/* The time embedding's sinusoid in f64, as the official code (diffusers: f32): cos half first,
+ * t unscaled. */
 static int time_input(struct wan22 *m, const ghc_tensor_t *timesteps, void *stream)
 {
     struct wan22_state *s = &m->st;

@@ -2,7 +2,7 @@
  * without a prefix, one file or shards through the index JSON, any float dtype per tensor,
  * ComfyUI fp8 "scaled" weights dequantised with their per-tensor scale), or random for tests
  * and the demo. Each tensor is converted on the host into its dtype (the base dtype for block
- * and text linears, f32 for everything else: spec/wan22.md §6) and placed on the model's
+ * and text linears, f32 for everything else: doc/wan22.md, "Precision") and placed on the model's
  * device through the memory policy. */
 #include <config.h>
 
@@ -114,8 +114,8 @@ out:
 
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
-/* The per-tensor scale of an fp8 weight `fname` (X.weight -> X.scale_weight or X.weight_scale;
- * spec §4.4). Returns 0 and *scale, or GHC_EFORMAT. */
+/* The per-tensor scale of an fp8 weight `fname` (X.weight -> X.scale_weight, ComfyUI's legacy
+ * name, or X.weight_scale, comfy_quant's). Returns 0 and *scale, or GHC_EFORMAT. */
 static int fp8_scale(struct wan22 *m, ghc_st_t *st, const char *path, const char *fname, enum ghc_dtype dt,
                      float *scale)
 {

@@ -5,6 +5,6 @@ plugins_ghc_wan22_la_SOURCES = plugins/wan22/wan22.c plugins/wan22/detect.c plug
 	plugins/wan22/forward.c plugins/wan22/backward.c plugins/wan22/wan22_impl.h \
 	plugins/wan22/stream.c
 plugins_ghc_wan22_la_CFLAGS = $(PLUGIN_CFLAGS)
-plugins_ghc_wan22_la_LDFLAGS = -module -avoid-version -no-undefined -export-symbols-regex '^ghc_plugin_'
+plugins_ghc_wan22_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_wan22_la_LIBADD = libgh200core_ops.la libgh200core.la -lm
 EXTRA_DIST += doc/wan22.md

@@ -1,4 +1,4 @@
-/* stream.c: the wan22 side of streaming weights through the memory policy (issue 7): each
+/* stream.c: the wan22 side of streaming weights through the memory policy: each
  * block's weights declared as one group, and a block's weights mapped to where the policy
  * holds them for the block's compute (offload: a ring buffer on the device). With any other
  * policy map() is the identity and the block's own tensors are used unchanged. */

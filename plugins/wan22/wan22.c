@@ -269,7 +269,7 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
             rc = wan22_load(m, paths[e], heads, &m->experts[e], role, &det);
         }
         if (rc < 0 || (rc = wan22_pad_weights(m, &m->experts[e], role)) < 0 ||
-            (rc = wan22_weights_group(m, e)) < 0)   /* streaming policies (issue 7) */
+            (rc = wan22_weights_group(m, e)) < 0)   /* for policies that stream blocks */
             goto fail;
     }
     double def_boundary = m->d.in_ch == 36 ? 0.9 : 0.875;
@@ -302,7 +302,7 @@ static int32_t wan22_expert_for(void *self, float t)
     struct wan22 *m = self;
     if (m->n_experts < 2)
         return 0;
-    return (double)t >= m->boundary * 1000.0 ? 0 : 1;   /* spec §10: t >= boundary is high noise */
+    return (double)t >= m->boundary * 1000.0 ? 0 : 1;   /* t >= boundary: the high-noise expert */
 }
 
 static int wan22_targets(void *self, const struct ghc_model_target **out, int32_t *n)

@@ -1,7 +1,7 @@
 /* wan22_impl.h: the wan22 model plugin's internal types and functions, shared by its files:
  * wan22.c (plugin glue, configuration, targets, experts), detect.c (tensor names and shapes,
  * official <-> diffusers names, config detection), load.c (checkpoints and random weights),
- * forward.c and backward.c (the math of spec/wan22.md §5-§7 on the ops of ops.h).
+ * forward.c and backward.c (the official code's math on the ops of ops.h; doc/wan22.md).
  * Never installed; nothing here crosses the plugin ABI (the plugin exports only its
  * descriptor). tests/test_wan22.c links these sources to check detection without giant files
  * and to read the intermediates of a forward. */
@@ -38,7 +38,7 @@ enum wan22_variant {
 };
 
 enum wan22_layout {
-    WAN22_LAYOUT_OFFICIAL = 0,   /* official / ComfyUI names (spec §3, left column) */
+    WAN22_LAYOUT_OFFICIAL = 0,   /* official / ComfyUI names */
     WAN22_LAYOUT_DIFFUSERS,      /* diffusers names, with the norm2/norm3 swap */
 };
 
@@ -222,7 +222,7 @@ struct wan22 {
     char                    text_from[1024];
 };
 
-/* K-concatenation (model.h, API 7). Slot j's spare columns of its weight (the q, k and v
+/* K-concatenation (model.h, concat_rank). Slot j's spare columns of its weight (the q, k and v
  * of self-attention share their input u, whose spare columns hold their three H side by side:
  * their weights keep 3 pad columns, of which each uses its own; cross-attention's k and v share
  * the text context the same way, with 2) and where its H starts after the input's columns. */
@@ -277,7 +277,7 @@ int wan22_tensor_list(ghc_core_t *core, const struct wan22_dims *d, struct wan22
                       struct wan22_tspec **out, int *n);
 /* The diffusers name of an official name (no prefix) into buf. Returns buf. */
 const char *wan22_name_diffusers(const char *official, char *buf, size_t len);
-/* Detect layout, prefix and dimensions from a file's tensor list (spec §4.5) and check that
+/* Detect layout, prefix and dimensions from a file's tensor list and check that
  * every expected tensor is present with its expected shape. `what` names the file in
  * messages; `heads` 0 takes D / 128 (D must then be a multiple of 128), else the given head
  * count. Returns 0, or GHC_EFORMAT naming the tensor with the expected and found shape. */
@@ -324,7 +324,7 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
  * m->wbuf, through *view (freed by the caller; NULL when unused). NULL on error. */
 const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float scale, ghc_tensor_t **view,
                                  void *stream);
-/* The adapter hook's fold of `target` (spec: model.h): *wd (wan22_weight's result, *view its
+/* The adapter hook's fold of `target` (model.h, fold): *wd (wan22_weight's result, *view its
  * dequantisation view or NULL) becomes the weight plus the adapter's delta-W, in place in the
  * dequantisation buffer or in m->fbuf through *fview (freed by the caller). Returns 1 folded,
  * 0 nothing to fold (no fold hook, or the target has no foldable adapter), or GHC_E*. */
@@ -347,7 +347,7 @@ float *wan22_host_f32(struct wan22 *m, const ghc_tensor_t *t, void *stream);
 /* Store host f32 values into tensor `t` (any device, f32 or bf16). Returns 0 or GHC_E*. */
 int wan22_store_f32(struct wan22 *m, ghc_tensor_t *t, const float *v, void *stream);
 
-/* ---- stream.c: weights through the memory policy (issue 7) --------------------------------- */
+/* ---- stream.c: weights through the memory policy --------------------------------------------- */
 
 /* Declare each block's weights of expert e to the policy as group e x layers + block, so a
  * streaming policy (offload) can move a block as one. Returns 0 or GHC_E*. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gh200core/mempolicy.h>
 #include <gh200core/optimizer.h>
 #include <gh200core/scheduler.h>
 
@@ -107,6 +108,36 @@ __attribute__((unused)) static const struct ghc_scheduler_ops fake_ops = {
     .free = fake_free,
 };
 
+#ifdef FAKE_SILENT
+/* A memory policy whose members fail without a message (breaking the contract): the core's
+ * wrappers must give every such failure one. */
+static int silent_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
+{
+    (void)core, (void)cfg;
+    *self = NULL;
+    return 0;
+}
+static int silent_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
+{
+    (void)self, (void)bytes, (void)role, (void)device, (void)ptr;
+    return GHC_ENOMEM;
+}
+static void silent_release(void *self, void *ptr) { (void)self, (void)ptr; }
+static int silent_phase(void *self, enum ghc_mem_phase phase, int64_t index)
+{
+    (void)self, (void)phase, (void)index;
+    return GHC_EIO;
+}
+static const struct ghc_mempolicy_ops silent_ops = {
+    .struct_size = sizeof(struct ghc_mempolicy_ops),
+    .name = STR(FAKE_NAME),
+    .init = silent_init,
+    .alloc = silent_alloc,
+    .release = silent_release,
+    .phase = silent_phase,
+};
+#endif
+
 #ifdef FAKE_UNDEFINED
 extern int ghc_test_no_such_function(void);   /* never defined: dlopen(RTLD_NOW) must fail */
 #endif
@@ -121,6 +152,8 @@ static int fake_plugin_init(ghc_core_t *core)
     return ghc_error_set(core, GHC_EINVAL, "cannot start: no widget attached");
 #elif defined(FAKE_BIG_OPS)
     return ghc_register_scheduler(core, &big.base);
+#elif defined(FAKE_SILENT)
+    return ghc_register_mempolicy(core, &silent_ops);
 #elif defined(FAKE_REGISTER_OPTIMIZER)
     static const struct ghc_optimizer_ops opt = { .struct_size = sizeof(opt), .name = STR(FAKE_NAME) };
     return ghc_register_optimizer(core, &opt);

@@ -1,0 +1,330 @@
+/* checkpoint.c: the trainer's checkpoints. output_dir/checkpoint-N/ holds, after N optimizer
+ * steps, the adapter files, params.safetensors (the fp32 params exactly), the optimizer's
+ * state, trainer.json (the position: step counts, the data position, every generator's
+ * counter) and the resolved configuration, so that a resumed run continues exactly as the
+ * uninterrupted one would. Written, pruned to keep_last, and read back for --resume. */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
+#include <gh200core/safetensors.h>
+#include <gh200core/tensor.h>
+
+#include "train_impl.h"
+
+/* ---- names ---------------------------------------------------------------------------------- */
+
+/* Whether `name` is "checkpoint-N" (N digits only): *step gets N. */
+static bool checkpoint_step(const char *name, int64_t *step)
+{
+    char *end;
+    if (strncmp(name, "checkpoint-", 11) != 0)
+        return false;
+    long long s = strtoll(name + 11, &end, 10);
+    if (*end != '\0' || end == name + 11)
+        return false;
+    *step = s;
+    return true;
+}
+
+void ghc_checkpoint_newest(const char *dir, int64_t *step)
+{
+    *step = -1;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char p[8400];
+        struct stat st;
+        int64_t s;
+        if (!checkpoint_step(e->d_name, &s))
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (s > *step && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            *step = s;
+    }
+    closedir(d);
+}
+
+/* dir/<name><suffix>.safetensors, the file of adapter slot a: on two-expert models the suffix
+ * names the expert it serves. */
+static void adapter_file(const struct ghc_trainer *tr, const char *dir, int a, char *buf, size_t len)
+{
+    const char *suffix = tr->n_experts < 2 || tr->adapter_expert[a] < 0 ? ""
+                       : tr->adapter_expert[a] == 0 ? "_high_noise" : "_low_noise";
+    snprintf(buf, len, "%s/%s%s.safetensors", dir, tr->c.name, suffix);
+}
+
+int ghc_checkpoint_save_adapters(struct ghc_trainer *tr, const char *dir, char *first, size_t len)
+{
+    int rc;
+    for (int a = 0; a < tr->n_adapters; a++) {
+        char p[8400];
+        adapter_file(tr, dir, a, p, sizeof(p));
+        int32_t e = tr->adapter_expert[a] < 0 ? 0 : tr->adapter_expert[a];
+        if ((rc = ghc_network_save(tr->net, e, p)) < 0)
+            return rc;
+        if (first && a == 0)
+            snprintf(first, len, "%s", p);
+    }
+    return 0;
+}
+
+/* ---- trainer.json --------------------------------------------------------------------------- */
+
+static int write_state(struct ghc_trainer *tr, const char *path)
+{
+    int64_t epoch = 0, cursor = 0;
+    int rc = ghc_dataset_tell(tr->ds, &epoch, &cursor);
+    if (rc < 0)
+        return rc;
+    json_t *j = json_object(), *as = json_array();
+    for (int a = 0; a < tr->n_adapters; a++)
+        json_array_append_new(as, json_integer(tr->adapter_steps[a]));
+    json_object_set_new(j, "format", json_string("gh200core-trainer-state"));
+    json_object_set_new(j, "version", json_integer(1));
+    json_object_set_new(j, "step", json_integer(tr->step));
+    json_object_set_new(j, "mode", json_string(ghc_train_mode_names[tr->c.mode]));
+    json_object_set_new(j, "adapters", json_integer(tr->n_adapters));
+    json_object_set_new(j, "adapter_steps", as);
+    json_object_set_new(j, "active_expert", json_integer(tr->active));
+    json_object_set_new(j, "data_epoch", json_integer(epoch));
+    json_object_set_new(j, "data_cursor", json_integer(cursor));
+    /* 64-bit counters as strings: JSON numbers lose bits past 2^53 in other readers */
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)tr->sampler.counter);
+    json_object_set_new(j, "sampler_counter", json_string(buf));
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)tr->noise_rng.offset);
+    json_object_set_new(j, "noise_offset", json_string(buf));
+    json_object_set_new(j, "bad_total", json_integer(tr->bad_total));
+    json_object_set_new(j, "bad_in_row", json_integer(tr->bad_in_row));
+    json_object_set_new(j, "samples_seen", json_integer(tr->samples_seen));
+    json_object_set_new(j, "loss_ema", json_real(tr->loss_ema));
+    rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 ? 0
+       : ghc_error_set(tr->core, GHC_EIO, "%s: cannot write the trainer state", path);
+    json_decref(j);
+    return rc;
+}
+
+static int u64_of(json_t *j, const char *key, uint64_t *out)
+{
+    json_t *v = json_object_get(j, key);
+    if (!json_is_string(v))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(json_string_value(v), &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int read_state(struct ghc_trainer *tr, const char *path)
+{
+    ghc_core_t *core = tr->core;
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j)
+        return ghc_error_set(core, GHC_EFORMAT, "%s:%d: %s", path, err.line, err.text);
+    int rc = 0;
+    json_t *as = json_object_get(j, "adapter_steps");
+    const char *mode = json_string_value(json_object_get(j, "mode"));
+    if (!json_is_integer(json_object_get(j, "step")) || !json_is_array(as) || !mode ||
+        u64_of(j, "sampler_counter", &tr->sampler.counter) < 0 ||
+        u64_of(j, "noise_offset", &tr->noise_rng.offset) < 0 ||
+        !json_is_integer(json_object_get(j, "data_epoch")) || !json_is_integer(json_object_get(j, "data_cursor"))) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: not a gh200core trainer state (a key is missing or of the wrong type)", path);
+        goto out;
+    }
+    if (strcmp(mode, ghc_train_mode_names[tr->c.mode]) != 0 || (int)json_array_size(as) != tr->n_adapters) {
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: the checkpoint was made in mode '%s' with %d adapter(s); this configuration trains in mode '%s' with %d",
+                           path, mode, (int)json_array_size(as), ghc_train_mode_names[tr->c.mode], tr->n_adapters);
+        goto out;
+    }
+    tr->step = json_integer_value(json_object_get(j, "step"));
+    for (int a = 0; a < tr->n_adapters; a++)
+        tr->adapter_steps[a] = json_integer_value(json_array_get(as, (size_t)a));
+    tr->bad_total = json_integer_value(json_object_get(j, "bad_total"));
+    tr->bad_in_row = json_integer_value(json_object_get(j, "bad_in_row"));
+    tr->samples_seen = json_integer_value(json_object_get(j, "samples_seen"));
+    tr->loss_ema = json_real_value(json_object_get(j, "loss_ema"));
+    /* the dataset seeks there once it is open (the demo's only after it is generated) */
+    tr->resumed = true;
+    tr->resume_epoch = json_integer_value(json_object_get(j, "data_epoch"));
+    tr->resume_cursor = json_integer_value(json_object_get(j, "data_cursor"));
+out:
+    json_decref(j);
+    return rc;
+}
+
+/* ---- params.safetensors --------------------------------------------------------------------- */
+
+/* The adapters' fp32 params exactly as trained (the adapter files may be saved in bf16 or
+ * f16): params.safetensors of a checkpoint, restored over what the adapter files loaded. */
+static int save_params(struct ghc_trainer *tr, const char *path)
+{
+    ghc_core_t *core = tr->core;
+    ghc_st_writer_t *w = ghc_st_writer_init(core);
+    int rc = w ? 0 : GHC_ENOMEM;
+    for (int a = 0; a < tr->n_adapters && rc == 0; a++)
+        for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
+            ghc_tensor_t *v = tr->params[a][i].value, *h = v;
+            if (ghc_tensor_device(v) != GHC_DEVICE_CPU) {
+                if (!(h = ghc_tensor_init(core, ghc_tensor_dtype(v), ghc_tensor_ndim(v), ghc_tensor_shape(v),
+                                          GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE)))
+                    rc = ghc_error_code(core);
+                else if ((rc = ghc_op_copy(h, v, NULL)) == 0)
+                    rc = ghc_op_sync(core, ghc_tensor_device(v), NULL);
+            }
+            if (rc == 0)
+                rc = ghc_st_writer_add(w, tr->params[a][i].name, h);
+            if (h != v)
+                ghc_tensor_free(h);
+        }
+    if (rc == 0 && (rc = ghc_st_writer_metadata(w, "format", "gh200core-params")) == 0)
+        rc = ghc_st_writer_finish(w, path);
+    ghc_st_writer_free(w);
+    return rc;
+}
+
+static int load_params(struct ghc_trainer *tr, const char *path)
+{
+    ghc_core_t *core = tr->core;
+    ghc_st_t *st = ghc_st_open(core, path);
+    if (!st)
+        return ghc_error_code(core) ? ghc_error_code(core) : GHC_EIO;
+    int rc = 0;
+    int32_t total = 0;
+    for (int a = 0; a < tr->n_adapters; a++)
+        total += tr->n_params[a];
+    if (ghc_st_count(st) != total)
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: %d tensors, but the adapters have %d params", path,
+                           ghc_st_count(st), (int)total);
+    for (int a = 0; a < tr->n_adapters && rc == 0; a++)
+        for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
+            ghc_tensor_t *v = tr->params[a][i].value;
+            struct ghc_st_info info;
+            if (!ghc_st_find(st, tr->params[a][i].name, &info)) {
+                rc = ghc_error_set(core, GHC_EFORMAT, "%s: no tensor '%s'", path, tr->params[a][i].name);
+                break;
+            }
+            ghc_tensor_t *h = ghc_st_load(st, tr->params[a][i].name, ghc_tensor_dtype(v), GHC_ROLE_WORKSPACE);
+            if (!h) {
+                rc = ghc_error_code(core);
+            } else if (!ghc_tensor_same_shape(h, v)) {
+                rc = ghc_error_set(core, GHC_EFORMAT, "%s: '%s' has another shape than the adapter's param", path,
+                                   tr->params[a][i].name);
+            } else if ((rc = ghc_op_copy(v, h, NULL)) == 0) {
+                rc = ghc_op_sync(core, ghc_tensor_device(v), NULL);
+            }
+            ghc_tensor_free(h);
+        }
+    ghc_st_free(st);
+    return rc;
+}
+
+/* ---- the checkpoint folder ------------------------------------------------------------------ */
+
+static int mkdir_one(ghc_core_t *core, const char *path)
+{
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Removes all but the newest keep_last checkpoint-N folders. */
+static int prune_checkpoints(struct ghc_trainer *tr)
+{
+    if (!tr->c.keep_last)
+        return 0;
+    DIR *d = opendir(tr->out);
+    if (!d)
+        return 0;
+    int64_t steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096)
+        if (checkpoint_step(e->d_name, &steps[n]))
+            n++;
+    closedir(d);
+    int rc = 0;
+    while (n > tr->c.keep_last && rc == 0) {
+        int lo = 0;
+        for (int i = 1; i < n; i++)
+            if (steps[i] < steps[lo])
+                lo = i;
+        char p[8192];
+        snprintf(p, sizeof(p), "%s/checkpoint-%lld", tr->out, (long long)steps[lo]);
+        rc = ghc_outdir_remove(tr->core, p);
+        steps[lo] = steps[--n];
+    }
+    return rc;
+}
+
+/* output_dir/checkpoint-<step>/: adapters, optimizer state, trainer state, the resolved config;
+ * written into a .tmp folder first and renamed, so a checkpoint is whole or absent. */
+int ghc_checkpoint_write(struct ghc_trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    char dir[8192], tmp[8300], p[8400];
+    snprintf(dir, sizeof(dir), "%s/checkpoint-%lld", tr->out, (long long)tr->step);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", dir);
+    int rc;
+    if ((rc = ghc_outdir_remove(core, tmp)) < 0 || (rc = mkdir_one(core, tmp)) < 0 ||
+        (rc = ghc_checkpoint_save_adapters(tr, tmp, NULL, 0)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/params.safetensors", tmp);
+    if ((rc = save_params(tr, p)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/optimizer.safetensors", tmp);
+    if ((rc = ghc_optimizer_save(tr->opt, p)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/trainer.json", tmp);
+    if ((rc = write_state(tr, p)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/resolved.cfg", tmp);
+    if ((rc = ghc_config_write(core, p)) < 0)
+        return rc;
+    if ((rc = ghc_outdir_remove(core, dir)) < 0)
+        return rc;
+    if (rename(tmp, dir) != 0)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
+    tr->wrote_checkpoint = true;
+    ghc_log(core, GHC_LOG_INFO, "train: step %lld: checkpoint %s", (long long)tr->step, dir);
+    return prune_checkpoints(tr);
+}
+
+int ghc_checkpoint_read(struct ghc_trainer *tr, const char *dir)
+{
+    ghc_core_t *core = tr->core;
+    char p[8400];
+    int rc;
+    for (int a = 0; a < tr->n_adapters; a++) {
+        adapter_file(tr, dir, a, p, sizeof(p));
+        int32_t e = tr->adapter_expert[a] < 0 ? 0 : tr->adapter_expert[a];
+        if ((rc = ghc_network_load(tr->net, e, p)) < 0)
+            return rc;
+    }
+    snprintf(p, sizeof(p), "%s/params.safetensors", dir);
+    if ((rc = load_params(tr, p)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/optimizer.safetensors", dir);
+    if ((rc = ghc_optimizer_load(tr->opt, p)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/trainer.json", dir);
+    if ((rc = read_state(tr, p)) < 0)
+        return rc;
+    ghc_log(core, GHC_LOG_INFO, "train: resumed from %s at step %lld", dir, (long long)tr->step);
+    return 0;
+}
