@@ -18,16 +18,12 @@ struct adamw {
 static const struct optim_state_kind adamw_kinds[OPTIM_STATES] = { { "exp_avg", NULL }, { "exp_avg_sq", NULL } };
 
 static const struct ghc_cfg_key adamw_keys[] = {
-    { "lr",                      GHC_CFG_FLOAT, "1e-3",           "0 to 1e3",         NULL },
-    { "high_noise_lr",           GHC_CFG_FLOAT, "(lr)",           "0 to 1e3",         NULL },
-    { "low_noise_lr",            GHC_CFG_FLOAT, "(lr)",           "0 to 1e3",         NULL },
-    { "weight_decay",            GHC_CFG_FLOAT, "1e-2",           "0 to 1e3",         NULL },
-    { "high_noise_weight_decay", GHC_CFG_FLOAT, "(weight_decay)", "0 to 1e3",         NULL },
-    { "low_noise_weight_decay",  GHC_CFG_FLOAT, "(weight_decay)", "0 to 1e3",         NULL },
-    { "beta1",                   GHC_CFG_FLOAT, "0.9",            "0 to 0.999999",    NULL },
-    { "beta2",                   GHC_CFG_FLOAT, "0.999",          "0 to 0.999999999", NULL },
-    { "eps",                     GHC_CFG_FLOAT, "1e-8",           "0 to 1",           NULL },
-    { "seed",                    GHC_CFG_INT,   "0",              "0 to 2^63-1",      NULL },
+    OPTIM_STAGE_KEYS("lr", "1e-3", "0 to 1e3"),
+    OPTIM_STAGE_KEYS("weight_decay", "1e-2", "0 to 1e3"),
+    { "beta1", GHC_CFG_FLOAT, "0.9",   "0 to 0.999999",    NULL },
+    { "beta2", GHC_CFG_FLOAT, "0.999", "0 to 0.999999999", NULL },
+    { "eps",   GHC_CFG_FLOAT, "1e-8",  "0 to 1",           NULL },
+    { "seed",  GHC_CFG_INT,   "0",     "0 to 2^63-1",      NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 

@@ -42,6 +42,11 @@ extern const char *const optim_group_prefix[3];   /* "high_noise_", "low_noise_"
 /* Read float `key` for the three groups: the plain key (default def) and the stage keys
  * high_noise_<key> / low_noise_<key>, each falling back to the plain value. */
 int optim_cfg_group_float(ghc_cfg_t *cfg, const char *key, double def, double min, double max, double out[3]);
+/* The three key-table entries optim_cfg_group_float reads: `k` with its default and range, and
+ * the stage keys, whose default is the plain key's value. */
+#define OPTIM_STAGE_KEYS(k, def, range)                                                                    \
+    { k, GHC_CFG_FLOAT, def, range, NULL }, { "high_noise_" k, GHC_CFG_FLOAT, "(" k ")", range, NULL },    \
+    { "low_noise_" k, GHC_CFG_FLOAT, "(" k ")", range, NULL }
 
 /* Append params (state created by `init_state`, called with each new entry). Params with an
  * already known name are GHC_EINVAL. */

@@ -23,11 +23,9 @@ static const struct optim_state_kind automagic_kinds[OPTIM_STATES] = {
     { "exp_avg_sq_row", "exp_avg_sq" }, { "exp_avg_sq_col", NULL }, { "lr_mask", NULL }, { "lr_scale", NULL }, { "last_polarity", NULL }, { NULL, NULL },
 };
 
-#define STAGE_KEYS(k, def, range) { k, GHC_CFG_FLOAT, def, range, NULL },                              \
-    { "high_noise_" k, GHC_CFG_FLOAT, "(" k ")", range, NULL }, { "low_noise_" k, GHC_CFG_FLOAT, "(" k ")", range, NULL }
 static const struct ghc_cfg_key automagic_keys[] = {
-    STAGE_KEYS("lr", "1e-6", "0 to 1e-3"), STAGE_KEYS("min_lr", "1e-7", "0 to 1"),
-    STAGE_KEYS("max_lr", "1e-3", "0 to 1"), STAGE_KEYS("lr_bump", "1e-6", "0 to 1"),
+    OPTIM_STAGE_KEYS("lr", "1e-6", "0 to 1e-3"), OPTIM_STAGE_KEYS("min_lr", "1e-7", "0 to 1"),
+    OPTIM_STAGE_KEYS("max_lr", "1e-3", "0 to 1"), OPTIM_STAGE_KEYS("lr_bump", "1e-6", "0 to 1"),
     { "eps",            GHC_CFG_FLOAT,  "1e-30", "0 to 1",           NULL },
     { "clip_threshold", GHC_CFG_FLOAT,  "1.0",   "1e-12 to 1e12",    NULL },
     { "beta2",          GHC_CFG_FLOAT,  "0.999", "0 to 0.999999999", NULL },
