@@ -5,24 +5,27 @@
  * For the 10 block linears (q, k, v, o of self- and cross-attention 5120 x 5120, ffn.0
  * 13824 x 5120, ffn.2 5120 x 13824) at 4096 and 32760 tokens, bf16 inputs as the model gives
  * them: the frozen linears' GEMMs (forward x W^T and input gradient dy W, bf16 x bf16 -> f32)
- * against the adapters' hook forward + backward (through the plugin, as the model calls it).
- * The share is adapter / (frozen linears + adapter); the block's whole step also has attention,
- * norms and the rest, so the share of the block's step is lower than this. Then LoKr (factor
- * 16, both factors full) against a dense LoRA of about the same parameter count (rank 12).
- * "fold" rows: the network's fold = true, as wan22 calls it: delta-W folded into a copy of the
- * weight in the forward and again in the backward (the frozen GEMMs then run on the copy, at the
- * same cost), and the grads hook with dy in bf16 instead of the forward and backward hooks.
- * "keep_h = false": LoRA's backward computes H = X A^T again instead of taking the forward's.
+ * against the adapters' hook members forward (adding) + backward (adding to dx, with dy and its
+ * bf16 cast g, as the core calls them; through the plugin). The share is adapter / (frozen
+ * linears + adapter); the block's whole step also has attention, norms and the rest, so the
+ * share of the block's step is lower than this. Then LoKr (factor 16, both factors full)
+ * against a dense LoRA of about the same parameter count (rank 12).
+ * "fold" rows: the network's fold = true (its plan's fold), as the core calls it: delta-W
+ * folded into a copy of the weight in the forward and again in the backward (the frozen GEMMs
+ * then run on the copy, at the same cost), and grads with dy in bf16 instead of forward and
+ * backward. "H not kept": LoRA's backward on a copy of x, where the H = X A^T the forward kept
+ * does not serve, so it computes H again.
  * Times: host clock around N iterations after 2 warm-up ones, with a device sync at each end.
  * Then the share the issue asks for, on the real model: the wan22 training step (forward with
  * block checkpointing, the recomputation and the backward; bf16, A14B dims, random weights) at
- * 4096 tokens (latent 2 x 64 x 128) and 32760 (21 x 60 x 104) with no network, LoRA r16 on the
- * 10 linears of every block (the default preset: K-concatenation, H and the factors in the
- * model's own GEMMs, with ghc_op_lora_fwd and ghc_op_lora_cast_bwd: H, its kept copy and B in
- * one pass over x, and the cast of dy with dH and dB in one pass over dy), the same with
- * fuse_cast = false (the model casts dy, then two GEMMs over the cast), with concat = false (the
- * hooks' passes before and after the model's GEMMs), with concat = false and keep_h = false (H
- * computed again in the backward) and with fold. A block's time is the difference of a 3-block
+ * 4096 tokens (latent 2 x 64 x 128) and 32760 (21 x 60 x 104) with no network, and LoRA r16 on
+ * the 10 linears of every block (the default preset) in each way the core may take
+ * (linear.h; ghc_linear_ways for all but fold): its default, K-concatenation (H and the factors
+ * in the model's own GEMMs, with ghc_op_lora_fwd and ghc_op_lora_cast_bwd: H, its kept copy
+ * and B in one pass over x, and the cast of dy with dH and dB in one pass over dy); without
+ * it, the adapter's parts written before the model's GEMMs ("written first"); without that
+ * too, added after them ("added after"); and with the network's fold = true. A block's time is
+ * the difference of a 3-block
  * and a 1-block model (what the blocks share cancels), median of N. The "paired" columns: the
  * 3-block model with the network and the one without, loaded side by side in one process, step
  * in turn; the median of the N differences over 3 is the adapter's time per block (both steps of
@@ -37,6 +40,7 @@
 #include <time.h>
 
 #include <gh200core/gh200core.h>
+#include <gh200core/linear.h>
 #include <gh200core/model.h>
 #include <gh200core/network.h>
 #include <gh200core/ops.h>
@@ -78,6 +82,7 @@ static struct ghc_model_target targets[10];
 struct bufs {
     int64_t N;
     ghc_tensor_t *xd, *xf;       /* bf16 inputs [1, N, 5120], [1, N, 13824] */
+    ghc_tensor_t *xd2, *xf2;     /* their copies: inputs the forward did not see ("H not kept") */
     ghc_tensor_t *yd, *yf;       /* f32 outputs / output gradients */
     ghc_tensor_t *dxd, *dxf;     /* f32 input gradients */
     ghc_tensor_t *gd, *gf;       /* bf16 output gradients for the frozen backward GEMM */
@@ -119,8 +124,9 @@ static double time_base(struct bufs *b)
     return (now() - t0) / iters;
 }
 
-/* Seconds per iteration of the adapters' forward + backward hooks on the 10 targets. */
-static double time_adapter(const char *net_cfg, struct bufs *b, int64_t *params)
+/* Seconds per iteration of the adapters' forward + backward on the 10 targets (fold and grads
+ * where the plan folds); fresh_x: the backward on a copy of x. */
+static double time_adapter(const char *net_cfg, bool fresh_x, struct bufs *b, int64_t *params)
 {
     char text[1024];
     ghc_core_t *c = ghc_core_init();
@@ -133,10 +139,11 @@ static double time_adapter(const char *net_cfg, struct bufs *b, int64_t *params)
     }
     ghc_network_t *net = ghc_network_get(c);
     struct ghc_adapter_hook h;
+    struct ghc_adapter_plan plan = { .struct_size = sizeof(plan) };
     struct ghc_param *ps;
     int32_t np;
     if (ghc_network_attach(net, 0, targets, 10) || ghc_network_hook(net, 0, &h) ||
-        ghc_network_params(net, 0, &ps, &np)) {
+        ghc_network_params(net, 0, &ps, &np) || h.plan(h.user, 0, &plan) < 0) {
         fprintf(stderr, "bench_lycoris: %s\n", ghc_error_message(c));
         exit(EXIT_FAILURE);
     }
@@ -152,21 +159,23 @@ static double time_adapter(const char *net_cfg, struct bufs *b, int64_t *params)
             ghc_op_sync(c, 0, NULL);
             t0 = now();
         }
-        for (int j = 0; j < 10 && h.fold; j++) {
+        for (int j = 0; j < 10 && plan.fold; j++) {
             bool fin = j == 9, fout = j == 8;
             ghc_tensor_t *wf = ghc_tensor_wrap(c, GHC_DTYPE_BF16, 2, ghc_tensor_shape(b->w[j]), 0, ghc_tensor_data(b->wf));
             if (!wf || h.fold(h.user, j, b->w[j], wf, NULL) != 1 || h.fold(h.user, j, b->w[j], wf, NULL) != 1 ||
-                h.grads(h.user, j, fin ? b->xf : b->xd, fout ? b->gf : b->gd, NULL)) {
-                fprintf(stderr, "bench_lycoris: fold hook: %s\n", ghc_error_message(c));
+                h.grads(h.user, j, fin ? b->xf : b->xd, fout ? b->gf : b->gd, NULL) != 1) {
+                fprintf(stderr, "bench_lycoris: fold: %s\n", ghc_error_message(c));
                 exit(EXIT_FAILURE);
             }
             ghc_tensor_free(wf);
         }
-        for (int j = 0; j < 10 && !h.fold; j++) {
+        for (int j = 0; j < 10 && !plan.fold; j++) {
             bool fin = j == 9, fout = j == 8;
-            if (h.forward(h.user, j, fin ? b->xf : b->xd, fout ? b->yf : b->yd, NULL) ||
-                h.backward(h.user, j, fin ? b->xf : b->xd, fout ? b->yf : b->yd, fin ? b->dxf : b->dxd, NULL)) {
-                fprintf(stderr, "bench_lycoris: hook: %s\n", ghc_error_message(c));
+            const ghc_tensor_t *x = fin ? b->xf : b->xd, *xb = fresh_x ? (fin ? b->xf2 : b->xd2) : x;
+            if (h.forward(h.user, j, x, fout ? b->yf : b->yd, false, NULL) != 1 ||
+                h.backward(h.user, j, xb, fout ? b->yf : b->yd, fout ? b->gf : b->gd, fin ? b->dxf : b->dxd, true,
+                           NULL) != 1) {
+                fprintf(stderr, "bench_lycoris: forward, backward: %s\n", ghc_error_message(c));
                 exit(EXIT_FAILURE);
             }
         }
@@ -328,13 +337,12 @@ static double time_paired(const int64_t lat[3], const char *net_cfg)
 static void bench_model(void)
 {
     static const int64_t lats[2][3] = { { 2, 64, 128 }, { 21, 60, 104 } };
-    static const struct { const char *what, *cfg; } a[] = {
-        { "no network", NULL },
-        { "LoRA r16", "algo = \"lora\"; rank = 16;" },
-        { "LoRA r16 fuse_cast = false", "algo = \"lora\"; rank = 16; fuse_cast = false;" },
-        { "LoRA r16 concat = false", "algo = \"lora\"; rank = 16; concat = false;" },
-        { "LoRA r16 concat = false keep_h = false", "algo = \"lora\"; rank = 16; concat = false; keep_h = false;" },
-        { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
+    static const struct { const char *what, *cfg; unsigned ways; } a[] = {   /* ways: linear.h */
+        { "no network", NULL, GHC_LINEAR_ALL },
+        { "LoRA r16", "algo = \"lora\"; rank = 16;", GHC_LINEAR_ALL },
+        { "LoRA r16 written first", "algo = \"lora\"; rank = 16;", GHC_LINEAR_ALL & ~GHC_LINEAR_CONCAT },
+        { "LoRA r16 added after", "algo = \"lora\"; rank = 16;", GHC_LINEAR_FOLD },
+        { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;", GHC_LINEAR_ALL },
     };
     printf("tokens,what,step_1_block_ms,step_3_blocks_ms,block_ms,adapter_ms_per_block,share_of_block_step,"
            "paired_adapter_ms_per_block,paired_share\n");
@@ -346,8 +354,10 @@ static void bench_model(void)
         for (size_t j = 0; j < sizeof(a) / sizeof(a[0]); j++) {
             if (only_what && strcmp(only_what, a[j].what) != 0)
                 continue;
+            ghc_linear_ways(a[j].ways);   /* read when the models install the hook */
             double t1 = time_model(1, lats[k], a[j].cfg), t3 = time_model(3, lats[k], a[j].cfg);
             double blk = (t3 - t1) / 2, pa = a[j].cfg ? time_paired(lats[k], a[j].cfg) : 0;
+            ghc_linear_ways(GHC_LINEAR_ALL);
             if (j == 0)
                 base = blk;
             printf("%lld,%s,%.3f,%.3f,%.3f,%.3f,%.2f%%,%.3f,%.2f%%\n", (long long)N, a[j].what, t1 * 1e3, t3 * 1e3,
@@ -391,6 +401,8 @@ int main(int argc, char **argv)
         int64_t N = Ns[n];
         b.xd = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 5120 });
         b.xf = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 13824 });
+        b.xd2 = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 5120 });
+        b.xf2 = gpu(GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, N, 13824 });
         b.yd = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 5120 });
         b.yf = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 13824 });
         b.dxd = gpu(GHC_DTYPE_F32, 3, (const int64_t[]){ 1, N, 5120 });
@@ -402,24 +414,24 @@ int main(int argc, char **argv)
             b.w[j] = gpu(GHC_DTYPE_BF16, 2, (const int64_t[]){ targets[j].out_features, targets[j].in_features });
         double base = time_base(&b);
         printf("%lld,frozen linears fwd+dx GEMMs,%.3f,0,\n", (long long)N, base * 1e3);
-        static const struct { const char *what, *cfg; } a[] = {
-            { "LoRA r16", "algo = \"lora\"; rank = 16;" },
-            { "LoRA r16 keep_h = false", "algo = \"lora\"; rank = 16; keep_h = false;" },
-            { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;" },
-            { "LoRA r12", "algo = \"lora\"; rank = 12;" },
-            { "LoKr factor 16 full", "algo = \"lokr\"; rank = 10000; factor = 16;" },
-            { "LoKr factor -1 full", "algo = \"lokr\"; rank = 10000; factor = -1;" },
-            { "LoHa r8", "algo = \"loha\"; rank = 8;" },
+        static const struct { const char *what, *cfg; bool fresh_x; } a[] = {
+            { "LoRA r16", "algo = \"lora\"; rank = 16;", false },
+            { "LoRA r16 H not kept", "algo = \"lora\"; rank = 16;", true },
+            { "LoRA r16 fold", "algo = \"lora\"; rank = 16; fold = true;", false },
+            { "LoRA r12", "algo = \"lora\"; rank = 12;", false },
+            { "LoKr factor 16 full", "algo = \"lokr\"; rank = 10000; factor = 16;", false },
+            { "LoKr factor -1 full", "algo = \"lokr\"; rank = 10000; factor = -1;", false },
+            { "LoHa r8", "algo = \"loha\"; rank = 8;", false },
         };
         for (size_t k = 0; k < sizeof(a) / sizeof(a[0]); k++) {
             int64_t params;
-            double t = time_adapter(a[k].cfg, &b, &params);
+            double t = time_adapter(a[k].cfg, a[k].fresh_x, &b, &params);
             printf("%lld,%s fwd+bwd,%.3f,%lld,%.2f%%\n", (long long)N, a[k].what, t * 1e3, (long long)params,
                    100.0 * t / (base + t));
             fflush(stdout);
         }
-        ghc_tensor_t *all[] = { b.xd, b.xf, b.yd, b.yf, b.dxd, b.dxf, b.gd, b.gf, b.wf };
-        for (int k = 0; k < 9; k++)
+        ghc_tensor_t *all[] = { b.xd, b.xf, b.xd2, b.xf2, b.yd, b.yf, b.dxd, b.dxf, b.gd, b.gf, b.wf };
+        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
             ghc_tensor_free(all[k]);
         for (int j = 0; j < 10; j++)
             ghc_tensor_free(b.w[j]);

@@ -46,9 +46,18 @@ struct planted {
     int64_t       rank;
 };
 
-static int planted_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+/* The planted adapter is on every target, its part added after the model's GEMM. */
+static int planted_plan(void *user, int32_t target, struct ghc_adapter_plan *out)
+{
+    (void)target;
+    out->adapted = ((struct planted *)user)->n > 0;
+    return 1;
+}
+
+static int planted_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
 {
     struct planted *p = user;
+    (void)write;   /* never asked to write: the plan does not offer it */
     ghc_core_t *core = p->core;
     if (target < 0 || target >= p->n)
         return ghc_error_set(core, GHC_EINTERNAL, "demo: target %d out of range", target);
@@ -72,7 +81,16 @@ static int planted_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_te
         rc = ghc_op_gemm(y, h, p->b[target], &g2, stream);
     ghc_tensor_free(xf);
     ghc_tensor_free(h);
-    return rc;
+    return rc < 0 ? rc : 1;
+}
+
+/* The demo's forwards keep nothing: no backward runs through the planted adapter. */
+static int planted_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                       const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    (void)x, (void)dy, (void)g, (void)dx, (void)accumulate, (void)stream;
+    return ghc_error_set(((struct planted *)user)->core, GHC_EINTERNAL, "demo: a backward through the planted "
+                         "adapter (target %d)", (int)target);
 }
 
 static void planted_free(struct planted *p)
@@ -250,7 +268,8 @@ int ghc_demo_generate(ghc_core_t *core)
     }
     if ((rc = ghc_op_fill(mask, 1.0, NULL)) < 0)
         goto out;
-    struct ghc_adapter_hook hook = { .user = &p, .forward = planted_fwd };
+    struct ghc_adapter_hook hook = { .struct_size = sizeof(hook), .user = &p, .plan = planted_plan,
+                                     .forward = planted_fwd, .backward = planted_bwd };
     if ((rc = ghc_model_set_hook(model, &hook)) < 0)
         goto out;
     ghc_log(core, GHC_LOG_INFO, "demo: writing %lld samples [%lld, %lld, %lld, %lld] with a planted rank-%lld adapter to %s",

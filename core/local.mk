@@ -23,7 +23,8 @@ gh200coreinclude_HEADERS = \
 	include/gh200core/run.h include/gh200core/mempolicy.h include/gh200core/backend.h \
 	include/gh200core/cache.h include/gh200core/model.h include/gh200core/network.h \
 	include/gh200core/optimizer.h include/gh200core/scheduler.h \
-	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h
+	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h \
+	include/gh200core/linear.h
 gh200coreinclude_HEADERS += include/gh200core/dataset.h include/gh200core/train.h
 nodist_gh200coreinclude_HEADERS = include/gh200core/version.h
 

@@ -5,6 +5,7 @@
  * passes on a hook's failure as it is. */
 #include <config.h>
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,21 +82,26 @@ static int hook_failed(struct hook *h, uint64_t seq, int rc, const char *member,
                             what, on);
 }
 
-/* The body of each hook member but concat_rank (which returns a count, not a status). */
+/* The body of each hook member. */
 #define HOOK_CALL(member, ...)                                                                  \
     struct hook *h = user;                                                                      \
     uint64_t seq = ghc_error_seq(h->model->core);                                               \
     return hook_failed(h, seq, h->inner.member(h->inner.user, target, __VA_ARGS__), #member, target)
 
-static int hook_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+static int hook_plan(void *user, int32_t target, struct ghc_adapter_plan *out)
 {
-    HOOK_CALL(forward, x, y, stream);
+    HOOK_CALL(plan, out);
 }
 
-static int hook_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
-                         void *stream)
+static int hook_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
 {
-    HOOK_CALL(backward, x, dy, dx, stream);
+    HOOK_CALL(forward, x, y, write, stream);
+}
+
+static int hook_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                         const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    HOOK_CALL(backward, x, dy, g, dx, accumulate, stream);
 }
 
 static int hook_fold(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream)
@@ -103,26 +109,9 @@ static int hook_fold(void *user, int32_t target, const ghc_tensor_t *w, ghc_tens
     HOOK_CALL(fold, w, wf, stream);
 }
 
-static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream)
+static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *g, void *stream)
 {
-    HOOK_CALL(grads, x, dy, stream);
-}
-
-static int hook_forward_first(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
-{
-    HOOK_CALL(forward_first, x, y, stream);
-}
-
-static int hook_backward_first(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                               const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
-{
-    HOOK_CALL(backward_first, x, dy, g, dx, accumulate, stream);
-}
-
-static int32_t hook_concat_rank(void *user, int32_t target)
-{
-    struct hook *h = user;
-    return h->inner.concat_rank(h->inner.user, target);
+    HOOK_CALL(grads, x, g, stream);
 }
 
 static int hook_concat_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *hc,
@@ -132,16 +121,10 @@ static int hook_concat_forward(void *user, int32_t target, const ghc_tensor_t *x
 }
 
 static int hook_concat_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *hc,
-                                const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+                                const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
+                                void *stream)
 {
-    HOOK_CALL(concat_backward, x, hc, g, dh, wrows, stream);
-}
-
-static int hook_concat_backward_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *hc,
-                                   const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
-                                   void *stream)
-{
-    HOOK_CALL(concat_backward_dy, x, hc, dy, g, dh, wrows, stream);
+    HOOK_CALL(concat_backward, x, hc, dy, g, dh, wrows, stream);
 }
 
 #undef HOOK_CALL
@@ -153,25 +136,30 @@ int ghc_model_set_hook(ghc_model_t *m, const struct ghc_adapter_hook *hook)
     struct hook *h = NULL;
     struct ghc_adapter_hook own;
     if (hook) {
+        /* members are only ever appended: a smaller hook lacks the later (optional) ones */
+        const size_t need = offsetof(struct ghc_adapter_hook, backward) + sizeof(hook->backward);
+        if (hook->struct_size < need || hook->struct_size > sizeof(struct ghc_adapter_hook) || !hook->plan ||
+            !hook->forward || !hook->backward)
+            return ghc_error_set(M_INST(m)->core, GHC_EINVAL, "model \"%s\": set_hook: an adapter hook of %u bytes "
+                                 "(struct_size; expected %zu to %zu) or without plan, forward or backward", M_NAME(m),
+                                 (unsigned)hook->struct_size, need, sizeof(struct ghc_adapter_hook));
         if (!(h = calloc(1, sizeof(*h))))
             return ghc_error_set(M_INST(m)->core, GHC_ENOMEM, "model \"%s\": set_hook: out of memory", M_NAME(m));
         const struct ghc_instance *net = M_INST(m)->core->inst[GHC_KIND_NETWORK];
         h->model = M_INST(m);
-        h->inner = *hook;
+        memcpy(&h->inner, hook, hook->struct_size);
+        h->inner.struct_size = sizeof(h->inner);
         if (net)
             snprintf(h->name, sizeof(h->name), "%s", ((const struct ghc_ops_head *)net->ops)->name);
-#define OWN(member) own.member = hook->member ? hook_##member : NULL
-        own = (struct ghc_adapter_hook){ .user = h };
+#define OWN(member) own.member = h->inner.member ? hook_##member : NULL
+        own = (struct ghc_adapter_hook){ .struct_size = sizeof(own), .user = h };
+        OWN(plan);
         OWN(forward);
         OWN(backward);
         OWN(fold);
         OWN(grads);
-        OWN(forward_first);
-        OWN(backward_first);
-        OWN(concat_rank);
         OWN(concat_forward);
         OWN(concat_backward);
-        OWN(concat_backward_dy);
 #undef OWN
     }
     uint64_t seq = begin(m);

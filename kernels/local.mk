@@ -12,5 +12,7 @@ libgh200core_ops_la_LIBADD = libgh200core.la -lm
 if HAVE_CUDA
 libgh200core_ops_la_LIBADD += kernels/libghc_cuda.la $(CUDA_LIBS) -lcublasLt
 endif
+# a model's frozen linears with the network's adapters (linear.h)
+libgh200core_ops_la_SOURCES += kernels/linear.c
 # optimizer updates: the CPU twin of kernels/cuda/optim_*.cu
 libgh200core_ops_la_SOURCES += kernels/cpu/optim.c

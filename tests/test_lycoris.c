@@ -4,7 +4,9 @@
  *   - golden cases from the Python LyCORIS library (tests/fixtures/make_lycoris_fixtures.py):
  *     output, input gradient, adapter gradients and delta-W of LoRA (plain, rs_lora), LoHa and
  *     LoKr (factor -1, 4, 16; full, low-rank W2, both decomposed, full_matrix), read from the
- *     files LyCORIS saved (so loading LyCORIS files is tested too);
+ *     files LyCORIS saved (so loading LyCORIS files is tested too); the hook's plan per
+ *     algorithm, its members' returns, and the parts written (forward write, backward
+ *     accumulate false) as well as added, or refused where the plan does not offer it;
  *   - saving in the three namings (key names checked against the patterns ComfyUI's Wan
  *     loader takes, alpha a 0-dim F32, diffusers with the scale folded in) and loading back, also
  *     into a network of another alpha;
@@ -17,16 +19,20 @@
  *   - target selection (presets, include/exclude, overrides), dropout, config errors;
  *   - end to end on the tiny wan22 model: the wan22 fixture's LoRA (diffusers + peft goldens)
  *     loaded through the network gives the fixture's prediction and gradients, and on a random
- *     model the adapter gradients match central finite differences of the loss. */
+ *     model the adapter gradients match central finite differences of the loss; the ways the
+ *     core may take (linear.h, forced with ghc_linear_ways: fold, K-concatenation, written
+ *     first, added after) against each other, and the H kept from the forward. */
 #include <config.h>
 
 #include <check.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <gh200core/gh200core.h>
+#include <gh200core/linear.h>
 #include <gh200core/ops.h>
 #include <gh200core/safetensors.h>
 
@@ -38,6 +44,13 @@ static int dev = GHC_DEVICE_CPU;   /* the device the golden cases and the wan22 
 static void ok(ghc_core_t *core, int rc)
 {
     ck_assert_msg(rc == 0, "failed (%d): %s", rc, ghc_error_message(core));
+}
+
+/* A hook member's return: want 1 (did its work) or 0 (nothing to add in this step). */
+static void did(ghc_core_t *core, int rc, int want)
+{
+    ck_assert_msg(rc == want, "hook member returned %d, expected %d: %s", rc, want,
+                  rc < 0 ? ghc_error_message(core) : "");
 }
 
 static char *fixture(const char *dir, const char *name)
@@ -231,14 +244,51 @@ static void run_gcase(int i, bool bf16_x)
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(net, 0, &hook));
     ok(core, ghc_network_begin_step(net, 1));
+    ck_assert(hook.struct_size == sizeof(struct ghc_adapter_hook));
+    ck_assert(hook.plan && hook.forward && hook.backward && hook.fold && hook.grads && hook.concat_forward &&
+              hook.concat_backward);
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+
+    /* the plan: every algorithm adds or writes its forward part but DoRA (adds only); LoRA without
+     * DoRA also writes dx and K-concatenates at its rank; fold only where the config asks */
+    const bool dora = gc->target != NULL, lora = strncmp(gc->name, "lora", 4) == 0;
+    struct ghc_adapter_plan pl = { .struct_size = sizeof(pl) };
+    did(core, hook.plan(hook.user, ti, &pl), 1);
+    ck_assert(pl.adapted && pl.forward_writes == !dora && pl.backward_writes == lora && !pl.fold);
+    ck_assert_int_eq(pl.concat_rank, lora ? ghc_tensor_dim(ps[0].value, 0) : 0);
+    if (gc->target) {   /* a target the case does not select */
+        pl = (struct ghc_adapter_plan){ .struct_size = sizeof(pl) };
+        did(core, hook.plan(hook.user, (ti + 1) % ntg, &pl), 1);
+        ck_assert(!pl.adapted && !pl.forward_writes && !pl.backward_writes && !pl.fold && pl.concat_rank == 0);
+    }
 
     /* forward */
     ghc_tensor_t *y = base_linear(core, x, w, b);
-    ok(core, hook.forward(hook.user, ti, x, y, NULL));
+    did(core, hook.forward(hook.user, ti, x, y, false, NULL), 1);
     ghc_tensor_t *ref = load(core, st, "case.y");
     double e = rel_err(core, y, ref), tol = bf16_x ? TOL_BF16X : TOL_F32;
     printf("%s%s: output rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
     ck_assert_msg(e < tol, "%s: output rel err %g", gc->name, e);
+
+    /* forward writing its part (y's old content ignored), the frozen linear added after it as the
+     * core does; DoRA refuses (its plan does not offer it) */
+    ghc_tensor_t *yw = mk(core, dev, GHC_DTYPE_F32, 3, ghc_tensor_shape(y));
+    ok(core, ghc_op_fill(yw, 7.0, NULL));
+    if (dora) {
+        ck_assert_int_eq(hook.forward(hook.user, ti, x, yw, true, NULL), GHC_EINVAL);
+    } else {
+        did(core, hook.forward(hook.user, ti, x, yw, true, NULL), 1);
+        ghc_tensor_t *yb = base_linear(core, x, w, b);
+        ok(core, ghc_op_add(yw, yw, yb, 1.0f, 1.0f, NULL));
+        e = rel_err(core, yw, ref);
+        printf("%s%s: output (written, then the frozen linear added) rel err %.3g\n", gc->name,
+               bf16_x ? " (bf16 x)" : "", e);
+        ck_assert_msg(e < tol, "%s: written output rel err %g", gc->name, e);
+        ghc_tensor_free(yb);
+    }
+    ghc_tensor_free(yw);
     ghc_tensor_free(ref);
 
     /* backward: dx starts as the frozen part r W */
@@ -248,17 +298,13 @@ static void run_gcase(int i, bool bf16_x)
     ghc_tensor_t *r2 = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, n_out }, dev, ghc_tensor_data(r));
     ghc_tensor_t *dx2 = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, n_in }, dev, ghc_tensor_data(dx));
     ok(core, ghc_op_gemm(dx2, r2, wf, NULL, NULL));
-    struct ghc_param *ps;
-    int32_t np;
-    ok(core, ghc_network_params(net, 0, &ps, &np));
     for (int32_t k = 0; k < np; k++)
         ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
-    ok(core, hook.backward(hook.user, ti, x, r, dx, NULL));
+    did(core, hook.backward(hook.user, ti, x, r, NULL, dx, true, NULL), 1);
     ref = load(core, st, "case.dx");
     e = rel_err(core, dx, ref);
     printf("%s%s: input gradient rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
     ck_assert_msg(e < tol, "%s: dx rel err %g", gc->name, e);
-    ghc_tensor_free(ref);
     for (int32_t k = 0; k < np; k++) {
         char nm[160];
         const char *sfx = ps[k].name + strlen(tg[ti].name) + 1;
@@ -272,6 +318,27 @@ static void run_gcase(int i, bool bf16_x)
         ck_assert_int_eq(ghc_tensor_role(ps[k].grad), GHC_ROLE_GRADS);
         ghc_tensor_free(ref);
     }
+
+    /* backward writing dx (its old content ignored), the frozen part r W added after it as the
+     * core does: LoRA without DoRA; the others refuse (their plans do not offer it) */
+    ghc_tensor_t *dxw = mk(core, dev, GHC_DTYPE_F32, 3, ghc_tensor_shape(xh));
+    ghc_tensor_t *dxw2 = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, n_in }, dev,
+                                         ghc_tensor_data(dxw));
+    ok(core, ghc_op_fill(dxw, 7.0, NULL));
+    if (!lora) {
+        ck_assert_int_eq(hook.backward(hook.user, ti, x, r, NULL, dxw, false, NULL), GHC_EINVAL);
+    } else {
+        did(core, hook.backward(hook.user, ti, x, r, NULL, dxw, false, NULL), 1);
+        ok(core, ghc_op_gemm(dxw2, r2, wf, &(struct ghc_gemm){ .beta = 1.0f }, NULL));
+        ref = load(core, st, "case.dx");
+        e = rel_err(core, dxw, ref);
+        printf("%s%s: input gradient (written, then the frozen part added) rel err %.3g\n", gc->name,
+               bf16_x ? " (bf16 x)" : "", e);
+        ck_assert_msg(e < tol, "%s: written dx rel err %g", gc->name, e);
+        ghc_tensor_free(ref);
+    }
+    ghc_tensor_free(dxw2);
+    ghc_tensor_free(dxw);
 
     /* fold (LoRA): y = x (W + delta-W)^T + b, dx = r (W + delta-W) and the grads hook's gradients
      * match the fixture like the hooks' (bf16 x: dy given in bf16 too, as the model gives it) */
@@ -287,8 +354,12 @@ static void run_gcase(int i, bool bf16_x)
         ok(c2, ghc_network_load(n2, 0, fixture("lycoris", path)));
         ok(c2, ghc_network_hook(n2, 0, &h2));
         ok(c2, ghc_network_begin_step(n2, 1));
-        ck_assert_ptr_nonnull(h2.fold);
-        ck_assert_ptr_nonnull(h2.grads);
+        struct ghc_adapter_plan pl2 = { .struct_size = sizeof(pl2) };
+        did(c2, h2.plan(h2.user, 0, &pl2), 1);   /* fold, and so no K-concatenation */
+        ck_assert(pl2.adapted && pl2.forward_writes && pl2.backward_writes && pl2.fold && pl2.concat_rank == 0);
+        pl2 = (struct ghc_adapter_plan){ .struct_size = offsetof(struct ghc_adapter_plan, fold) };
+        did(c2, h2.plan(h2.user, 0, &pl2), 1);   /* a caller of an older plan: nothing past its struct_size */
+        ck_assert(pl2.adapted && !pl2.fold && pl2.concat_rank == 0);
         ok(c2, ghc_network_params(n2, 0, &p2, &n2p));
         for (int32_t k = 0; k < n2p; k++)
             ok(c2, ghc_op_fill(p2[k].grad, 0.0, NULL));
@@ -306,7 +377,7 @@ static void run_gcase(int i, bool bf16_x)
         ghc_tensor_t *rr2 = ghc_tensor_wrap(c2, xdt, 2, (const int64_t[]){ 10, n_out }, dev, ghc_tensor_data(rr));
         ghc_tensor_t *rf2 = ghc_tensor_wrap(c2, GHC_DTYPE_F32, 2, (const int64_t[]){ 10, n_out }, dev, ghc_tensor_data(r));
         ok(c2, ghc_op_gemm(dxf, rf2, wff, NULL, NULL));
-        ok(c2, h2.grads(h2.user, 0, x_, rr, NULL));
+        did(c2, h2.grads(h2.user, 0, x_, rr, NULL), 1);
         ref = load(c2, st, "case.dx");
         e = rel_err(c2, dxf, ref);
         printf("%s%s: fold: input gradient rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
@@ -337,7 +408,7 @@ static void run_gcase(int i, bool bf16_x)
         ghc_tensor_t *eyed = on(core, eye, dev, GHC_DTYPE_F32);
         ghc_tensor_t *dwt = mk(core, dev, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 64, 48 });
         ok(core, ghc_op_fill(dwt, 0.0, NULL));
-        ok(core, hook.forward(hook.user, 0, eyed, dwt, NULL));
+        did(core, hook.forward(hook.user, 0, eyed, dwt, false, NULL), 1);
         ghc_tensor_t *dwh = on(core, dwt, GHC_DEVICE_CPU, GHC_DTYPE_F32);
         ref = load(core, st, "case.dw");
         const float *g = ghc_tensor_cdata(dwh), *rv = ghc_tensor_cdata(ref);
@@ -387,34 +458,42 @@ static char *wan22_cfg(char *buf, size_t len, bool f32)
 }
 
 /* The wan22 fixture's case (x_sigma, t, text, v) on dev, forward + mse (+ backward when bwd)
- * through the network's hooks. Returns the loss; *pred (CPU f32) gets the prediction when pred
- * != NULL. */
-static bool after_only;   /* wan_step: without the hook's forward_first and backward_first */
-
-/* wan_step installs the network's hook with forward_first and backward_first wrapped, counting
- * the calls that did the work (returned 1). */
+ * through the network's hook. Returns the loss; *pred (CPU f32) gets the prediction when pred
+ * != NULL.
+ *
+ * wan_step installs the network's hook with its members wrapped, counting the calls that did
+ * the work (returned 1), and lets the core take only some of its ways (linear.h,
+ * ghc_linear_ways, read when the hook is installed): without K-concatenation unless
+ * with_concat (the tests from before it), and with after_only neither the adapter's parts
+ * written before the model's GEMMs (forward write, backward accumulate false): added after. */
+static bool after_only, with_concat;
+static bool drop_kept_h;   /* the backward finds no H kept from the forward: computes it again */
 static struct ghc_adapter_hook real_hook;
-static int n_fwd_first, n_bwd_first;
+static int n_fwd, n_fwd_write;   /* forward calls that did the work; of them with write */
+static int n_bwd, n_bwd_write;   /* backward calls that did the work; of them writing a dx */
+static int n_cat_fwd, n_cat_bwd;
 
-static int count_fwd_first(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+static int count_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
 {
-    int rc = real_hook.forward_first(user, target, x, y, stream);
-    n_fwd_first += rc == 1;
+    int rc = real_hook.forward(user, target, x, y, write, stream);
+    n_fwd += rc == 1;
+    n_fwd_write += rc == 1 && write;
     return rc;
 }
 
-static int count_bwd_first(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                           const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+static int count_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, const ghc_tensor_t *g,
+                     ghc_tensor_t *dx, bool accumulate, void *stream)
 {
-    int rc = real_hook.backward_first(user, target, x, dy, g, dx, accumulate, stream);
-    n_bwd_first += rc == 1;
+    if (drop_kept_h) {   /* (the tests link the plugin's header: its kept H, invalidated) */
+        struct lycoris *lnet = user;
+        for (int i = 0; i < LYC_HKEEP; i++)
+            lnet->hk[i].valid = false;
+    }
+    int rc = real_hook.backward(user, target, x, dy, g, dx, accumulate, stream);
+    n_bwd += rc == 1;
+    n_bwd_write += rc == 1 && dx && !accumulate;
     return rc;
 }
-
-/* wan_step with the hook's K-concatenation members (wrapped, counting the calls that wrote);
- * without, the model takes the other members (the tests before K-concatenation). */
-static bool with_concat;
-static int n_cat_fwd, n_cat_bwd, n_cat_dy;   /* n_cat_bwd counts concat_backward_dy's too */
 
 static int count_cat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
                          bool again, void *stream)
@@ -425,19 +504,10 @@ static int count_cat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_
 }
 
 static int count_cat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                         const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
+                         const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
 {
-    int rc = real_hook.concat_backward(user, target, x, h, g, dh, wrows, stream);
+    int rc = real_hook.concat_backward(user, target, x, h, dy, g, dh, wrows, stream);
     n_cat_bwd += rc == 1;
-    return rc;
-}
-
-static int count_cat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                            const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
-{
-    int rc = real_hook.concat_backward_dy(user, target, x, h, dy, g, dh, wrows, stream);
-    n_cat_bwd += rc == 1;
-    n_cat_dy += rc == 1;
     return rc;
 }
 
@@ -447,22 +517,16 @@ static float wan_step(ghc_core_t *core, ghc_st_t *cs, ghc_tensor_t **pred, bool 
     ghc_network_t *net = ghc_network_get(core);
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(net, 0, &hook));
-    ck_assert_ptr_nonnull(hook.forward_first);
-    ck_assert_ptr_nonnull(hook.backward_first);
+    ck_assert(hook.forward && hook.backward && hook.concat_forward && hook.concat_backward);
     real_hook = hook;
-    hook.forward_first = after_only ? NULL : count_fwd_first;
-    hook.backward_first = after_only ? NULL : count_bwd_first;
-    if (with_concat && hook.concat_rank) {
-        hook.concat_forward = count_cat_fwd;
-        hook.concat_backward = count_cat_bwd;
-        hook.concat_backward_dy = hook.concat_backward_dy ? count_cat_bwd_dy : NULL;
-    } else {
-        hook.concat_rank = NULL;
-        hook.concat_forward = NULL;
-        hook.concat_backward = NULL;
-        hook.concat_backward_dy = NULL;
-    }
-    ok(core, ghc_model_set_hook(model, &hook));
+    hook.forward = count_fwd;
+    hook.backward = count_bwd;
+    hook.concat_forward = count_cat_fwd;
+    hook.concat_backward = count_cat_bwd;
+    ghc_linear_ways(GHC_LINEAR_ALL & ~(with_concat ? 0u : GHC_LINEAR_CONCAT) & ~(after_only ? GHC_LINEAR_WRITE : 0u));
+    int rc = ghc_model_set_hook(model, &hook);
+    ghc_linear_ways(GHC_LINEAR_ALL);
+    ok(core, rc);
     ghc_tensor_t *xh = load(core, cs, "x_sigma_700"), *th = load(core, cs, "t_700");
     ghc_tensor_t *eh = load(core, cs, "text_embedding"), *vh = load(core, cs, "v");
     ghc_tensor_reshape(th, 1, (const int64_t[]){ 1 });
@@ -515,7 +579,7 @@ START_TEST(wan22_fixture_lora)
         ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
     ghc_tensor_t *pred;
     n_cat_fwd = n_cat_bwd = 0;
-    with_concat = _i == 2;
+    with_concat = _i == 2;   /* (fold plans no K-concatenation; _i = 0 and 1 leave it out) */
     float loss = wan_step(core, cs, &pred, true);
     with_concat = false;
     ck_assert_int_eq(n_cat_fwd, _i == 2 ? 60 : 0);   /* 10 targets x 3 blocks x (forward, recomputation) */
@@ -605,12 +669,13 @@ static double grads_rel_err(ghc_tensor_t **g[2], int32_t n, double *norm)
     return sqrt(num / den);
 }
 
-/* The hook's parts before the model's GEMMs (forward_first, backward_first: the adapter writes
- * y and dx, the GEMM adds to them) against after them (forward, backward: the adapter adds to
- * what the GEMM wrote): the same prediction, input gradient and adapter gradients, for each
- * algorithm (LoRA with rank dropout: the masked path; DoRA: forward_first declines), with
- * parameters moved off their init. CPU: f32 rounding apart; CUDA (bf16 model): backward_first
- * takes G in bf16 (the operand of the model's own dx GEMM), the other path f32. */
+/* The adapter's parts written before the model's GEMMs (forward with write, backward with
+ * accumulate false where the model's dx GEMM writes: the adapter writes y and dx, the GEMM adds
+ * to them; the core's way 3, linear.h) against added after them (way 4, after_only: the adapter
+ * adds to what the GEMM wrote): the same prediction, input gradient and adapter gradients, for
+ * each algorithm (LoRA with rank dropout: the masked path; DoRA: its plan writes neither; LoHa,
+ * LoKr: the forward only), with parameters moved off their init. CPU: f32 rounding apart; CUDA
+ * (bf16 model): the rounding of y and dx differs between the two orders. */
 static const char *const first_cfgs[] = {
     "algo = \"lora\"; rank = 4;",
     "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
@@ -629,26 +694,34 @@ START_TEST(wan22_first_vs_after)
     ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
     ck_assert_ptr_nonnull(cs);
     ghc_tensor_t *pred[2], **grads[2];
-    n_fwd_first = n_bwd_first = 0;
+    int fwd[2], fwd_write[2], bwd[2], bwd_write[2];
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t k = 0; k < np; k++)
             ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
+        n_fwd = n_fwd_write = n_bwd = n_bwd_write = 0;
         after_only = pass == 1;
         wan_step(core, cs, &pred[pass], true);
         after_only = false;
+        fwd[pass] = n_fwd, fwd_write[pass] = n_fwd_write, bwd[pass] = n_bwd, bwd_write[pass] = n_bwd_write;
         grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
         for (int32_t k = 0; k < np; k++)
             grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
     }
     const bool cpu = dev == GHC_DEVICE_CPU;
-    /* 30 targets, each forward twice (block checkpointing, the model's default): forward_first
-     * does them all but under DoRA; backward_first LoRA's 30 (cross k and v without a dx: their
-     * parameter gradients only) */
+    /* 30 targets, each forward twice (block checkpointing, the model's default) and backward
+     * once, either way. Written first: every forward but under DoRA; LoRA's dx where the model's
+     * GEMM writes it (6 linears a block: self-attention q and the ones after it; self-attention
+     * k and v add to q's, cross-attention k and v have no dx) */
     const bool dora = strstr(first_cfgs[_i], "dora") != NULL, lora = strstr(first_cfgs[_i], "lora") != NULL;
-    printf("first vs after (%s): forward_first did %d targets, backward_first %d\n", first_cfgs[_i], n_fwd_first,
-           n_bwd_first);
-    ck_assert_int_eq(n_fwd_first, dora ? 0 : 60);
-    ck_assert_int_eq(n_bwd_first, lora && !dora ? 30 : 0);
+    printf("first vs after (%s): written first: %d of %d forwards, %d of %d backwards\n", first_cfgs[_i],
+           fwd_write[0], fwd[0], bwd_write[0], bwd[0]);
+    for (int pass = 0; pass < 2; pass++) {
+        ck_assert_int_eq(fwd[pass], 60);
+        ck_assert_int_eq(bwd[pass], 30);
+    }
+    ck_assert_int_eq(fwd_write[0], dora ? 0 : 60);
+    ck_assert_int_eq(bwd_write[0], lora && !dora ? 18 : 0);
+    ck_assert_int_eq(fwd_write[1] + bwd_write[1], 0);
     double e = rel_err(core, pred[0], pred[1]), norm;
     printf("first vs after (%s): prediction rel err %.3g\n", first_cfgs[_i], e);
     ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", first_cfgs[_i], e);
@@ -663,23 +736,23 @@ START_TEST(wan22_first_vs_after)
 }
 END_TEST
 
-/* keep_h: the LoRA backward takes H = X A^T from the target's forward (each target's forward
- * runs again right before its backward under the model's block checkpointing): every one of the
- * 30 LoRA backward calls takes it (the count the network keeps, read through the hook), and the
- * prediction and the gradients equal those of keep_h = false, which computes H again (CPU: the
- * same f32 GEMM, so the same bits; CUDA: H rounded to bf16 from the f32 forward's instead of
- * from the GEMM's accumulator). The rank dropout case takes the f32 path. */
+/* The kept H: the LoRA backward takes H = X A^T from the target's forward (each target's forward
+ * runs again right before its backward under the model's block checkpointing; here without
+ * K-concatenation, which keeps its own): every one of the 30 LoRA backward calls takes it (the
+ * count the network keeps, read through the hook), and the prediction and the gradients equal
+ * those of a backward that finds none kept (drop_kept_h) and computes H again (CPU: the same f32
+ * GEMM, so the same bits; CUDA: H rounded to bf16 from the f32 forward's instead of from the
+ * GEMM's accumulator). The rank dropout case takes the f32 path. */
 START_TEST(wan22_keep_h)
 {
     static const char *const cfgs[] = { "algo = \"lora\"; rank = 4;", "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;" };
     ghc_tensor_t *pred[2], **grads[2];
     ghc_core_t *cores[2];
     int32_t nps[2];
-    for (int pass = 0; pass < 2; pass++) {   /* keep_h true, then false */
-        char cfg[256];
+    for (int pass = 0; pass < 2; pass++) {   /* H kept, then not */
+        const char *cfg = cfgs[_i];
         int32_t np;
         struct ghc_param *ps;
-        snprintf(cfg, sizeof(cfg), "%s keep_h = %s;", cfgs[_i], pass ? "false" : "true");
         ghc_core_t *core = cores[pass] = wan_net(cfg, false, 91, 0.2f, &ps, &np);
         ok(core, ghc_network_begin_step(ghc_network_get(core), 5));
         ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
@@ -688,9 +761,11 @@ START_TEST(wan22_keep_h)
         ok(core, ghc_network_hook(ghc_network_get(core), 0, &hook));
         const struct lycoris *lnet = hook.user;   /* the plugin's own (tests link its header) */
         const int64_t hits0 = lnet->hk_hits;
+        drop_kept_h = pass == 1;
         wan_step(core, cs, &pred[pass], true);
-        printf("keep_h (%s): %lld of the backward calls took H from the forward\n", cfg,
-               (long long)(lnet->hk_hits - hits0));
+        drop_kept_h = false;
+        printf("kept H (%s%s): %lld of the backward calls took H from the forward\n", cfg,
+               pass ? ", dropped before each backward" : "", (long long)(lnet->hk_hits - hits0));
         ck_assert_int_eq(lnet->hk_hits - hits0, pass ? 0 : 30);
         grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
         for (int32_t k = 0; k < np; k++)
@@ -701,10 +776,10 @@ START_TEST(wan22_keep_h)
     ck_assert_int_eq(nps[0], nps[1]);
     const bool cpu = dev == GHC_DEVICE_CPU;
     double e = rel_err(cores[0], pred[0], pred[1]), norm;   /* the forward is the same */
-    ck_assert_msg(e == 0.0, "%s: keep_h changed the prediction: rel err %g", cfgs[_i], e);
+    ck_assert_msg(e == 0.0, "%s: the kept H changed the prediction: rel err %g", cfgs[_i], e);
     e = grads_rel_err(grads, nps[0], &norm);
-    printf("keep_h (%s): the gradients with and without, rel err %.3g\n", cfgs[_i], e);
-    ck_assert_msg(e <= (cpu ? 0.0 : 1e-2), "%s: keep_h gradients rel err %g", cfgs[_i], e);
+    printf("kept H (%s): the gradients with and without, rel err %.3g\n", cfgs[_i], e);
+    ck_assert_msg(e <= (cpu ? 0.0 : 1e-2), "%s: kept H gradients rel err %g", cfgs[_i], e);
     ghc_tensor_free(pred[0]);
     ghc_tensor_free(pred[1]);
     ghc_core_free(cores[0]);
@@ -713,20 +788,21 @@ START_TEST(wan22_keep_h)
 END_TEST
 
 /* K-concatenation (model.h, concat_forward and concat_backward: H in the inputs' spare columns,
- * B and A in the weights',
- * one GEMM of the model's each way) against the hooks' passes (forward_first, backward_first):
- * the same prediction and gradients. LoRA of rank 4 (alpha 2: s = 1/2); with module dropout
- * (dropped modules take neither path in this step); of rank 20, above the model's
- * adapter_pad (16): every target takes the passes; and with rank dropout (no K-concatenation).
- * Counted: the targets that concatenated (each of the 8 with a spare room a block, forward and
- * recomputation, and backward; cross-attention k and v over the text keep the passes), and the
- * recomputations that wrote the H kept from the forward instead of a GEMM (keep_h). */
+ * B and A in the weights', one GEMM of the model's each way; the core's way 2, linear.h) against
+ * the adapter's own passes (ghc_linear_ways without it: written before the model's GEMMs, or
+ * with after_only added after them, the last case): the same prediction and gradients. LoRA of
+ * rank 4 (alpha 2: s = 1/2); with module dropout (dropped modules take neither path in this
+ * step); of rank 20, above the model's adapter_pad (16): every target takes the passes; with
+ * rank dropout (its plan has no K-concatenation). Counted: the targets that concatenated (the
+ * 10 of a block, forward and recomputation, and backward, where concat_backward also casts dy:
+ * cross-attention k and v over the text too, for their parameter gradients), and the
+ * recomputations that wrote the H kept from the forward instead of a GEMM. */
 static const char *const concat_cfgs[] = {
     "algo = \"lora\"; rank = 4; alpha = 2.0;",
     "algo = \"lora\"; rank = 4; module_dropout = 0.5; seed = 11;",
     "algo = \"lora\"; rank = 20;",
     "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
-    "algo = \"lora\"; rank = 4; alpha = 2.0; fuse_cast = false;",
+    "algo = \"lora\"; rank = 4; alpha = 2.0;",   /* against the passes after the GEMMs */
 };
 
 START_TEST(wan22_concat)
@@ -738,7 +814,7 @@ START_TEST(wan22_concat)
     ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
     ck_assert_ptr_nonnull(cs);
     ghc_tensor_t *pred[2], **grads[2];
-    int cat[3] = { 0, 0, 0 };
+    int cat[2] = { 0, 0 };
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(ghc_network_get(core), 0, &hook));
     const struct lycoris *lnet = hook.user;   /* the plugin's own (tests link its header) */
@@ -746,43 +822,40 @@ START_TEST(wan22_concat)
     for (int pass = 0; pass < 2; pass++) {   /* K-concatenation, then the passes */
         for (int32_t k = 0; k < np; k++)
             ok(core, ghc_op_fill(ps[k].grad, 0.0, NULL));
-        n_cat_fwd = n_cat_bwd = n_cat_dy = 0;
+        n_cat_fwd = n_cat_bwd = 0;
         with_concat = pass == 0;
+        after_only = pass == 1 && _i == 4;
         wan_step(core, cs, &pred[pass], true);
-        with_concat = false;
+        with_concat = after_only = false;
         if (pass == 0)
-            cat[0] = n_cat_fwd, cat[1] = n_cat_bwd, cat[2] = n_cat_dy, kept = lnet->hc_hits - kept;
+            cat[0] = n_cat_fwd, cat[1] = n_cat_bwd, kept = lnet->hc_hits - kept;
         else
             ck_assert_int_eq(n_cat_fwd + n_cat_bwd, 0);
         grads[pass] = calloc((size_t)np, sizeof(ghc_tensor_t *));
         for (int32_t k = 0; k < np; k++)
             grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
     }
+    char what[160];
+    snprintf(what, sizeof(what), "%s%s", concat_cfgs[_i], _i == 4 ? " against after" : "");
     printf("concat (%s): concat_forward wrote %d times (%lld in the recomputation from the kept H), "
-           "concat_backward %d (%d of them concat_backward_dy)\n", concat_cfgs[_i], cat[0], (long long)kept, cat[1],
-           cat[2]);
-    ck_assert_int_eq(kept, cat[0] / 2);   /* keep_h (the default): every recomputation takes H as kept */
+           "concat_backward %d\n", what, cat[0], (long long)kept, cat[1]);
+    ck_assert_int_eq(kept, cat[0] / 2);   /* every recomputation takes H as kept */
     if (_i == 0 || _i == 4) {
         ck_assert_int_eq(cat[0], 60);   /* 10 targets x 3 blocks x (forward, recomputation) */
-        /* the backward: every target through concat_backward_dy (fuse_cast, the default; the hook
-         * casts dy), or the 8 with an input gradient through concat_backward (cross-attention k
-         * and v, without one, then take backward_first) */
-        ck_assert_int_eq(cat[1], _i == 0 ? 30 : 24);
-        ck_assert_int_eq(cat[2], _i == 0 ? 30 : 0);
+        ck_assert_int_eq(cat[1], 30);   /* every target's backward, dy cast by the hook */
     } else if (_i == 1) {
         ck_assert(cat[0] > 0 && cat[0] < 60);
         ck_assert_int_eq(cat[1], cat[0] / 2);
-        ck_assert_int_eq(cat[2], cat[1]);
     } else {
         ck_assert_int_eq(cat[0] + cat[1], 0);
     }
     const bool cpu = dev == GHC_DEVICE_CPU;
     double e = rel_err(core, pred[0], pred[1]), norm;
-    printf("concat (%s): prediction rel err %.3g\n", concat_cfgs[_i], e);
-    ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", concat_cfgs[_i], e);
+    printf("concat (%s): prediction rel err %.3g\n", what, e);
+    ck_assert_msg(e < (cpu ? 1e-6 : 1e-2), "%s: prediction rel err %g", what, e);
     e = grads_rel_err(grads, np, &norm);
-    printf("concat (%s): the %d gradients together rel err %.3g (norm %.3g)\n", concat_cfgs[_i], (int)np, e, norm);
-    ck_assert_msg(e < (cpu ? 1e-5 : 3e-2), "%s: gradients rel err %g", concat_cfgs[_i], e);
+    printf("concat (%s): the %d gradients together rel err %.3g (norm %.3g)\n", what, (int)np, e, norm);
+    ck_assert_msg(e < (cpu ? 1e-5 : 3e-2), "%s: gradients rel err %g", what, e);
     ghc_tensor_free(pred[0]);
     ghc_tensor_free(pred[1]);
     ghc_st_free(cs);
@@ -939,7 +1012,7 @@ static float *outputs_ref(ghc_core_t *core, ghc_network_t *net, const struct ghc
         ghc_tensor_t *y = mk(core, -1, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 3, t[i].out_features });
         ok(core, ghc_op_rand_normal(x, &(struct ghc_rng){ 9, (uint64_t)i }, NULL));
         ok(core, ghc_op_fill(y, 0.0, NULL));
-        ok(core, hook.forward(hook.user, i, x, y, NULL));
+        did(core, hook.forward(hook.user, i, x, y, false, NULL), 1);
         if (ref) {
             char nm[128];
             snprintf(nm, sizeof(nm), "x.%s", t[i].name);
@@ -1523,7 +1596,7 @@ static float *dora_outputs(ghc_core_t *core, ghc_st_writer_t *ref, size_t *len)
         ok(core, ghc_op_rand_normal(xh, &(struct ghc_rng){ 99, (uint64_t)t << 20 }, NULL));
         ghc_tensor_t *x = on(core, xh, dev, GHC_DTYPE_F32);
         ghc_tensor_t *y = base_linear(core, x, w, b);
-        ok(core, hook.forward(hook.user, t, x, y, NULL));
+        did(core, hook.forward(hook.user, t, x, y, false, NULL), 1);
         ghc_tensor_t *yh = on(core, y, GHC_DEVICE_CPU, GHC_DTYPE_F32);
         memcpy(all + o, ghc_tensor_cdata(yh), 5 * (size_t)tg[t].out_features * sizeof(float));
         o += 5 * (size_t)tg[t].out_features;
@@ -1818,8 +1891,9 @@ START_TEST(preset_full)
 }
 END_TEST
 
-/* The adapter's contribution to y of target 0 for an input of ones, at step `step`. */
-static float *delta_at(ghc_core_t *core, ghc_network_t *net, int64_t step)
+/* The adapter's contribution to y of target 0 for an input of ones, at step `step`; the forward
+ * returns 1, or 0 where module dropout skips the module (y untouched). */
+static float *delta_at(ghc_core_t *core, ghc_network_t *net, int64_t step, int want)
 {
     struct ghc_adapter_hook hook;
     ok(core, ghc_network_hook(net, 0, &hook));
@@ -1828,7 +1902,7 @@ static float *delta_at(ghc_core_t *core, ghc_network_t *net, int64_t step)
     ghc_tensor_t *y = mk(core, -1, GHC_DTYPE_F32, 3, (const int64_t[]){ 1, 2, 48 });
     ok(core, ghc_op_fill(x, 1.0, NULL));
     ok(core, ghc_op_fill(y, 0.0, NULL));
-    ok(core, hook.forward(hook.user, 0, x, y, NULL));
+    did(core, hook.forward(hook.user, 0, x, y, false, NULL), want);
     float *v = malloc(96 * sizeof(float));
     memcpy(v, ghc_tensor_cdata(y), 96 * sizeof(float));
     ghc_tensor_free(x);
@@ -1847,10 +1921,10 @@ START_TEST(dropout)
         ok(cs[i], ghc_network_attach(ghc_network_get(cs[i]), 0, &one_target, 1));
         randomise(cs[i], ghc_network_get(cs[i]), 11);
     }
-    float *full = delta_at(c0, ghc_network_get(c0), 1);
-    float *a = delta_at(c1, ghc_network_get(c1), 1), *a2 = delta_at(c1, ghc_network_get(c1), 1);
-    float *b = delta_at(c1, ghc_network_get(c1), 2), *off = delta_at(c2, ghc_network_get(c2), 1);
-    float *sc = delta_at(c3, ghc_network_get(c3), 1);
+    float *full = delta_at(c0, ghc_network_get(c0), 1, 1);
+    float *a = delta_at(c1, ghc_network_get(c1), 1, 1), *a2 = delta_at(c1, ghc_network_get(c1), 1, 1);
+    float *b = delta_at(c1, ghc_network_get(c1), 2, 1), *off = delta_at(c2, ghc_network_get(c2), 1, 0);
+    float *sc = delta_at(c3, ghc_network_get(c3), 1, 1);
     ck_assert(memcmp(a, a2, 96 * sizeof(float)) == 0);          /* same step: same masks (recomputation) */
     ck_assert(memcmp(a, b, 96 * sizeof(float)) != 0);           /* another step: other masks */
     int kept = 0;
@@ -1893,6 +1967,11 @@ START_TEST(config_errors)
         { "rank = 0;", "rank" },
         { "rank_dropout = 1.5;", "rank_dropout" },
         { "ranks = 4;", "unknown key 'ranks'" },
+        /* gone with the core's choice of way (linear.h): H always kept, K-concatenation wherever
+         * the plan and the model allow, dy always cast by concat_backward */
+        { "keep_h = false;", "unknown key 'keep_h'" },
+        { "concat = false;", "unknown key 'concat'" },
+        { "fuse_cast = false;", "unknown key 'fuse_cast'" },
     };
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
         ghc_core_t *core = ghc_core_init();

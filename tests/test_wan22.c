@@ -245,8 +245,18 @@ static ghc_tensor_t *x_f32(struct lora *l, const ghc_tensor_t *x, int64_t in, gh
     return view2(x, in);
 }
 
-static int lora_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+/* Every target adapted; the part only ever added after the model's GEMM. */
+static int lora_plan(void *user, int32_t target, struct ghc_adapter_plan *out)
 {
+    (void)user;
+    (void)target;
+    out->adapted = true;
+    return 1;
+}
+
+static int lora_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
+{
+    ck_assert(!write);
     struct lora *l = user;
     ghc_tensor_t *A = l->A[target], *B = l->B[target], *tmp;
     int64_t in = ghc_tensor_dim(A, 1), out = ghc_tensor_dim(B, 0), r = ghc_tensor_dim(A, 0);
@@ -260,12 +270,14 @@ static int lora_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tenso
     ghc_tensor_free(x2);
     ghc_tensor_free(tmp);
     l->calls_fwd++;
-    return rc;
+    return rc < 0 ? rc : 1;
 }
 
-static int lora_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
-                    void *stream)
+static int lora_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, const ghc_tensor_t *g,
+                    ghc_tensor_t *dx, bool accumulate, void *stream)
 {
+    (void)g;
+    ck_assert(accumulate);
     struct lora *l = user;
     ghc_tensor_t *A = l->A[target], *B = l->B[target], *tmp;
     int64_t in = ghc_tensor_dim(A, 1), out = ghc_tensor_dim(B, 0), r = ghc_tensor_dim(A, 0);
@@ -289,12 +301,13 @@ static int lora_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc
     ghc_tensor_free(x2);
     ghc_tensor_free(tmp);
     l->calls_bwd++;
-    return rc;
+    return rc < 0 ? rc : 1;
 }
 
 static struct ghc_adapter_hook lora_hook(struct lora *l)
 {
-    return (struct ghc_adapter_hook){ .user = l, .forward = lora_fwd, .backward = lora_bwd };
+    return (struct ghc_adapter_hook){ .struct_size = sizeof(struct ghc_adapter_hook), .user = l, .plan = lora_plan,
+                                      .forward = lora_fwd, .backward = lora_bwd };
 }
 
 /* ---- config detection ------------------------------------------------------------------------ */
@@ -484,12 +497,24 @@ static void direct_init(struct wan22 *m, ghc_core_t *core, bool ckpt)
     m->ckpt_every = 1;
     m->n_experts = 1;
     m->experts = calloc(1, sizeof(*m->experts));
+    /* the fixtures' linears are far below 2^22 elements (the scratch is allocated when needed) */
+    m->lin = ghc_linears_new(core, m->device, m->base, 1024, (int64_t)1 << 22);
+    ck_assert_ptr_nonnull(m->lin);
+}
+
+/* The GEMM operand dtype, and the linears for it. */
+static void direct_base(struct wan22 *m, enum ghc_dtype base)
+{
+    m->base = base;
+    ghc_linears_free(m->lin);
+    m->lin = ghc_linears_new(m->core, m->device, m->base, 1024, (int64_t)1 << 22);
+    ck_assert_ptr_nonnull(m->lin);
 }
 
 static void direct_free(struct wan22 *m)
 {
     wan22_state_free(m);
-    ghc_tensor_free(m->wbuf);
+    ghc_linears_free(m->lin);
     wan22_weights_free(m, &m->experts[0]);
     free(m->experts);
 }
@@ -588,7 +613,7 @@ START_TEST(load_layouts)
 
     /* bf16 base: linears rounded, everything else f32 */
     direct_init(&b, core, false);
-    b.base = GHC_DTYPE_BF16;
+    direct_base(&b, GHC_DTYPE_BF16);
     ok(core, wan22_load(&b, fixture("weights_official.safetensors"), 2, &b.experts[0], GHC_ROLE_WEIGHTS, &det));
     ck_assert_int_eq(ghc_tensor_dtype(b.experts[0].blocks[1].w[WAN22_FFN_2]), GHC_DTYPE_BF16);
     ck_assert_int_eq(ghc_tensor_dtype(b.experts[0].te0_w), GHC_DTYPE_BF16);
@@ -689,15 +714,31 @@ struct spy {
     ghc_tensor_t *attn1, *attn2, *ffn;
 };
 
-static int spy_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+static int spy_plan(void *user, int32_t target, struct ghc_adapter_plan *out)
+{
+    (void)user;
+    out->adapted = target == WAN22_SA_O || target == WAN22_CA_O || target == WAN22_FFN_2;
+    return 1;
+}
+
+static int spy_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
 {
     struct spy *s = user;
+    (void)write;
     ghc_tensor_t **slot = target == WAN22_SA_O ? &s->attn1 : target == WAN22_CA_O ? &s->attn2
                         : target == WAN22_FFN_2 ? &s->ffn : NULL;
     if (slot && !*slot) {
         *slot = like(s->core, y, GHC_DEVICE_CPU);
-        return ghc_op_copy(*slot, y, stream);
+        int rc = ghc_op_copy(*slot, y, stream);
+        return rc < 0 ? rc : 1;
     }
+    return 0;
+}
+
+static int spy_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, const ghc_tensor_t *g,
+                   ghc_tensor_t *dx, bool accumulate, void *stream)
+{
+    (void)user, (void)target, (void)x, (void)dy, (void)g, (void)dx, (void)accumulate, (void)stream;
     return 0;
 }
 
@@ -711,8 +752,8 @@ START_TEST(intermediates)
     ok(core, wan22_load(&m, fixture("weights_official.safetensors"), 2, &m.experts[0], GHC_ROLE_WEIGHTS, &det));
     m.targets = calloc(30, sizeof(*m.targets));
     struct spy spy = { core, NULL, NULL, NULL };
-    m.hook = (struct ghc_adapter_hook){ .user = &spy, .forward = spy_fwd };
-    m.has_hook = true;
+    ok(core, ghc_linears_set_hook(m.lin, &(struct ghc_adapter_hook){ .struct_size = sizeof(struct ghc_adapter_hook),
+                                  .user = &spy, .plan = spy_plan, .forward = spy_fwd, .backward = spy_bwd }, NULL));
     case_open(core, &c, GHC_DEVICE_CPU);
     struct ghc_model_batch b = batch_of(&c, true);
     ghc_tensor_t *out = like(core, c.x700, GHC_DEVICE_CPU);
@@ -883,9 +924,9 @@ END_TEST
 
 /* A hook that fails without a message (it breaks the hook contract): the model passes the
  * failure on as it is, and the core's hook names the member and the target. */
-static int silent_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+static int silent_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
 {
-    (void)user, (void)target, (void)x, (void)y, (void)stream;
+    (void)user, (void)target, (void)x, (void)y, (void)write, (void)stream;
     return GHC_EIO;
 }
 
@@ -898,7 +939,8 @@ START_TEST(hook_fails_silently)
     const struct ghc_model_target *t;
     int32_t n;
     ok(core, ghc_model_targets(model, &t, &n));
-    struct ghc_adapter_hook h = { .forward = silent_forward };
+    struct ghc_adapter_hook h = { .struct_size = sizeof(h), .plan = lora_plan, .forward = silent_forward,
+                                  .backward = lora_bwd };
     ok(core, ghc_model_set_hook(model, &h));
     struct ghc_model_batch b = batch_of(&c, true);
     ghc_tensor_t *out = like(core, c.x700, GHC_DEVICE_CPU);
@@ -1167,11 +1209,11 @@ START_TEST(fp8_exact)
     struct wan22_detected det;
     struct fcase c;
     direct_init(&q, core, true);
-    q.base = GHC_DTYPE_BF16;
+    direct_base(&q, GHC_DTYPE_BF16);
     q.fp8 = true;
     ok(core, wan22_load(&q, fixture("weights_official.safetensors"), 2, &q.experts[0], GHC_ROLE_WEIGHTS, &det));
     direct_init(&b, core, true);
-    b.base = GHC_DTYPE_BF16;
+    direct_base(&b, GHC_DTYPE_BF16);
     ok(core, wan22_load(&b, fixture("weights_official.safetensors"), 2, &b.experts[0], GHC_ROLE_WEIGHTS, &det));
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < WAN22_TARGETS; j++) {
@@ -1371,11 +1413,11 @@ START_TEST(fp8_scaled_file)
     struct wan22 a, b;
     struct wan22_detected det;
     direct_init(&a, core, false);
-    a.base = GHC_DTYPE_BF16;
+    direct_base(&a, GHC_DTYPE_BF16);
     ok(core, wan22_load(&a, path, 2, &a.experts[0], GHC_ROLE_WEIGHTS, &det));
     ck_assert(det.fp8_scaled);
     direct_init(&b, core, false);
-    b.base = GHC_DTYPE_BF16;
+    direct_base(&b, GHC_DTYPE_BF16);
     b.fp8 = true;
     ok(core, wan22_load(&b, path, 2, &b.experts[0], GHC_ROLE_WEIGHTS, &det));
     st = ghc_st_open(core, path);

@@ -28,94 +28,76 @@ struct ghc_model_batch {
                                   channels (Wan2.2 I2V: [B, 20, F, H, W] = mask 4 + image latent 16) */
 };
 
-/* Adapter hooks the network installs. `target` indexes the model's targets. Tensors are
- * borrowed for the call and [B, rows, features]: rows = the video tokens, or the text
+/* ---- adapters on the model's linears ----
+ * The network installs a hook; the model never calls it itself: it runs each of its frozen
+ * linears through ghc_linear_forward / ghc_linear_backward (linear.h), and the core decides
+ * from the hook's plan of the target how the adapter's part joins the model's GEMM. Tensors
+ * are borrowed for the call and [B, rows, features]: rows = the video tokens, or the text
  * context rows for a linear whose input is the context (Wan: cross_attn.k and .v).
  *
- * forward: y (f32) holds x W^T + b of the frozen linear; add the adapter's contribution.
- *   x is the linear's input in the model's GEMM operand dtype (bf16, or f32).
- *   With gradient checkpointing a block's forward runs again right before its backward, with
- *   the same inputs: the hook must then give the same y (seed any dropout per step).
- * backward: dy (f32) = d loss / d y; x as in forward; dx (f32) already holds the frozen part
- *   dy W: add the adapter's input gradient to it, and accumulate the adapter's own parameter
- *   gradients. dx is NULL where the model needs no input gradient (the text context).
- *   Called once per target per model backward, blocks in reverse order.
- * Both return 0 or GHC_E* (message set with ghc_error_set). */
+ * What the network can do on one target (hook member plan). The caller sets struct_size =
+ * sizeof(struct ghc_adapter_plan) and zeroes the rest; the network fills at most struct_size
+ * bytes (members are only ever appended). */
+struct ghc_adapter_plan {
+    uint32_t struct_size;
+    bool     adapted;          /* the target has an adapter; false: no other member is called on it */
+    bool     forward_writes;   /* forward may be asked to write its part (write = true) */
+    bool     backward_writes;  /* backward may be asked to write dx (accumulate = false) */
+    bool     fold;             /* fold and grads run this target: delta-W folded into the GEMM's weight.
+                                * A numerical choice (the sum is rounded to the weight's dtype), so it is
+                                * the user's: a network sets it only where its config asks */
+    int32_t  concat_rank;      /* r > 0: the part is a rank-r product s (x A^T) B^T that concat_forward
+                                * and concat_backward give (K-concatenation); 0: not this target */
+};
+
+/* Every member returns 1 when it did its work, 0 when the target has nothing to add in this
+ * step (e.g. module dropout: the buffers it would write are untouched), or GHC_E* with a
+ * message (ghc_error_set). x is the linear's input in the model's GEMM operand dtype (bf16, or
+ * f32). With gradient checkpointing a block's forward runs again right before its backward,
+ * with the same inputs: the hook must then give the same results (seed any dropout per step). */
 struct ghc_adapter_hook {
+    uint32_t struct_size;      /* required: sizeof(struct ghc_adapter_hook) */
     void *user;
-    int (*forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
+    /* required; asked once per target when the hook is installed. Returns 1 (or 0) or GHC_E*. */
+    int (*plan)(void *user, int32_t target, struct ghc_adapter_plan *out);
+    /* required; y (f32): add the adapter's part to it (write false: y holds x W^T + b of the
+     * frozen linear), or write it (write true, only where plan.forward_writes: y's old content is
+     * ignored and the model's GEMM adds its product to it afterwards). */
+    int (*forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream);
+    /* required; dy (f32) = d loss / d y, g: dy in x's dtype (the operand of the model's own dx
+     * GEMM) or NULL; dx (f32): add the adapter's input gradient to it (accumulate true), or write
+     * it (false, only where plan.backward_writes); NULL where the model needs no input gradient
+     * (a linear over a constant: Wan's text context). Accumulates the adapter's own parameter
+     * gradients. Called once per target per model backward, blocks in reverse order. */
     int (*backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                    ghc_tensor_t *dx, void *stream);
-    /* optional (since API 3); fold the adapter of `target` into the frozen weight, so that the
-     * model's own GEMMs compute the adapted linear (no pass over y or dx of the adapter's own).
-     * w: the weight the model's GEMMs take ([out, in], bf16 or f32, never e4m3); wf: a scratch
-     * tensor like w, or w itself (a scratch the model owns: fold in place). Returns 1 when wf now
-     * holds w + the adapter's delta-W: the model then computes y = x wf^T + b and dx = dy wf,
-     * calls neither forward nor backward on the target but grads in the backward. Returns 0 when
-     * the target has nothing to fold (wf untouched: forward and backward as usual), or GHC_E*.
-     * Called in the forward and again in the backward (same step, same result). */
+                    const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
+    /* where plan.fold: w is the weight the GEMMs take ([out, in], bf16 or f32, never e4m3), wf a
+     * scratch like w or w itself (fold in place). Where it returns 1, wf holds w + delta-W and the
+     * GEMMs compute y = x wf^T + b and dx = dy wf; forward and backward are then not called on
+     * that GEMM's behalf, grads is. Called in the forward and again in the backward (same step,
+     * same result); not where no GEMM takes the weight (a backward without dx: backward is
+     * called), nor with e4m3 GEMMs (forward is). */
     int (*fold)(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
-    /* optional (since API 3), present with fold: the backward of a folded target: accumulate the
-     * adapter's parameter gradients from x and dy (f32, or the dtype of x: bf16). */
-    int (*grads)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
-    /* optional (since API 4): the adapter's part before the frozen GEMM, which then adds its own
-     * product to it (beta 1), so that the adapter makes no read-modify-write pass of its own over
-     * y or dx (at 4096 tokens that pass is most of a LoRA's cost).
-     * forward_first: write (not add) the adapter's contribution to y (its old value is ignored),
-     *   x as in forward. Returns 1 when written: the model's GEMM then adds x W^T + b to it and
-     *   forward is not called; 0 when the target has nothing to write or cannot (the model then
-     *   runs its GEMM alone and forward after it); or GHC_E*.
-     * backward_first: the backward, called before the model's input-gradient GEMM: the adapter's
-     *   input gradient is written to dx (accumulate false: dx's old value is ignored) or added
-     *   (true); the parameter gradients accumulate as in backward. dy is f32; g is dy in x's dtype
-     *   (the operand of the model's own dx GEMM, e.g. bf16), or NULL: the adapter may take its
-     *   products from g (as the frozen part does). Returns 1 when done: the model's GEMM then adds
-     *   dy W to dx and backward is not called; 0 when not done (backward after the GEMM); GHC_E*.
-     *   Since API 7 also where dx is NULL (no input gradient: the parameter gradients only,
-     *   from g where given); 0 there: backward is called. */
-    int (*forward_first)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream);
-    int (*backward_first)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                          const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
-    /* optional (since API 7): K-concatenation, for an adapter whose part is a rank-r product
-     * s (x A^T) B^T (LoRA): the model keeps r spare columns after the linear's input x and
-     * after its weight's rows ([out, in + r]), and r spare rows after the weight ([out + r, in]),
-     * so that its own GEMMs compute y = [x | H] [W | B]^T + b and dx = [g | dH] [W ; A] with
-     * H = s x A^T and dH = s g B: no pass of the adapter's own over y or dx. The other
-     * members are then not called on the target (fold, forward, forward_first, backward,
-     * backward_first) wherever these return 1.
-     * concat_rank: the spare columns the target needs (r), 0 where it cannot (another
-     *   algorithm, DoRA, rank dropout). Asked once per target after set_hook; a model whose
-     *   spare room is smaller uses the other members.
-     * concat_forward: x [B, rows, in] (x's dtype, a column view), h [B, rows, r] (its spare
-     *   columns, a column view), wcols [out, r] (the weight's spare columns, the weight's
-     *   dtype, a column view): write H = s x A^T into h and B into wcols. Returns 1 when
-     *   written (the model's GEMM then takes [x | h]), 0 when the target has nothing to add
-     *   in this step (e.g. module dropout: the model runs its plain GEMM), or GHC_E*. again:
-     *   this call is the recomputation (gradient checkpointing, right before the backward) of
-     *   a forward of this step with the same x, so the H written then may be written again.
-     * concat_backward: after concat_forward returned 1 on the same input in this step (with
-     *   checkpointing, in the recomputation right before): x and h as there (h still holds
-     *   H), g [B, rows, out] (dy in x's dtype, a column view), dh [B, rows, r] (its spare
-     *   columns), wrows [r, in] (the weight's spare rows, a column view): write dH = s g B
-     *   into dh and A into wrows, and accumulate the parameter gradients (dB += g^T H,
-     *   dA += dH^T x). Returns 1 when done (the model's GEMM then takes [g | dh]), 0 when
-     *   the target has nothing to add in this step, or GHC_E*. */
-    int32_t (*concat_rank)(void *user, int32_t target);
+    /* where plan.fold: the backward of a folded target: the parameter gradients from x and g
+     * (dy in x's dtype, or f32 where x is f32). Returns 1 or GHC_E*. */
+    int (*grads)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *g, void *stream);
+    /* where plan.concat_rank = r > 0 and the model keeps r spare columns after the linear's input
+     * and after its weight's rows ([out, in + r]), and r spare rows after the weight: the GEMMs
+     * compute y = [x | H] [W | B]^T + b and dx = [g | dH] [W ; A], with H = s x A^T and
+     * dH = s g B. forward, backward, fold and grads are then not called on the target.
+     * concat_forward: x [B, rows, in], h [B, rows, r] (column view), wcols [out, r] (the weight's
+     *   spare columns, its dtype): write H into h and B into wcols. again: the recomputation
+     *   (checkpointing) of a forward of this step with the same x.
+     * concat_backward: after concat_forward returned 1 on the same input in this step: x and h
+     *   as there (h holds H), dy (f32), g [B, rows, out] (a view to write: dy in x's dtype,
+     *   rounded to nearest even), dh [B, rows, r] and wrows [r, in] (the weight's spare rows):
+     *   write g, dH into dh and A into wrows, and accumulate dB += g^T H, dA += dH^T x. Also
+     *   called on a linear without an input gradient (no GEMM then reads g, dh or wrows). */
     int (*concat_forward)(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
                           bool again, void *stream);
     int (*concat_backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                           const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
-    /* optional (since API 8), beside the three above: concat_backward before the model has cast
-     * dy, so that the adapter can take the cast and its products from one read of dy
-     * (ghc_op_lora_cast_bwd in ops.h). dy [B, rows, out] is f32 as in backward; g is the view
-     * concat_backward gets, still to be written: on 1 the hook has written g = dy in x's dtype
-     * (round to nearest even) as well as what concat_backward writes; on 0 the model casts dy
-     * itself and runs its plain GEMM (g may have been written). Where present, the model calls
-     * it instead of concat_backward; also on a target without an input gradient (a linear over
-     * a constant input, Wan's text context: then no GEMM reads g, dh or wrows after it). */
-    int (*concat_backward_dy)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                              const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
-                              void *stream);
+                           const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
+                           void *stream);
 };
 
 /* What a model takes as input (input_spec, since API 11), so that the trainer can check every
@@ -151,8 +133,9 @@ struct ghc_model_ops {
     int32_t (*expert_for)(void *self, float t);
     /* required; the adapter targets (the same list for every expert). Borrowed until free. */
     int (*targets)(void *self, const struct ghc_model_target **out, int32_t *n);
-    /* required; install (or with NULL remove) the adapter hooks, used by every later forward
-     * and backward (of any expert: install the active expert's hooks). Copied. */
+    /* required; install (or with NULL remove) the adapter hook, used by every later forward
+     * and backward (of any expert: install the active expert's hook). The model hands it to its
+     * ghc_linears_t (ghc_linears_set_hook, linear.h), which keeps what it needs. */
     int (*set_hook)(void *self, const struct ghc_adapter_hook *hook);
     /* required; prediction of the flow-matching velocity for `batch` with `expert` into `out`
      * ([B, C_out, F, H, W], f32 or bf16, on the model's device or the CPU). keep: keep what

@@ -1,7 +1,8 @@
 /* algo.c: forward and backward of the lycoris adapters in factorised form (doc/lycoris.md,
  * "Computation"), written once on the ops of ops.h so the same code runs on the CPU and on CUDA:
- *   LoRA: H = X A^T, dY = s H B^T; the backward recomputes H (no per-target state, and a
- *         checkpointed block needs nothing kept);
+ *   LoRA: H = X A^T, dY = s H B^T; the backward takes H from the forward right before it (the
+ *         checkpointed block's recomputation) where kept, else recomputes it; or by
+ *         K-concatenation, H and the factors in the model's own GEMMs;
  *   LoHa: the materialised Hadamard product (W1a W1b) * (W2a W2b), recomputed in the
  *         backward, or the Khatri-Rao form below where it is smaller;
  *   LoKr: the reshape trick, never forming kron(W1, W2); dW1 as a batched GEMM over token
@@ -65,8 +66,8 @@ static ghc_tensor_t *ws(struct lycoris *net, int slot, enum ghc_dtype dt, int nd
 }
 
 /* ---- H kept from the forward (LoRA) ------------------------------------------------------------
- * The model calls a target's forward hook with the same X right before its backward (model.h:
- * with checkpointing the block's forward runs again first), so H = X A^T of that forward, kept
+ * The core calls a target's forward with the same X right before its backward (model.h: with
+ * checkpointing the block's forward runs again first), so H = X A^T of that forward, kept
  * in one of LYC_HKEEP entries, saves the backward its own pass over X. An entry serves the
  * backward of the same module, X (data and rows) and step (begin_step; A changes only between
  * steps); otherwise the backward computes H. */
@@ -96,12 +97,11 @@ static struct lyc_hkeep *hkeep_put(struct lycoris *net, const struct lyc_module 
     return k;
 }
 
-/* md's kept H for X [n, in] in this step, or NULL (also with keep_h off). */
+/* md's kept H for X [n, in] in this step, or NULL (none kept for that X: the backward computes
+ * it, e.g. after more than LYC_HKEEP other forwards). */
 static struct lyc_hkeep *hkeep_get(struct lycoris *net, const struct lyc_module *md, const ghc_tensor_t *x2,
                                    int64_t n)
 {
-    if (!net->keep_h)
-        return NULL;
     for (int i = 0; i < LYC_HKEEP; i++) {
         struct lyc_hkeep *k = &net->hk[i];
         if (k->md == md && k->valid && k->x == ghc_tensor_cdata(x2) && k->n == n && k->step == net->step)
@@ -164,7 +164,7 @@ static int nomem(struct lycoris *net)
 
 /* ---- output masking ------------------------------------------------------------------------- */
 
-/* Where the forward writes its delta: y itself (beta 1; 0 when net->overwrite: forward_first),
+/* Where the forward writes its delta: y itself (beta 1; 0 when net->overwrite: lyc_forward's write),
  * or with a rank-dropout mask a scratch like y (beta 0) that out_end() masks and adds (or
  * writes). */
 static ghc_tensor_t *out_begin(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *y2, float *beta)
@@ -228,10 +228,10 @@ out:
 }
 
 /* The LoRA backward: dB += s G^T H, dH = s G B, dX (+)= dH A (beta: 1 adds, 0 writes; dx2 NULL:
- * none), dA += dH^T X, with H = X A^T recomputed (no per-target state: a checkpointed block
- * needs nothing kept). G is dy (f32, times the rank-dropout mask if any), or g: dy in x's dtype
- * (bf16, the operand of the model's own GEMMs), when given and there is no mask: H and dH then
- * in that dtype too (f32 accumulation, f32 parameter gradients), which halves the reads of G. */
+ * none), dA += dH^T X, with H = X A^T kept from the forward (hkeep_get) or recomputed. G is dy
+ * (f32, times the rank-dropout mask if any), or g: dy in x's dtype (bf16, the operand of the
+ * model's own GEMMs), when given and there is no mask: H and dH then in that dtype too (f32
+ * accumulation, f32 parameter gradients), which halves the reads of G. */
 static int lora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
                     const ghc_tensor_t *g2, ghc_tensor_t *dx2, float dx_beta, void *stream)
 {
@@ -993,11 +993,16 @@ out:;
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *y, bool write,
+                void *stream)
 {
+    if (write && md->dora)
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: forward asked to write y, which DoRA does not "
+                             "offer (its output is not a sum: the plan's forward_writes is false)", md->name);
     int64_t N = ghc_tensor_numel(x) / md->in;
     ghc_tensor_t *x2 = V2(x, N, md->in), *y2 = V2(y, N, md->out);
     int rc;
+    net->overwrite = write;
     if (!x2 || !y2)
         rc = nomem(net);
     else if (md->dora)
@@ -1008,6 +1013,7 @@ int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *
         rc = loha_kr(md) ? loha_kr_fwd(net, md, x2, y2, stream) : loha_fwd(net, md, x2, y2, stream);
     else
         rc = lokr_fwd(net, md, x2, y2, stream);
+    net->overwrite = false;
     ghc_tensor_free(x2);
     ghc_tensor_free(y2);
     return rc;
@@ -1041,21 +1047,16 @@ static int backward_2d(struct lycoris *net, struct lyc_module *md, const ghc_ten
 }
 
 int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                 ghc_tensor_t *dx, void *stream)
+                 const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
 {
-    return backward_2d(net, md, x, dy, NULL, dx, 1.0f, stream);
-}
-
-int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                       const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
-{
-    if (md->algo != LYC_LORA || md->dora)
-        return 0;
+    const bool lora = md->algo == LYC_LORA && !md->dora;   /* dx = dH A: written as readily as added */
+    if (dx && !accumulate && !lora)
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: backward asked to write dx, which only LoRA without "
+                             "DoRA offers (the plan's backward_writes is false)", md->name);
     int64_t N = ghc_tensor_numel(x) / md->in;
-    if (g && (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != ghc_tensor_dtype(x)))
+    if (!lora || (g && (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != ghc_tensor_dtype(x))))
         g = NULL;   /* not the operand this path takes: use dy */
-    int rc = backward_2d(net, md, x, dy, g, dx, accumulate ? 1.0f : 0.0f, stream);
-    return rc < 0 ? rc : 1;
+    return backward_2d(net, md, x, dy, g, dx, accumulate ? 1.0f : 0.0f, stream);
 }
 
 /* ---- fold (LoRA into the model's GEMM weight) ----------------------------------------------- */
@@ -1091,21 +1092,21 @@ out:
     return rc;
 }
 
-int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream)
+int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *g, void *stream)
 {
     int64_t N = ghc_tensor_numel(x) / md->in;
-    enum ghc_dtype gdt = ghc_tensor_dtype(dy);
+    enum ghc_dtype gdt = ghc_tensor_dtype(g);
     if (md->algo != LYC_LORA || md->dora || md->mask)
-        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: grads hook on a module that does not fold "
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: grads on a module that does not fold "
                              "(%s%s%s)", md->name, lyc_algo_name(md->algo), md->dora ? ", DoRA" : "",
                              md->mask ? ", rank dropout" : "");
-    if (ghc_tensor_numel(dy) != N * md->out || (gdt != GHC_DTYPE_F32 && gdt != ghc_tensor_dtype(x)))
-        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: grads: dy has %lld elements of %s, expected "
-                             "%lld x %lld, f32 or x's %s", md->name, (long long)ghc_tensor_numel(dy),
+    if (ghc_tensor_numel(g) != N * md->out || (gdt != GHC_DTYPE_F32 && gdt != ghc_tensor_dtype(x)))
+        return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: grads: g has %lld elements of %s, expected "
+                             "%lld x %lld, f32 or x's %s", md->name, (long long)ghc_tensor_numel(g),
                              ghc_dtype_name(gdt), (long long)N, (long long)md->out,
                              ghc_dtype_name(ghc_tensor_dtype(x)));
-    const bool f32 = gdt == GHC_DTYPE_F32;   /* dy as it comes, or the model's cast (g) */
-    return backward_2d(net, md, x, f32 ? dy : NULL, f32 ? NULL : dy, NULL, 0.0f, stream);
+    const bool f32 = gdt == GHC_DTYPE_F32;   /* dy itself (an f32 model), or its cast */
+    return backward_2d(net, md, x, f32 ? g : NULL, f32 ? NULL : g, NULL, 0.0f, stream);
 }
 
 /* ---- K-concatenation (the model's GEMMs take H and the factors) ---------------------------------- */
@@ -1137,10 +1138,10 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
     const int64_t shape[2] = { N, r };
     const enum ghc_dtype dt = ghc_tensor_dtype(x);
     /* kept: H as this step's forward wrote it (the recomputation); keep: this forward's H kept
-     * for that (keep_h; one [N, r] per module) */
+     * for that (one [N, r] per module) */
     const bool kept = again && md->hc && md->hc_step == net->step && ghc_tensor_same_shape(md->hc, h2) &&
                       ghc_tensor_dtype(md->hc) == dt;
-    const bool keep = net->keep_h && !again;
+    const bool keep = !again;
     if (keep && md->hc && (!ghc_tensor_same_shape(md->hc, h2) || ghc_tensor_dtype(md->hc) != dt)) {
         ghc_tensor_free(md->hc);
         md->hc = NULL;
@@ -1186,28 +1187,27 @@ int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_te
     char b1[160], b2[160], b3[160];
     if (ghc_tensor_numel(g) != N * md->out || ghc_tensor_dtype(g) != xdt || ghc_tensor_numel(dh) != N * r ||
         ghc_tensor_dtype(dh) != xdt || ghc_tensor_numel(wrows) != r * md->in || ghc_tensor_dim(wrows, -1) != md->in ||
-        (dy && ghc_tensor_numel(dy) != N * md->out))
+        !dy || ghc_tensor_numel(dy) != N * md->out || ghc_tensor_dtype(dy) != GHC_DTYPE_F32)
         return ghc_error_set(net->core, GHC_EINVAL, "lycoris: %s: concat_backward: g %s, dh %s, wrows %s, expected "
-                             "[.., %lld] and [.., %lld] in x's dtype and [%lld, %lld]%s", md->name,
+                             "[.., %lld] and [.., %lld] in x's dtype and [%lld, %lld], and dy f32 like g", md->name,
                              ghc_tensor_describe(g, b1, sizeof(b1)), ghc_tensor_describe(dh, b2, sizeof(b2)),
                              ghc_tensor_describe(wrows, b3, sizeof(b3)), (long long)md->out, (long long)r,
-                             (long long)r, (long long)md->in, dy ? ", dy like g" : "");
+                             (long long)r, (long long)md->in);
     int rc = 0;
     ghc_tensor_t *x2 = V2(x, N, md->in), *h2 = V2(h, N, r), *g2 = V2(g, N, md->out), *dh2 = V2(dh, N, r);
-    ghc_tensor_t *wr2 = V2(wrows, r, md->in), *dy2 = dy ? V2(dy, N, md->out) : NULL, *bx = NULL;
-    if (!x2 || !h2 || !g2 || !dh2 || !wr2 || (dy && !dy2)) {
+    ghc_tensor_t *wr2 = V2(wrows, r, md->in), *dy2 = V2(dy, N, md->out), *bx = NULL;
+    if (!x2 || !h2 || !g2 || !dh2 || !wr2 || !dy2) {
         rc = nomem(net);
         goto out;
     }
-    if (dy && lora_ops(net, md)) {   /* G, dH and dB from one read of dy, and A into the spare rows */
+    if (lora_ops(net, md)) {   /* G, dH and dB from one read of dy, and A into the spare rows */
         TRY(ghc_op_lora_cast_bwd(g2, dh2, md->g[1], dy2, h2, md->p[1], md->scale, wr2, md->p[0], stream));
     } else {
         if (!(bx = as_dtype(net, WS_P2, md->p[1], xdt, stream))) {
             rc = nomem(net);
             goto out;
         }
-        if (dy)
-            TRY(ghc_op_cast(g2, dy2, 1.0f, NULL, stream));
+        TRY(ghc_op_cast(g2, dy2, 1.0f, NULL, stream));
         TRY(gemm(md->g[1], g2, h2, true, false, 1.0f, 1.0f, stream));      /* dB += G^T H (H holds s) */
         TRY(gemm(dh2, g2, bx, false, false, md->scale, 0.0f, stream));     /* dH = s G B */
         TRY(ghc_op_cast(wr2, md->p[0], 1.0f, NULL, stream));               /* the weight's spare rows: A */

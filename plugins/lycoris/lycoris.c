@@ -87,10 +87,8 @@ static const struct ghc_cfg_key lyc_keys[] = {
     { "title",              GHC_CFG_STRING },
     { "seed",               GHC_CFG_INT,    "0",        "0 to 2^63-1" },
     { "device",             GHC_CFG_INT,    "(the model's rule)", "-1 to 1023" }, /* -1 = CPU */
-    { "fold",               GHC_CFG_BOOL,   "false" },  /* LoRA: delta-W folded into the model's GEMM weight */
-    { "keep_h",             GHC_CFG_BOOL,   "true" },   /* LoRA: H = X A^T kept from the forward */
-    { "concat",             GHC_CFG_BOOL,   "true" },   /* LoRA: its factors in the model's GEMMs */
-    { "fuse_cast",          GHC_CFG_BOOL,   "true" },   /* concat: the backward casts dy itself */
+    { "fold",               GHC_CFG_BOOL,   "false" },  /* LoRA: delta-W folded into the model's GEMM weight
+                                                           (numerics: W + delta-W rounded to W's dtype) */
     { NULL, 0 }
 };
 
@@ -244,9 +242,6 @@ static int lyc_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_get_string(cfg, "title", NULL, &net->title)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "seed", 0, 0, INT64_MAX, &seed)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "fold", false, &net->fold)) < 0 ||
-        (rc = ghc_cfg_get_bool(cfg, "keep_h", true, &net->keep_h)) < 0 ||
-        (rc = ghc_cfg_get_bool(cfg, "concat", true, &net->concat)) < 0 ||
-        (rc = ghc_cfg_get_bool(cfg, "fuse_cast", true, &net->fuse_cast)) < 0 ||
         (rc = read_list(cfg, "include", &net->include, &net->n_include)) < 0 ||
         (rc = read_list(cfg, "exclude", &net->exclude, &net->n_exclude)) < 0 ||
         (rc = read_overrides(net, cfg)) < 0 || (rc = read_formats(net, cfg, fmt, dora, algo)) < 0)
@@ -622,114 +617,111 @@ static int check_x(struct lycoris *net, const struct lyc_module *md, const ghc_t
     return 0;
 }
 
-static int hook_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
+/* LoRA without DoRA: its part is the rank-r product s (x A^T) B^T, and its input gradient dH A
+ * is as readily written as added (DoRA's output is not a sum: added only). */
+static bool plain_lora(const struct lyc_module *md)
+{
+    return md->algo == LYC_LORA && !md->dora;
+}
+
+/* fold (the user's numerical choice, key fold), else K-concatenation: LoRA without DoRA and
+ * without rank dropout (whose mask is no factor the model's GEMMs could take). */
+static bool folds(const struct lycoris *net, const struct lyc_module *md)
+{
+    return net->fold && plain_lora(md) && !md->mask;
+}
+
+static bool concats(const struct lycoris *net, const struct lyc_module *md)
+{
+    return !net->fold && plain_lora(md) && !md->mask;
+}
+
+/* What the core may do on `target` (model.h, struct ghc_adapter_plan). Returns 1 (filled), as
+ * every member that did its work; also for a target without an adapter (adapted false). */
+static int hook_plan(void *user, int32_t target, struct ghc_adapter_plan *out)
+{
+    struct lycoris *net = user;
+    const struct lyc_module *md = hooked(net, target);
+    struct ghc_adapter_plan p = { .struct_size = out->struct_size };
+    if (md) {
+        p.adapted = true;
+        p.forward_writes = !md->dora;
+        p.backward_writes = plain_lora(md);
+        p.fold = folds(net, md);
+        p.concat_rank = concats(net, md) ? md->rank : 0;
+    }
+    memcpy(out, &p, out->struct_size < sizeof(p) ? out->struct_size : sizeof(p));
+    return 1;
+}
+
+static int hook_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, bool write, void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
     if (!md || md->dropped)
         return 0;
     int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_forward(net, md, x, y, stream);
-}
-
-static int hook_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
-                    void *stream)
-{
-    struct lycoris *net = user;
-    struct lyc_module *md = hooked(net, target);
-    if (!md || md->dropped)
-        return 0;
-    int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_backward(net, md, x, dy, dx, stream);
-}
-
-/* forward_first: y = the adapter's part (every algorithm but DoRA, whose output is not a sum). */
-static int hook_fwd_first(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *y, void *stream)
-{
-    struct lycoris *net = user;
-    struct lyc_module *md = hooked(net, target);
-    if (!md || md->dropped || md->dora)
-        return 0;
-    int rc = check_x(net, md, x);
-    if (rc < 0)
-        return rc;
-    net->overwrite = true;
-    rc = lyc_forward(net, md, x, y, stream);
-    net->overwrite = false;
+    if (rc == 0)
+        rc = lyc_forward(net, md, x, y, write, stream);
     return rc < 0 ? rc : 1;
 }
 
-/* backward_first: LoRA (lyc_backward_first), the rest after the model's GEMM. */
-static int hook_bwd_first(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                          const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
+static int hook_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
+                         const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
     if (!md || md->dropped)
         return 0;
     int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_backward_first(net, md, x, dy, g, dx, accumulate, stream);
+    if (rc == 0)
+        rc = lyc_backward(net, md, x, dy, g, dx, accumulate, stream);
+    return rc < 0 ? rc : 1;
 }
 
-/* fold: LoRA without DoRA and rank dropout, module not dropped in this step (a dropped module
- * folds nothing and its hooks return at once). */
+/* fold: 0 for a module dropped in this step (wf untouched: the core runs the frozen weight alone). */
 static int hook_fold(void *user, int32_t target, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
-    if (!md || md->dropped || md->algo != LYC_LORA || md->dora || md->mask)
+    if (!md || md->dropped || !folds(net, md))
         return 0;
     return lyc_fold(net, md, w, wf, stream);
 }
 
-static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream)
+static int hook_grads(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *g, void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
     if (!md || md->dropped)
         return 0;
     int rc = check_x(net, md, x);
-    return rc < 0 ? rc : lyc_grads(net, md, x, dy, stream);
+    if (rc == 0)
+        rc = lyc_grads(net, md, x, g, stream);
+    return rc < 0 ? rc : 1;
 }
 
-/* K-concatenation: LoRA without DoRA and rank dropout (whose mask is not a plain product). */
-static int32_t hook_concat_rank(void *user, int32_t target)
+static int hook_concat_forward(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h,
+                               ghc_tensor_t *wcols, bool again, void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
-    if (!md || md->algo != LYC_LORA || md->dora || net->rank_dropout > 0.0)
-        return 0;
-    return (int32_t)md->rank;
-}
-
-static int hook_concat_fwd(void *user, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *h, ghc_tensor_t *wcols,
-                           bool again, void *stream)
-{
-    struct lycoris *net = user;
-    struct lyc_module *md = hooked(net, target);
-    if (!md || md->dropped || hook_concat_rank(user, target) == 0)
+    if (!md || md->dropped || !concats(net, md))
         return 0;
     int rc = check_x(net, md, x);
     return rc < 0 ? rc : lyc_concat_forward(net, md, x, h, wcols, again, stream);
 }
 
-/* concat_backward_dy: dy given, g to write; concat_backward below: g the model's cast. */
-static int hook_concat_bwd_dy(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                              const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
-                              void *stream)
+static int hook_concat_backward(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
+                                const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows,
+                                void *stream)
 {
     struct lycoris *net = user;
     struct lyc_module *md = hooked(net, target);
-    if (!md || md->dropped || hook_concat_rank(user, target) == 0)
+    if (!md || md->dropped || !concats(net, md))
         return 0;
     int rc = check_x(net, md, x);
     return rc < 0 ? rc : lyc_concat_backward(net, md, x, h, dy, g, dh, wrows, stream);
-}
-
-static int hook_concat_bwd(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *h,
-                           const ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream)
-{
-    return hook_concat_bwd_dy(user, target, x, h, NULL, (ghc_tensor_t *)g, dh, wrows, stream);
 }
 
 static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
@@ -738,15 +730,11 @@ static int lyc_hook(void *self, int32_t expert, struct ghc_adapter_hook *out)
     if (!attached(net, expert, "hook"))
         return GHC_EINVAL;
     net->hook_expert = expert;
-    *out = (struct ghc_adapter_hook){ .user = net, .forward = hook_fwd, .backward = hook_bwd,
-                                      .fold = net->fold ? hook_fold : NULL, .grads = net->fold ? hook_grads : NULL,
-                                      .forward_first = hook_fwd_first, .backward_first = hook_bwd_first };
-    if (net->concat && !net->fold) {   /* fold puts the adapter into the weight itself */
-        out->concat_rank = hook_concat_rank;
-        out->concat_forward = hook_concat_fwd;
-        out->concat_backward = hook_concat_bwd;
-        out->concat_backward_dy = net->fuse_cast ? hook_concat_bwd_dy : NULL;
-    }
+    *out = (struct ghc_adapter_hook){
+        .struct_size = sizeof(struct ghc_adapter_hook), .user = net, .plan = hook_plan, .forward = hook_forward,
+        .backward = hook_backward, .fold = hook_fold, .grads = hook_grads, .concat_forward = hook_concat_forward,
+        .concat_backward = hook_concat_backward,
+    };
     return 0;
 }
 

@@ -37,8 +37,8 @@ enum lyc_tool { LYC_TOOL_COMFYUI = 1, LYC_TOOL_MUSUBI = 2, LYC_TOOL_DIFFUSERS = 
  *   lora with DoRA: 2 dora_scale [out, 1] (g, the magnitude per output row) */
 struct lyc_module {
     int32_t        target;          /* index into the model's targets */
-    ghc_tensor_t  *hc;              /* K-concatenation with keep_h: the H its forward wrote in
-                                     * step hc_step (for the recomputation), or NULL */
+    ghc_tensor_t  *hc;              /* K-concatenation: the H its forward wrote in step hc_step
+                                     * (for the recomputation), or NULL */
     int64_t        hc_step;
     const char    *name;            /* official name "blocks.0.self_attn.q" (the model's) */
     const char    *alias;           /* diffusers name or NULL (the model's) */
@@ -116,17 +116,14 @@ struct lycoris {
     int64_t             step;
     struct lyc_expert   ex[LYC_MAX_EXPERTS];
     ghc_tensor_t       *ws[LYC_WS_SLOTS];   /* scratch, grown on demand */
-    bool                keep_h;             /* LoRA: keep H from the forward (hk) for the backward */
-    struct lyc_hkeep    hk[LYC_HKEEP];
+    struct lyc_hkeep    hk[LYC_HKEEP];      /* LoRA: H kept from the forward for the backward */
     uint64_t            hk_clock;
     int64_t             hk_hits;            /* backward calls that took H from hk (for tests) */
     int64_t             hc_hits;            /* concat recomputations that took H from md->hc (tests) */
-    int32_t             hook_expert;        /* the expert whose hooks hook() handed out last */
+    int32_t             hook_expert;        /* the expert whose hook hook() handed out last */
     bool                dora;               /* dora_wd */
-    bool                fold;               /* hand out the fold and grads hooks (LoRA) */
-    bool                overwrite;          /* in a forward_first call: write y, not add to it */
-    bool                concat;             /* hand out the K-concatenation hooks (LoRA; key concat) */
-    bool                fuse_cast;          /* K-concatenation: concat_backward_dy (one read of dy) */
+    bool                fold;               /* key fold: plan fold on LoRA (the user's numerical choice) */
+    bool                overwrite;          /* within lyc_forward(write = true): write y, not add to it */
     ghc_model_t        *model;              /* the run's model (DoRA's frozen weights), or NULL */
     float              *hbuf;               /* DoRA: host scratch */
     size_t              hbuf_len;
@@ -145,31 +142,33 @@ const char *lyc_param_suffix(const struct lyc_module *md, int i);
 
 /* ---- algo.c ---------------------------------------------------------------------------------- */
 
-/* The hook's forward and backward for one module (x [.., in], y / dy [.., out], dx f32 or NULL). */
-int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *y,
+/* The members of the hook (model.h, struct ghc_adapter_hook) for one module; x [.., in], y and
+ * dy [.., out] f32, dx f32 or NULL. Return 0 or GHC_E* (the hook turns 0 into 1).
+ * lyc_forward: y += the module's part, or y = it (write; not DoRA, whose output is not a sum).
+ * lyc_backward: dx += the input gradient (accumulate), or dx = it (not accumulate: LoRA
+ *   without DoRA only, the plan's backward_writes), and the parameter gradients. LoRA without
+ *   DoRA takes its products from g (dy in x's dtype) where given, like the model's own dx
+ *   GEMM; the others from dy. */
+int lyc_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *y, bool write,
                 void *stream);
 int lyc_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                 ghc_tensor_t *dx, void *stream);
-/* The fold hook of a LoRA module: wf = w + s B A in w's dtype (wf may be w). Returns 1, or
- * GHC_E*. The grads hook: dB += s G^T H, dA += (s G B)^T X with H = X A^T, G = dy (f32 or
- * x's dtype). */
-/* LoRA's backward before the model's dx GEMM (hook backward_first): 1 done, 0 not this module's
- * algorithm (LoHa, LoKr, DoRA: backward after the GEMM), or GHC_E*. */
-int lyc_backward_first(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                       const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
+                 const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
+/* The fold member for a LoRA module: wf = w + s B A in w's dtype (wf may be w). Returns 1, or
+ * GHC_E*. The grads member: dB += s G^T H, dA += (s G B)^T X with H = X A^T, G = g (dy in f32
+ * or x's dtype); returns 0 or GHC_E*. */
 int lyc_fold(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *w, ghc_tensor_t *wf, void *stream);
+int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *g, void *stream);
 /* K-concatenation (model.h, concat_forward and concat_backward) of a LoRA module without DoRA
- * or rank dropout: the forward
- * writes H = s X A^T into h and B into wcols (the weight's dtype); the backward, with h still
- * holding H, writes dH = s G B into dh and A into wrows and accumulates dB += G^T H,
- * dA += dH^T X. With dy (concat_backward_dy; else NULL: g holds the model's cast) it
- * first writes G = dy in g's dtype, from the same read of dy as dH and dB where r <= 16
+ * or rank dropout: the forward writes H = s X A^T into h and B into wcols (the weight's
+ * dtype), and keeps a copy of H for the recomputation (again: writes that copy instead of a
+ * GEMM over X). The backward, with h still holding H, writes G = dy in g's dtype (rounded to
+ * nearest even), dH = s G B into dh and A into wrows, and accumulates dB += G^T H,
+ * dA += dH^T X; G, dH and dB from one read of dy where r <= 16 or on the CPU
  * (ghc_op_lora_cast_bwd). x, h, g, dh, wcols, wrows may be column views. Return 1, or GHC_E*. */
 int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, ghc_tensor_t *h,
                        ghc_tensor_t *wcols, bool again, void *stream);
 int lyc_concat_backward(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *h,
                         const ghc_tensor_t *dy, ghc_tensor_t *g, ghc_tensor_t *dh, ghc_tensor_t *wrows, void *stream);
-int lyc_grads(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x, const ghc_tensor_t *dy, void *stream);
 /* The module's delta-W (s applied once, multiplier 1) into dw [out, in] f32 on the network's
  * device. Returns 0 or GHC_E*. */
 int lyc_delta(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *dw, void *stream);

@@ -87,149 +87,18 @@ out:
     return rc;
 }
 
-static bool hook_bwd(const struct wan22 *m) { return m->has_hook && m->hook.backward; }
-
-static int call_hook(struct wan22 *m, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy, ghc_tensor_t *dx,
-                     void *stream)
-{
-    return m->hook.backward(m->hook.user, target, x, dy, dx, stream);
-}
-
-/* The hook's backward of a target without an input gradient (cross-attention k and v over the
- * constant text context): backward_first with g (dy in the base dtype, NULL for f32: dy) and
- * no dx where the hook takes it (the products in the GEMM dtype), else backward. */
-static int call_hook_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
-                          const ghc_tensor_t *g, void *stream)
-{
-    if (m->hook.backward_first) {
-        int rc = m->hook.backward_first(m->hook.user, target, x, dy, g, NULL, false, stream);
-        if (rc != 0)
-            return rc < 0 ? rc : 0;
-    }
-    return call_hook(m, target, x, dy, NULL, stream);
-}
-
-/* The hook's backward of cross-attention k or v (no input gradient: the text context is a
- * constant): with K-concatenation, concat_backward_dy (dy cast into gp, dH into its spare
- * columns, the parameter gradients; the weight's spare rows get A, which no GEMM reads here)
- * where the hook has it; else call_hook_nodx, with dy cast into `cast` for a bf16
- * model first. */
-static int linear_bwd_nodx(struct wan22 *m, int32_t target, const ghc_tensor_t *x, ghc_tensor_t *xp,
-                           const ghc_tensor_t *dy, const ghc_tensor_t *w, ghc_tensor_t *cast, ghc_tensor_t *gp,
-                           void *stream)
-{
-    int64_t N = 0, K = 0;
-    wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
-    const int32_t r = m->crank ? m->crank[target] : 0;
-    if (r > 0 && xp && gp && m->concat && m->hook.concat_backward_dy && ghc_tensor_dim(w, 1) != K) {
-        const int64_t off = K + wan22_pad_off(m, target % WAN22_TARGETS);
-        ghc_tensor_t *gv = ghc_tensor_view_cols(gp, 0, N), *dh = ghc_tensor_view_cols(gp, N, r);
-        ghc_tensor_t *h = ghc_tensor_view_cols(xp, off, r), *wr = wan22_wsub(m, w, N, r, 0, K);
-        int rc = 0;
-        if (!gv || !dh || !h || !wr) {
-            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-        } else {
-            rc = m->hook.concat_backward_dy(m->hook.user, target, x, h, dy, gv, dh, wr, stream);
-        }
-        ghc_tensor_free(gv);
-        ghc_tensor_free(dh);
-        ghc_tensor_free(h);
-        ghc_tensor_free(wr);
-        if (rc != 0)
-            return rc < 0 ? rc : 0;
-    }
-    const bool lp = m->base != GHC_DTYPE_F32;   /* the products in the base dtype */
-    int rc = lp ? ghc_op_cast(cast, dy, 1.0f, NULL, stream) : 0;
-    return rc < 0 ? rc : call_hook_nodx(m, target, x, dy, lp ? cast : NULL, stream);
-}
-
-/* A frozen linear y = x W^T + b: dx (=, or += with accumulate) dy W, with dy cast to the base
- * dtype in `cast`, and the hook of `target` adds its part and takes its own gradients. With
- * K-concatenation (the forward's, model.h concat_backward): dy cast into gp (the cast with spare
- * columns; by the hook's concat_backward_dy where it has one), the hook's dH = s g B
- * into them and A into the weight's spare rows, then one GEMM
- * dx = [g | dH] [W ; A]. Else before the GEMM by backward_first where the hook has it (the GEMM
- * then adds to dx), or after. dx NULL: no input gradient (the text context). xp: x with its
- * spare columns (holding the forward's H), or NULL. */
+/* A frozen block linear y = x W^T + b (target t): dx (=, or += with accumulate) dy W and the
+ * adapter's part, run by the core (linear.h), with dy cast to the base dtype in `cast` (with
+ * K-concatenation into gp, the cast with spare columns). dx NULL: no input gradient (the text
+ * context), the adapter's gradients only. xp: x with its spare columns (holding the forward's
+ * H), or NULL. */
 static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const ghc_tensor_t *x, ghc_tensor_t *xp,
                       const ghc_tensor_t *dy, const ghc_tensor_t *w, float wscale, ghc_tensor_t *cast,
                       ghc_tensor_t *gp, bool accumulate, void *stream)
 {
-    int rc = 0, folded = 0, first = 0;
-    ghc_tensor_t *view = NULL, *fview = NULL, *wv = NULL, *gv = NULL, *h = NULL, *dh = NULL, *wr = NULL, *ga = NULL,
-                 *wa = NULL;
-    const ghc_tensor_t *g = dy, *gc = NULL;   /* gc: dy in the base dtype, once made */
-    int64_t N = 0, K = 0;
-    if (target >= 0)
-        wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
-    if (target >= 0 && ghc_tensor_dim(w, 1) != K) {   /* spare room */
-        const int32_t r = m->crank ? m->crank[target] : 0;
-        if (!(wv = wan22_wsub(m, w, 0, N, 0, K))) {
-            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-            goto out;
-        }
-        if (r > 0 && xp && gp && dx && m->has_hook) {
-            const int64_t off = K + wan22_pad_off(m, target % WAN22_TARGETS);
-            if (!(gv = ghc_tensor_view_cols(gp, 0, N)) || !(dh = ghc_tensor_view_cols(gp, N, r)) ||
-                !(h = ghc_tensor_view_cols(xp, off, r)) || !(wr = wan22_wsub(m, w, N, r, 0, K)) ||
-                !(ga = ghc_tensor_view_cols(gp, 0, N + r)) || !(wa = wan22_wsub(m, w, 0, N + r, 0, K))) {
-                rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-                goto out;
-            }
-            const bool own = m->hook.concat_backward_dy != NULL;   /* the hook casts dy into gv */
-            if (!own) {
-                TRY(ghc_op_cast(gv, dy, 1.0f, NULL, stream));
-                gc = gv;
-            }
-            rc = first = own ? m->hook.concat_backward_dy(m->hook.user, target, x, h, dy, gv, dh, wr, stream)
-                             : m->hook.concat_backward(m->hook.user, target, x, h, gv, dh, wr, stream);
-            if (rc < 0)
-                goto out;
-            if (first == 1) {   /* dx (+)= [g | dH] [W ; A] */
-                struct ghc_gemm gm = { .beta = accumulate ? 1.0f : 0.0f };
-                rc = ghc_op_gemm(dx, ga, wa, &gm, stream);
-                goto out;
-            }
-            first = 0;
-        }
-        w = wv;
-    }
-    if (dx) {
-        const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
-        if (!wd) {
-            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-            goto out;
-        }
-        TRY(folded = wan22_fold(m, target, &wd, view, &fview, stream));   /* dx gets the adapter's part */
-        if (ghc_tensor_dtype(wd) != GHC_DTYPE_F32) {   /* (the hook declined K-concatenation: its cast serves) */
-            if (!gc)
-                TRY(ghc_op_cast(cast, dy, 1.0f, NULL, stream));
-            g = gc ? gc : cast;
-        }
-        if (!folded && target >= 0 && m->has_hook && m->hook.backward_first) {   /* dx (+)= the hook's part */
-            if ((rc = first = m->hook.backward_first(m->hook.user, target, x, dy, g != dy ? g : NULL, dx, accumulate,
-                                                     stream)) < 0)
-                goto out;
-        }
-        struct ghc_gemm gm = { .beta = accumulate || first == 1 ? 1.0f : 0.0f };
-        TRY(ghc_op_gemm(dx, g, wd, &gm, stream));
-    }
-    if (folded) {   /* dx holds the adapter's part: only its parameter gradients (from dy as cast) */
-        rc = m->hook.grads(m->hook.user, target, x, g, stream);
-    } else if (first != 1 && target >= 0 && hook_bwd(m)) {   /* (first == 1: done before the GEMM) */
-        rc = call_hook(m, target, x, dy, dx, stream);
-    }
-out:
-    ghc_tensor_free(view);
-    ghc_tensor_free(fview);
-    ghc_tensor_free(wv);
-    ghc_tensor_free(gv);
-    ghc_tensor_free(h);
-    ghc_tensor_free(dh);
-    ghc_tensor_free(wr);
-    ghc_tensor_free(ga);
-    ghc_tensor_free(wa);
-    return rc;
+    struct ghc_linear lin = { .target = target, .w = w, .w_scale = wscale };
+    wan22_linear_room(m, target, &lin);
+    return ghc_linear_backward(m->lin, &lin, dx, x, xp, dy, cast, gp, accumulate, stream);
 }
 
 /* Block linear j of bw (xp: x with its spare columns or NULL; gp: the cast with them or NULL). */
@@ -245,7 +114,8 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     struct wan22_grad *g = &s->grad;
     const float scale = 1.0f / sqrtf((float)(m->d.dim / m->d.heads));
     const int32_t t0 = block * WAN22_TARGETS;
-    const bool hb = hook_bwd(m);
+    /* the context is a constant: only adapters on cross-attention k and v learn from it */
+    const bool hb = ghc_linears_adapted(m->lin, t0 + WAN22_CA_K) || ghc_linears_adapted(m->lin, t0 + WAN22_CA_V);
 
     /* FFN: x3 = x2 + y2 m5 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[5], stream));
@@ -264,8 +134,10 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     if (hb) {   /* the context is a constant: only the adapters of k and v learn from it */
         TRY(ghc_op_rmsnorm_bwd(g->dkcp, g->dkc, a->kcp, a->rkc, bw->cnorm_k, stream));
         TRY(ghc_op_cast(g->dvcp, g->dvc, 1.0f, NULL, stream));
-        TRY(linear_bwd_nodx(m, t0 + WAN22_CA_K, s->ctx, s->ctxp, g->dkcp, bw->w[WAN22_CA_K], g->dkc, g->gC, stream));
-        TRY(linear_bwd_nodx(m, t0 + WAN22_CA_V, s->ctx, s->ctxp, g->dvcp, bw->w[WAN22_CA_V], g->dvc, g->gC, stream));
+        TRY(linear_bwd(m, t0 + WAN22_CA_K, NULL, s->ctx, s->ctxp, g->dkcp, bw->w[WAN22_CA_K], bw->wscale[WAN22_CA_K], g->dkc, g->gC, false,
+                       stream));
+        TRY(linear_bwd(m, t0 + WAN22_CA_V, NULL, s->ctx, s->ctxp, g->dvcp, bw->w[WAN22_CA_V], bw->wscale[WAN22_CA_V], g->dvc, g->gC, false,
+                       stream));
     }
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x1, a->st3, bw->norm3_w, NULL, true, stream));
 
@@ -340,9 +212,9 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
         TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
         rc = 0;
         if (wan22_recomputed(m, i)) {   /* recompute; xs[i + 1] gets the same values again */
-            m->again = true;   /* the same inputs as in this step's forward (model.h, concat_forward) */
+            ghc_linears_recompute(m->lin, true);   /* the same inputs as in this step's forward (model.h, concat_forward) */
             rc = wan22_block_forward(m, bw, (int32_t)i, s->xs[i], s->xs[i + 1], a, stream);
-            m->again = false;
+            ghc_linears_recompute(m->lin, false);
         }
         if (rc == 0)
             rc = block_backward(m, bw, (int32_t)i, s->xs[i], a, stream);

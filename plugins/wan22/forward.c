@@ -282,126 +282,21 @@ int wan22_dev_done(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t **tmp, bool co
     return rc < 0 ? rc : rs;
 }
 
-/* ---- linears and the hook --------------------------------------------------------------------- */
+/* ---- linears ---------------------------------------------------------------------------------- */
 
-const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float scale, ghc_tensor_t **view,
-                                 void *stream)
-{
-    *view = NULL;
-    if (ghc_tensor_dtype(w) != GHC_DTYPE_F8_E4M3)
-        return w;
-    if (!m->wbuf) {   /* the largest block linear, D x F */
-        int64_t n = m->d.dim * (m->d.ffn_dim > m->d.dim ? m->d.ffn_dim : m->d.dim);
-        if (!(m->wbuf = wan22_tensor(m, m->base, 1, &n, GHC_ROLE_WORKSPACE)))
-            return NULL;
-    }
-    if (!(*view = wan22_view(m, m->wbuf, 0, ghc_tensor_ndim(w), ghc_tensor_shape(w))) ||
-        ghc_op_cast(*view, w, scale, NULL, stream) < 0) {
-        if (!*ghc_error_message(m->core))
-            ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
-        ghc_tensor_free(*view);
-        *view = NULL;
-        return NULL;
-    }
-    return *view;
-}
-
-int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_tensor_t *view, ghc_tensor_t **fview,
-               void *stream)
-{
-    *fview = NULL;
-    if (target < 0 || !m->has_hook || !m->hook.fold || !m->hook.grads)
-        return 0;
-    ghc_tensor_t *wf = view;
-    if (!wf) {   /* the stored weight: fold into a copy */
-        if (!m->fbuf) {   /* the largest block linear, D x F */
-            int64_t n = m->d.dim * (m->d.ffn_dim > m->d.dim ? m->d.ffn_dim : m->d.dim);
-            if (!(m->fbuf = wan22_tensor(m, m->base, 1, &n, GHC_ROLE_WORKSPACE)))
-                return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-        }
-        if (!(wf = *fview = wan22_view(m, m->fbuf, 0, ghc_tensor_ndim(*wd), ghc_tensor_shape(*wd))))
-            return GHC_ENOMEM;
-    }
-    int rc = m->hook.fold(m->hook.user, target, *wd, wf, stream);
-    if (rc == 1)
-        *wd = wf;
-    return rc;
-}
-
-/* y = x W^T + b (f32 out) and the adapter hook's part of `target` (-1: none). K-concatenation
- * where the hook takes it (model.h, concat_forward): H = s x A^T into x's spare columns (xp: x with
- * them, NULL: none) and B into the weight's, then one GEMM y = [x | H] [W | B]^T + b. Else
- * the hook's part is written first by forward_first where the hook has it (the GEMM adds to
- * it), or added after by forward. With fp8_gemm an e4m3 (block) weight multiplies x cast to
- * e4m3 in st.xq, else the bf16 dequantisation of the weight (wan22_weight). w: the stored
- * weight (with spare room when it has more columns than the target's input). */
+/* y = x W^T + b (f32 out) and the adapter's part of `target` (-1: none), run by the core
+ * (linear.h). A block linear's weight keeps spare room for K-concatenation (wan22_pad_cols);
+ * xp is x with its spare columns (NULL: none). With fp8_gemm an e4m3 block weight multiplies x
+ * cast to e4m3 in st.xq. */
 static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, ghc_tensor_t *xp,
                     const ghc_tensor_t *w, float wscale, const ghc_tensor_t *b, void *stream)
 {
-    struct ghc_gemm g = { .trans_b = true, .epilogue = b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = b };
-    ghc_tensor_t *view = NULL, *fview = NULL, *wv = NULL, *h = NULL, *wc = NULL, *xa = NULL, *wa = NULL;
-    int rc = 0, folded = 0, first = 0;
-    int64_t N = 0, K = 0;
+    struct ghc_linear lin = { .target = target, .w = w, .w_scale = wscale, .b = b,
+                              .out = ghc_tensor_dim(w, 0), .in = ghc_tensor_dim(w, 1),
+                              .x_e4m3 = m->fp8_gemm ? m->st.xq : NULL };
     if (target >= 0)
-        wan22_slot_dims(m, target % WAN22_TARGETS, &N, &K);
-    if (target >= 0 && ghc_tensor_dim(w, 1) != K) {   /* spare room */
-        const int32_t r = m->crank ? m->crank[target] : 0;
-        if (!(wv = wan22_wsub(m, w, 0, N, 0, K)))
-            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-        if (r > 0 && xp && m->has_hook) {
-            const int64_t off = K + wan22_pad_off(m, target % WAN22_TARGETS);
-            if (!(h = ghc_tensor_view_cols(xp, off, r)) || !(wc = wan22_wsub(m, w, 0, N, off, r)) ||
-                !(xa = ghc_tensor_view_cols(xp, 0, off + r)) || !(wa = wan22_wsub(m, w, 0, N, 0, off + r))) {
-                rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-                goto out;
-            }
-            if ((rc = first = m->hook.concat_forward(m->hook.user, target, x, h, wc, m->again, stream)) < 0)
-                goto out;
-            if (first == 1) {   /* y = [x | H] [W | B]^T + b */
-                rc = ghc_op_gemm(y, xa, wa, &g, stream);
-                goto out;
-            }
-        }
-        w = wv;
-    }
-    first = 0;
-    if (m->fp8_gemm && ghc_tensor_dtype(w) == GHC_DTYPE_F8_E4M3) {
-        /* fp8_gemm: x cast to e4m3 with a static scale of 1 (saturating at +-448, like
-         * ComfyUI's fp8_e4m3fn_fast), times the e4m3 weight with its per-tensor scale; the
-         * hook still sees the unquantised x */
-        if (!(view = wan22_view(m, m->st.xq, 0, ghc_tensor_ndim(x), ghc_tensor_shape(x)))) {
-            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-            goto out;
-        }
-        g.scale_a = 1.0f;
-        g.scale_b = wscale;
-        if ((rc = ghc_op_cast(view, x, 1.0f, NULL, stream)) == 0)
-            rc = ghc_op_gemm(y, view, w, &g, stream);
-    } else {
-        const ghc_tensor_t *wd = wan22_weight(m, w, wscale, &view, stream);
-        if (!wd) {
-            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
-            goto out;
-        }
-        rc = folded = wan22_fold(m, target, &wd, view, &fview, stream);   /* the hook's delta-W in wd */
-        if (rc == 0 && target >= 0 && m->has_hook && m->hook.forward_first) {   /* y = the hook's part, */
-            rc = first = m->hook.forward_first(m->hook.user, target, x, y, stream);
-            g.beta = first == 1 ? 1.0f : 0.0f;                           /* then += x W^T + b */
-        }
-        if (rc >= 0)
-            rc = ghc_op_gemm(y, x, wd, &g, stream);
-    }
-    if (rc == 0 && !folded && first != 1 && target >= 0 && m->has_hook && m->hook.forward)
-        rc = m->hook.forward(m->hook.user, target, x, y, stream);
-out:
-    ghc_tensor_free(view);
-    ghc_tensor_free(fview);
-    ghc_tensor_free(wv);
-    ghc_tensor_free(h);
-    ghc_tensor_free(wc);
-    ghc_tensor_free(xa);
-    ghc_tensor_free(wa);
-    return rc;
+        wan22_linear_room(m, target, &lin);
+    return ghc_linear_forward(m->lin, &lin, y, x, xp, stream);
 }
 
 static int linear(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *w,

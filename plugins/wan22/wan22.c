@@ -158,10 +158,8 @@ static void wan22_free(void *self)
     if (!m)
         return;
     wan22_state_free(m);
-    ghc_tensor_free(m->wbuf);
-    ghc_tensor_free(m->fbuf);
+    ghc_linears_free(m->lin);
     ghc_tensor_free(m->twv);
-    free(m->crank);
     for (int32_t e = 0; m->experts && e < m->n_experts; e++)
         wan22_weights_free(m, &m->experts[e]);
     free(m->experts);
@@ -277,6 +275,12 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     if ((rc = build_targets(m)) < 0)
         goto fail;
+    /* the largest block linear, D x F: the scratch for a dequantised or folded weight */
+    const int64_t wmax = m->d.dim * (m->d.ffn_dim > m->d.dim ? m->d.ffn_dim : m->d.dim);
+    if (!(m->lin = ghc_linears_new(core, m->device, m->base, m->n_targets, wmax))) {
+        rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+        goto fail;
+    }
     input_from(m, cfg, rnd, given, paths[0], nlist > 0);
     ghc_log(core, GHC_LOG_INFO, "wan22: %d expert%s%s, %s weights, %s, checkpointing %s (every %d), %d targets",
             (int)m->n_experts, m->n_experts > 1 ? "s" : "", m->n_experts > 1 ? " (0 high noise, 1 low noise)" : "",
@@ -316,24 +320,28 @@ static int wan22_targets(void *self, const struct ghc_model_target **out, int32_
 static int wan22_set_hook(void *self, const struct ghc_adapter_hook *hook)
 {
     struct wan22 *m = self;
-    m->has_hook = hook != NULL;
-    m->hook = hook ? *hook : (struct ghc_adapter_hook){ 0 };
-    bool concat = false;
-    if (m->pad && hook && hook->concat_rank && hook->concat_forward && hook->concat_backward) {
-        if (!m->crank && !(m->crank = calloc((size_t)m->n_targets, sizeof(*m->crank))))
+    int64_t *room = NULL;
+    if (hook && m->pad) {   /* every block linear keeps pad spare columns for its adapter */
+        if (!(room = calloc((size_t)m->n_targets, sizeof(*room))))
             return ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
         for (int32_t t = 0; t < m->n_targets; t++) {
-            int32_t r = hook->concat_rank(hook->user, t);
-            int j = t % WAN22_TARGETS;
-            bool fits = r > 0 && r <= m->pad && wan22_pad_cols(m, j) > 0;   /* (m->pad is 0 with e4m3 weights) */
-            m->crank[t] = fits ? r : 0;
-            concat = concat || fits;
-            if (r > m->pad && wan22_pad_cols(m, j) > 0 && !m->pad_told++)
-                ghc_log(m->core, GHC_LOG_INFO, "wan22: %s (and any other such target): the adapter's rank %d is "
-                        "above adapter_pad = %lld: its part runs in passes of its own (adapter_pad >= %d puts it "
-                        "into the model's GEMMs)", m->targets[t].name, (int)r, (long long)m->pad, (int)r);
+            struct ghc_linear lin = { 0 };
+            wan22_linear_room(m, t, &lin);
+            room[t] = lin.spare;
         }
     }
+    int rc = ghc_linears_set_hook(m->lin, hook, room);
+    free(room);
+    if (rc < 0)
+        return rc;
+    for (int32_t t = 0; hook && t < m->n_targets; t++) {
+        int32_t wanted = 0;
+        if (ghc_linears_concat_rank(m->lin, t, &wanted) == 0 && wanted > m->pad && m->pad && !m->pad_told++)
+            ghc_log(m->core, GHC_LOG_INFO, "wan22: %s (and any other such target): the adapter's rank %d is "
+                    "above adapter_pad = %lld: its part runs in passes of its own (adapter_pad >= %d puts it "
+                    "into the model's GEMMs)", m->targets[t].name, (int)wanted, (long long)m->pad, (int)wanted);
+    }
+    bool concat = rc > 0;
     if (hook && concat != m->concat) {   /* (no hook: the spare columns stay, unused) */
         wan22_state_free(m);   /* the activations' spare columns come and go with it */
         m->concat = concat;

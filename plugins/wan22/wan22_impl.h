@@ -8,7 +8,7 @@
 #ifndef GHC_WAN22_IMPL_H
 #define GHC_WAN22_IMPL_H
 
-#include <gh200core/model.h>   /* defines: struct ghc_model_ops, ghc_adapter_hook, batch */
+#include <gh200core/linear.h>  /* defines: ghc_linears_t, struct ghc_linear, the model interface */
 #include <gh200core/ops.h>     /* defines: ghc_op_*, ghc_tensor_t */
 
 #define WAN22_TEXT_LEN   512      /* context rows the DiT always attends to (zero padded) */
@@ -194,7 +194,6 @@ struct wan22 {
     bool                    fp8;          /* block linears stored e4m3, dequantised per GEMM */
     bool                    fp8_gemm;     /* fp8: forward block linears as e4m3 x e4m3 GEMMs, the
                                            * input cast with scale 1 (saturating) into st.xq */
-    ghc_tensor_t           *wbuf;         /* fp8: one block linear dequantised, bf16 */
     int                     device;       /* GHC_DEVICE_CPU or a CUDA ordinal */
     bool                    ckpt;         /* gradient checkpointing per block */
     int                     ckpt_every;   /* k: with ckpt, block i is recomputed iff i % k == 0 */
@@ -205,18 +204,14 @@ struct wan22 {
     struct ghc_model_target *targets;
     char                   *target_names; /* storage of the targets' strings */
     int32_t                 n_targets;
-    struct ghc_adapter_hook hook;
-    bool                    has_hook;
+    ghc_linears_t          *lin;          /* the linears run by the core, with the network's hook */
     struct wan22_state      st;
-    ghc_tensor_t           *fbuf;         /* the hook's fold: one block linear + its adapter */
     int64_t                 pad;          /* K-concatenation: spare rows and columns a block
                                            * linear keeps for its adapter (key adapter_pad;
                                            * 0: none, also with fp8 weights) */
-    int32_t                *crank;        /* [n_targets] the hook's concat_rank (0: none), or NULL */
     bool                    concat;       /* some target concatenates: inputs with spare columns */
     ghc_tensor_t           *twv;          /* target_weight's view of a weight with spare room */
     int                     pad_told;     /* a rank above pad was logged */
-    bool                    again;        /* the backward's recomputation of a block forward */
     char                    ch_from[1024];   /* input_spec: the setting or file C_in and C_out
                                               * came from, and text_dim's */
     char                    text_from[1024];
@@ -241,6 +236,14 @@ static inline void wan22_slot_dims(const struct wan22 *m, int j, int64_t *out, i
 static inline int64_t wan22_pad_off(const struct wan22 *m, int j)
 {
     return j <= WAN22_SA_V ? j * m->pad : j == WAN22_CA_V ? m->pad : 0;
+}
+/* Target t's linear: its own shape and spare room (struct ghc_linear). */
+static inline void wan22_linear_room(const struct wan22 *m, int32_t t, struct ghc_linear *lin)
+{
+    const int j = t % WAN22_TARGETS;
+    wan22_slot_dims(m, j, &lin->out, &lin->in);
+    lin->spare_col = lin->in + wan22_pad_off(m, j);
+    lin->spare = wan22_pad_cols(m, j) > 0 ? m->pad : 0;
 }
 
 /* With checkpointing, is block i recomputed in backward (else its activations are kept)? */
@@ -320,16 +323,6 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
 /* One block's forward from x (f32 [B, L, D]) into xo, filling `a`. */
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block,
                         const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, void *stream);
-/* The GEMM operand for weight w: w itself, or for e4m3 w its dequantisation (times scale) into
- * m->wbuf, through *view (freed by the caller; NULL when unused). NULL on error. */
-const ghc_tensor_t *wan22_weight(struct wan22 *m, const ghc_tensor_t *w, float scale, ghc_tensor_t **view,
-                                 void *stream);
-/* The adapter hook's fold of `target` (model.h, fold): *wd (wan22_weight's result, *view its
- * dequantisation view or NULL) becomes the weight plus the adapter's delta-W, in place in the
- * dequantisation buffer or in m->fbuf through *fview (freed by the caller). Returns 1 folded,
- * 0 nothing to fold (no fold hook, or the target has no foldable adapter), or GHC_E*. */
-int wan22_fold(struct wan22 *m, int32_t target, const ghc_tensor_t **wd, ghc_tensor_t *view, ghc_tensor_t **fview,
-               void *stream);
 /* Release the forward state and backward scratch. */
 void wan22_state_free(struct wan22 *m);
 /* A view of `t`'s memory with another shape (wrapped; same numel or less). */
