@@ -27,7 +27,8 @@ struct ghc_estimate {
     uint64_t activations_full, activations_ckpt, ring;
 };
 /* `gh200core estimate`: memory by role and location for the loaded configuration, from the
- * checkpoint headers only; printed to `print` when not NULL. */
+ * checkpoint headers only, through the estimate members of the model and network plugins it
+ * names (loaded from the plugin search path); printed to `print` when not NULL. */
 int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct ghc_estimate *out, FILE *print);
 
 /* `gh200core diag`: the machine probe of the gh200_uvm plugin, printed with pass/fail marks to
@@ -40,11 +41,13 @@ struct ghc_merge_opts {
     const char *base, *adapter, *out;
     double      multiplier;   /* m (default 1) */
     int         dtype;        /* enum ghc_dtype of the merged weights, or -1: the base tensor's */
+    const char *network;      /* the network plugin that reads the adapter (NULL: lycoris) */
+    const char *model;        /* the model plugin that names the base's modules (NULL: wan22) */
 };
 /* `gh200core merge`: write o->out, the base checkpoint with the adapter merged in (see
  * core/merge.c); a summary to `print` when not NULL. GHC_EEXIST when o->out exists (nothing
  * written), GHC_EIO / GHC_EFORMAT for unreadable or mismatched files, GHC_EUNSUPPORTED for fp8
- * base weights. */
+ * base weights or a plugin without the merge members, GHC_ELOAD for a plugin not found. */
 int ghc_cli_merge(ghc_core_t *core, const struct ghc_merge_opts *o, FILE *print);
 
 #endif /* GHC_CLI_H */

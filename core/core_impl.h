@@ -97,6 +97,10 @@ struct ghc_core {
 const struct ghc_registered *ghc_registry_find(ghc_core_t *core, enum ghc_kind kind, const char *name);
 /* The loaded plugin named `name`, or NULL. */
 struct ghc_loaded *ghc_plugin_find(ghc_core_t *core, const char *name);
+/* The ops of kind `kind` that plugin `name` registers under its name, the plugin loaded if
+ * needed (the plugin-level members, which need no instance). Returns 0, or GHC_ELOAD / GHC_EABI
+ * with a message that starts with the kind. */
+int ghc_plugin_ops(ghc_core_t *core, enum ghc_kind kind, const char *name, const void **ops);
 /* Check the keys of group `cfg` against `keys` plus `extra` (may be NULL): unknown key, type.
  * `what` names the owner in messages ("optimizer \"adamw\""). */
 int ghc_cfg_check_keys(ghc_cfg_t *cfg, const struct ghc_cfg_key *keys,

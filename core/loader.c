@@ -422,3 +422,29 @@ int ghc_plugin_load(ghc_core_t *core, const char *name)
     return ghc_error_set(core, GHC_ELOAD, "plugin '%s': ghc_%s.so not found in: %s (set plugin_path, --plugin-path or GHC_PLUGIN_PATH)%s%s%s",
                          name, name, tried, *best ? "; did you mean '" : "", best, *best ? "'?" : "");
 }
+
+int ghc_plugin_ops(ghc_core_t *core, enum ghc_kind kind, const char *name, const void **ops)
+{
+    const char *kname = ghc_kind_name(kind);
+    int rc;
+    *ops = NULL;
+    if ((rc = ghc_plugin_load(core, name)) < 0) {
+        char msg[GHC_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+        return ghc_error_set(core, rc, "%s: %s", kname, msg);
+    }
+    const struct ghc_registered *r = ghc_registry_find(core, kind, name);
+    if (!r) {
+        struct ghc_loaded *p = ghc_plugin_find(core, name);
+        char has[256] = "";
+        for (int k = 0; k < GHC_KIND_COUNT; k++)
+            if (p && (p->registered & GHC_KIND_BIT(k))) {
+                size_t l = strlen(has);
+                snprintf(has + l, sizeof(has) - l, "%s%s", l ? ", " : "", ghc_kind_name((enum ghc_kind)k));
+            }
+        return ghc_error_set(core, GHC_ELOAD, "%s: plugin '%s' (%s) provides %s, not %s '%s'", kname, name,
+                             p ? p->path : "?", *has ? has : "nothing", kname, name);
+    }
+    *ops = r->ops;
+    return 0;
+}

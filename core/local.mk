@@ -35,8 +35,7 @@ pkgconfig_DATA = gh200core.pc
 bin_PROGRAMS += gh200core
 gh200core_SOURCES = core/main.c core/inspect.c core/cli.h core/diag.c core/estimate.c
 gh200core_LDADD = libgh200core_train.la libgh200core_ops.la libgh200core.la
-# merge: the lycoris plugin's reader and math, wan22's name map, linked from their sources
-gh200core_SOURCES += core/merge.c plugins/lycoris/lyc_merge.h plugins/lycoris/merge.c plugins/lycoris/algo.c \
-	plugins/lycoris/file.c plugins/lycoris/lycoris.c plugins/wan22/detect.c
+# merge: through the network and model plugins' merge members (no plugin source in the CLI)
+gh200core_SOURCES += core/merge.c
 gh200core_LDADD += -lm
 

@@ -57,9 +57,13 @@ static const char usage_text[] =
     "                                          memory by role and location, before loading\n"
     "       gh200core merge --base CKPT --adapter FILE --out OUT.safetensors\n"
     "                       [--multiplier M] [--dtype keep|bf16|f16|f32]\n"
+    "                       [--network NAME] [--model NAME]\n"
     "                                          write CKPT (a .safetensors or sharded .index.json)\n"
     "                                          with the adapter merged in, W + M delta-W, as one\n"
-    "                                          file; --dtype: of the merged weights (default keep)\n"
+    "                                          file; --dtype: of the merged weights (default keep);\n"
+    "                                          the network plugin reads the adapter (default\n"
+    "                                          lycoris), the model plugin names the base's modules\n"
+    "                                          (default wan22)\n"
     "       gh200core --help | --version\n"
     "\n"
     "Fine-tunes diffusion transformers (Wan2.2) with LoRA/LyCORIS adapters; every part of a run\n"
@@ -289,7 +293,7 @@ static void resume_command(const struct cli *cli, const char *checkpoint, char *
             /* getopt_long takes any unique prefix; the options with an argument */
             static const char *const with_arg[] = { "config", "set", "plugin-path", "json", "oversubscription-scale",
                                                     "batch", "tokens", "base", "adapter", "out", "multiplier",
-                                                    "dtype", NULL };
+                                                    "dtype", "network", "model", NULL };
             bool takes = resume;
             for (int k = 0; with_arg[k] && !takes; k++)
                 takes = name > 0 && !strncmp(a + 2, with_arg[k], name) && name <= strlen(with_arg[k]);
@@ -407,6 +411,8 @@ int main(int argc, char **argv)
         { "out", required_argument, NULL, 1008 },
         { "multiplier", required_argument, NULL, 1009 },
         { "dtype", required_argument, NULL, 1010 },
+        { "network", required_argument, NULL, 1011 },
+        { "model", required_argument, NULL, 1012 },
         { NULL, 0, NULL, 0 },
     };
     struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
@@ -463,6 +469,8 @@ int main(int argc, char **argv)
         case 1006: cli.merge.base = optarg; break;      /* merge */
         case 1007: cli.merge.adapter = optarg; break;
         case 1008: cli.merge.out = optarg; break;
+        case 1011: cli.merge.network = optarg; break;
+        case 1012: cli.merge.model = optarg; break;
         case 1009:
         case 1010: {
             char *end;

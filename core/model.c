@@ -2,7 +2,8 @@
  * the same name, checks the expert index first, and gives a failure without a message one
  * that names the model. The adapter hook a model gets through ghc_model_set_hook() is the
  * core's: each of its members calls the hook as given and does the same for it, so a model
- * passes on a hook's failure as it is. */
+ * passes on a hook's failure as it is. The plugin-level members (estimate, merge_names) need
+ * no instance: their wrappers load the plugin by name. */
 #include <config.h>
 
 #include <stddef.h>
@@ -236,6 +237,70 @@ int ghc_model_input_spec(ghc_model_t *m, struct ghc_model_input *out)
     uint64_t seq = begin(m);
     int rc = failed(m, seq, M_OPS(m)->input_spec(M_SELF(m), out), "input_spec");
     out->struct_size = size;
+    return rc;
+}
+
+/* ---- plugin-level members (no instance) -------------------------------------------------------- */
+
+/* The model ops of plugin `name`, the plugin loaded if needed. */
+static int model_ops(ghc_core_t *core, const char *name, const struct ghc_model_ops **ops)
+{
+    const void *o;
+    int rc = ghc_plugin_ops(core, GHC_KIND_MODEL, name, &o);
+    *ops = o;
+    return rc;
+}
+
+/* A plugin-level member the model lacks: what it cannot do, and the member. Returns
+ * GHC_EUNSUPPORTED. */
+static int lacks(ghc_core_t *core, const char *name, const char *member, const char *cannot)
+{
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "model \"%s\": cannot %s (the plugin lacks the member %s of struct "
+                         "ghc_model_ops, since API 13)", name, cannot, member);
+}
+
+int ghc_model_estimate(ghc_core_t *core, const char *model, ghc_cfg_t *cfg, int64_t batch, int64_t tokens,
+                       struct ghc_model_memory *out)
+{
+    const struct ghc_model_ops *ops;
+    uint32_t size = out->struct_size;
+    int rc;
+    if (size < sizeof(out->struct_size))
+        return ghc_error_set(core, GHC_EINVAL, "model: estimate: struct_size %u is too small", size);
+    memset((char *)out + sizeof(out->struct_size), 0, size - sizeof(out->struct_size));
+    if ((rc = model_ops(core, model, &ops)) < 0)
+        return rc;
+    if (!ops->estimate)
+        return lacks(core, model, "estimate", "estimate its memory");
+    if (batch < 1 || tokens < 1)
+        return ghc_error_set(core, GHC_EINVAL, "model \"%s\": estimate: %lld samples of %lld tokens", model,
+                             (long long)batch, (long long)tokens);
+    uint64_t seq = ghc_error_seq(core);
+    rc = ghc_error_member(core, seq, ops->estimate(core, cfg, batch, tokens, out), "model", model, "estimate", NULL);
+    out->struct_size = size;
+    return rc;
+}
+
+int ghc_model_merge_names(ghc_core_t *core, const char *model, const char *tensor, int32_t ndim,
+                          const int64_t *shape, struct ghc_merge_names *out)
+{
+    const struct ghc_model_ops *ops;
+    uint32_t size = out->struct_size;
+    int rc;
+    if (size < offsetof(struct ghc_merge_names, n) + sizeof(out->n))
+        return ghc_error_set(core, GHC_EINVAL, "model: merge_names: struct_size %u is too small", size);
+    memset((char *)out + sizeof(out->struct_size), 0, size - sizeof(out->struct_size));
+    if ((rc = model_ops(core, model, &ops)) < 0)
+        return rc;
+    if (!ops->merge_names)
+        return lacks(core, model, "merge_names", "name a base checkpoint's modules for merging");
+    uint64_t seq = ghc_error_seq(core);
+    rc = ghc_error_member(core, seq, ops->merge_names(core, tensor, ndim, shape, out), "model", model, "merge_names",
+                          tensor);
+    out->struct_size = size;
+    if (rc == 0 && (out->n < 0 || out->n > GHC_MERGE_NAMES_MAX))
+        rc = ghc_error_set(core, GHC_EINTERNAL, "model \"%s\": merge_names: %d names for '%s' (at most %d)", model,
+                           (int)out->n, tensor, GHC_MERGE_NAMES_MAX);
     return rc;
 }
 

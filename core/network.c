@@ -1,8 +1,10 @@
 /* network.c: the core wrappers of the run's network instance (network.h): each calls the
  * member of the same name, checks the expert index first, and gives a failure without a
- * message one that names the network. */
+ * message one that names the network; and those of the plugin-level members, which need no
+ * instance: an adapter file opened for merging, the estimate. */
 #include <config.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core_impl.h"
@@ -90,4 +92,114 @@ int ghc_network_begin_step(ghc_network_t *n, int64_t step)
     ghc_error_clear(N_INST(n)->core);
     uint64_t seq = ghc_error_seq(N_INST(n)->core);
     return failed(n, seq, N_OPS(n)->begin_step(N_SELF(n), step), "begin_step");
+}
+
+/* ---- plugin-level members (no instance) -------------------------------------------------------- */
+
+struct ghc_merge {
+    ghc_core_t                   *core;
+    const struct ghc_network_ops *ops;       /* the registered copy */
+    const char                   *name;      /* the network's, borrowed from ops */
+    void                         *adapter;   /* the plugin's */
+};
+
+/* The network ops of plugin `name` (loaded if needed). */
+static int network_ops(ghc_core_t *core, const char *name, const struct ghc_network_ops **ops)
+{
+    const void *o;
+    int rc = ghc_plugin_ops(core, GHC_KIND_NETWORK, name, &o);
+    *ops = o;
+    return rc;
+}
+
+ghc_merge_t *ghc_merge_open(ghc_core_t *core, const char *network, const char *path)
+{
+    const struct ghc_network_ops *ops;
+    if (network_ops(core, network, &ops) < 0)
+        return NULL;
+    if (!ops->merge_open || !ops->merge_count || !ops->merge_module || !ops->merge_apply) {
+        ghc_error_set(core, GHC_EUNSUPPORTED, "network \"%s\": cannot merge adapter files (the plugin lacks the "
+                      "members merge_open, merge_count, merge_module and merge_apply of struct ghc_network_ops, "
+                      "since API 13)", network);
+        return NULL;
+    }
+    ghc_merge_t *m = calloc(1, sizeof(*m));
+    if (!m) {
+        ghc_error_set(core, GHC_ENOMEM, "merge: out of memory");
+        return NULL;
+    }
+    *m = (ghc_merge_t){ .core = core, .ops = ops, .name = ops->name };
+    uint64_t seq = ghc_error_seq(core);
+    if (ghc_error_member(core, seq, ops->merge_open(core, path, &m->adapter), "network", network, "merge_open",
+                         path) < 0) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int32_t ghc_merge_count(const ghc_merge_t *m)
+{
+    return m->ops->merge_count(m->adapter);
+}
+
+int ghc_merge_module(ghc_merge_t *m, int32_t i, struct ghc_merge_module *out)
+{
+    uint32_t size = out->struct_size;
+    if (size < sizeof(out->struct_size))
+        return ghc_error_set(m->core, GHC_EINVAL, "network \"%s\": merge_module: struct_size %u is too small",
+                             m->name, size);
+    memset((char *)out + sizeof(out->struct_size), 0, size - sizeof(out->struct_size));
+    if (i < 0 || i >= ghc_merge_count(m))
+        return ghc_error_set(m->core, GHC_EINVAL, "network \"%s\": merge_module: module %d out of range (the file "
+                             "has %d)", m->name, (int)i, (int)ghc_merge_count(m));
+    uint64_t seq = ghc_error_seq(m->core);
+    int rc = ghc_error_member(m->core, seq, m->ops->merge_module(m->adapter, i, out), "network", m->name,
+                              "merge_module", NULL);
+    out->struct_size = size;
+    return rc;
+}
+
+int ghc_merge_apply(ghc_merge_t *m, int32_t i, ghc_tensor_t *w, float multiplier)
+{
+    if (i < 0 || i >= ghc_merge_count(m))
+        return ghc_error_set(m->core, GHC_EINVAL, "network \"%s\": merge_apply: module %d out of range (the file "
+                             "has %d)", m->name, (int)i, (int)ghc_merge_count(m));
+    uint64_t seq = ghc_error_seq(m->core);
+    return ghc_error_member(m->core, seq, m->ops->merge_apply(m->adapter, i, w, multiplier), "network", m->name,
+                            "merge_apply", NULL);
+}
+
+const char *ghc_merge_skipped(ghc_merge_t *m, int32_t i)
+{
+    return m->ops->merge_skipped && i >= 0 ? m->ops->merge_skipped(m->adapter, i) : NULL;
+}
+
+void ghc_merge_free(ghc_merge_t *m)
+{
+    if (!m)
+        return;
+    if (m->ops->merge_free)
+        m->ops->merge_free(m->adapter);
+    free(m);
+}
+
+int ghc_network_estimate(ghc_core_t *core, const char *network, ghc_cfg_t *cfg, const struct ghc_model_memory *model,
+                         struct ghc_network_memory *out)
+{
+    const struct ghc_network_ops *ops;
+    uint32_t size = out->struct_size;
+    int rc;
+    if (size < sizeof(out->struct_size))
+        return ghc_error_set(core, GHC_EINVAL, "network: estimate: struct_size %u is too small", size);
+    memset((char *)out + sizeof(out->struct_size), 0, size - sizeof(out->struct_size));
+    if ((rc = network_ops(core, network, &ops)) < 0)
+        return rc;
+    if (!ops->estimate)
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "network \"%s\": cannot estimate its memory (the plugin lacks "
+                             "the member estimate of struct ghc_network_ops, since API 13)", network);
+    uint64_t seq = ghc_error_seq(core);
+    rc = ghc_error_member(core, seq, ops->estimate(core, cfg, model, out), "network", network, "estimate", NULL);
+    out->struct_size = size;
+    return rc;
 }

@@ -5,7 +5,7 @@
 # them, Python is not needed. test_lycoris_cuda runs the golden cases and the wan22 checks on
 # GPU 0 (exit 77 without one).
 LYCORIS_TEST_SOURCES = tests/testutil.h plugins/lycoris/lycoris.c plugins/lycoris/algo.c plugins/lycoris/file.c \
-	plugins/lycoris/lycoris_impl.h
+	plugins/lycoris/merge.c plugins/lycoris/estimate.c plugins/lycoris/lycoris_impl.h
 check_PROGRAMS += tests/test_lycoris
 tests_test_lycoris_SOURCES = tests/test_lycoris.c $(LYCORIS_TEST_SOURCES)
 tests_test_lycoris_CFLAGS = $(TEST_CFLAGS)

@@ -430,6 +430,7 @@ START_TEST(estimate_matches_peak)
     struct mem_step r;
     mem_step_run(cfg, GHC_DEVICE_CPU, 1, 16, 3, 16, 16, 32, &r);
     ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);   /* the plugins estimate */
     ck_assert_int_eq(ghc_config_load_string(core, cfg, "e.cfg", NULL, NULL, 0), 0);
     struct ghc_estimate est;
     struct ghc_estimate_opts o = { .batch = 1, .tokens = 3 * 8 * 8, .adapters = false };
@@ -453,7 +454,8 @@ START_TEST(estimate_cli)
         "mempolicy = { plugin = \"offload\"; ring = 3; };\n"
         "model = { plugin = \"wan22\"; dtype = \"bf16\"; checkpointing = \"block\";\n"
         "  random = { dim = 5120; ffn_dim = 13824; heads = 40; layers = 40; experts = 2; }; };\n");
-    snprintf(cmd, sizeof(cmd), "'%s' estimate -c '%s' --tokens 32760", tu_env("GHC_CLI"), cfg);
+    snprintf(cmd, sizeof(cmd), "'%s' -P '%s' estimate -c '%s' --tokens 32760", tu_env("GHC_CLI"),
+             tu_env("GHC_BUILD_PLUGINS"), cfg);
     ck_assert_int_eq(tu_run(cmd, &out), 0);
     /* an A14B expert: 40 blocks of 351.4 M bf16 parameters plus f32 embeddings, about 27 GiB,
      * and the block linears' spare room for K-concatenation (adapter_pad 16: +0.84%) */
@@ -461,7 +463,8 @@ START_TEST(estimate_cli)
                   strstr(out, "offload ring") && strstr(out, "without"), "%s", out);
     free(out);
     char *bad = tu_write(dir, "bad.cfg", "model = { plugin = \"wan22\"; checkpoint = \"/nonexistent.safetensors\"; };\n");
-    snprintf(cmd, sizeof(cmd), "'%s' estimate -c '%s'", tu_env("GHC_CLI"), bad);
+    snprintf(cmd, sizeof(cmd), "'%s' -P '%s' estimate -c '%s'", tu_env("GHC_CLI"), tu_env("GHC_BUILD_PLUGINS"),
+             bad);
     ck_assert_int_ne(tu_run(cmd, &out), 0);
     ck_assert_msg(strstr(out, "/nonexistent.safetensors"), "%s", out);
     free(out);

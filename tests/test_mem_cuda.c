@@ -225,6 +225,7 @@ static void estimate_vs_peak(const char *model, int64_t T, int64_t Hl, int64_t W
     struct mem_step r;
     mem_step_run(cfg, 0, 1, 16, T, Hl, Wl, text_dim, &r);
     ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);   /* the plugins estimate */
     ck_assert_int_eq(ghc_config_load_string(core, cfg, "e.cfg", NULL, NULL, 0), 0);
     struct ghc_estimate est;
     struct ghc_estimate_opts o = { .batch = 1, .tokens = T * (Hl / 2) * (Wl / 2), .adapters = false };

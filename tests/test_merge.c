@@ -76,7 +76,8 @@ static int merge(char **out, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof(args), fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof(cmd), "%s merge %s", tu_env("GHC_CLI"), args);
+    snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s' %s merge %s", tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_CLI"),
+             args);
     return tu_run(cmd, out);
 }
 

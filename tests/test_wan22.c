@@ -576,6 +576,58 @@ static void rewrite(ghc_core_t *core, const char *src, const char *dir, const ch
     ghc_st_free(st);
 }
 
+/* The inverse name map, and the model member merge_names through the core's wrapper (the
+ * names `gh200core merge` matches an adapter's modules with). */
+START_TEST(merge_names)
+{
+    static const char *const official[] = {
+        "blocks.7.self_attn.q.weight", "blocks.7.self_attn.k.weight", "blocks.7.self_attn.v.weight",
+        "blocks.7.self_attn.o.weight", "blocks.7.cross_attn.q.weight", "blocks.7.cross_attn.k.weight",
+        "blocks.7.cross_attn.v.weight", "blocks.7.cross_attn.o.weight", "blocks.7.ffn.0.weight",
+        "blocks.7.ffn.2.weight", "text_embedding.0.weight", "text_embedding.2.weight", "time_embedding.0.weight",
+        "time_embedding.2.weight", "time_projection.1.weight", "head.head.weight",
+    };
+    char d[160], o[160];
+    for (size_t i = 0; i < sizeof(official) / sizeof(official[0]); i++) {
+        wan22_name_diffusers(official[i], d, sizeof(d));
+        ck_assert_msg(strcmp(d, official[i]) != 0, "%s has no diffusers name", official[i]);
+        ck_assert_str_eq(wan22_name_official(d, o, sizeof(o)), official[i]);
+        ck_assert_str_eq(wan22_name_official(official[i], o, sizeof(o)), official[i]);   /* not a diffusers name */
+    }
+
+    ghc_core_t *core = ghc_core_init();
+    ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
+    static const struct { const char *tensor, *want[4]; } cases[] = {
+        { "model.diffusion_model.blocks.3.self_attn.q.weight",
+          { "blocks.3.self_attn.q", "blocks.3.attn1.to_q", "blocks_3_self_attn_q", "blocks_3_attn1_to_q" } },
+        { "blocks.3.attn1.to_out.0.weight",
+          { "blocks.3.attn1.to_out.0", "blocks.3.self_attn.o", "blocks_3_attn1_to_out_0", "blocks_3_self_attn_o" } },
+        { "diffusion_model.condition_embedder.time_proj.weight",
+          { "condition_embedder.time_proj", "time_projection.1", "condition_embedder_time_proj",
+            "time_projection_1" } },
+    };
+    const int64_t shape[2] = { 64, 64 };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct ghc_merge_names n = { .struct_size = sizeof(n) };
+        ok(core, ghc_model_merge_names(core, "wan22", cases[c].tensor, 2, shape, &n));
+        ck_assert_int_eq(n.n, 4);   /* its naming and the other, dotted and underscored */
+        for (int k = 0; k < 4; k++) {
+            bool found = false, us = k >= 2;
+            for (int32_t j = 0; j < n.n; j++)
+                found |= n.underscored[j] == us && strcmp(n.name[j], cases[c].want[k]) == 0;
+            ck_assert_msg(found, "%s: no %s name '%s'", cases[c].tensor, us ? "underscored" : "dotted",
+                          cases[c].want[k]);
+        }
+    }
+    struct ghc_merge_names n = { .struct_size = sizeof(n) };
+    ok(core, ghc_model_merge_names(core, "wan22", "blocks.3.norm3.weight", 1, shape, &n));   /* 1-D: none */
+    ck_assert_int_eq(n.n, 0);
+    ok(core, ghc_model_merge_names(core, "wan22", "blocks.3.modulation", 2, shape, &n));    /* no .weight */
+    ck_assert_int_eq(n.n, 0);
+    ghc_core_free(core);
+}
+END_TEST
+
 START_TEST(load_layouts)
 {
     ghc_core_t *core = ghc_core_init();
@@ -1495,6 +1547,7 @@ int main(void)
     tcase_add_test(tc, detect_variants);
     tcase_add_test(tc, detect_errors);
     tcase_add_test(tc, names_and_targets);
+    tcase_add_test(tc, merge_names);
     suite_add_tcase(s, tc);
     tc = tcase_create("load");
     tcase_add_test(tc, load_layouts);

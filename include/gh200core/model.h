@@ -121,6 +121,50 @@ struct ghc_model_input {
     const char *patch_from;
 };
 
+/* The adapter module names that may stand for one tensor of a base checkpoint (merge_names,
+ * since API 13): `gh200core merge` compares each module of an adapter file
+ * (struct ghc_merge_module in network.h) with them. The caller sets struct_size = sizeof(struct
+ * ghc_merge_names) and zeroes the rest; the model fills at most struct_size bytes. */
+#define GHC_MERGE_NAMES_MAX 8
+struct ghc_merge_names {
+    uint32_t struct_size;
+    int32_t  n;                                  /* names given; 0: no adapter merges into it */
+    char     name[GHC_MERGE_NAMES_MAX][256];     /* "blocks.0.self_attn.q", "blocks.0.attn1.to_q" */
+    bool     underscored[GHC_MERGE_NAMES_MAX];   /* name[i] writes '.' as '_' (musubi-tuner's
+                                                  * lora_unet_ names: "blocks_0_self_attn_q") */
+};
+
+/* Adapter targets of one shape (struct ghc_model_memory). */
+struct ghc_target_shape {
+    int64_t in_features;
+    int64_t out_features;
+    int64_t count;                               /* targets of this shape per expert */
+};
+#define GHC_MODEL_MEMORY_SHAPES 16
+
+/* What a training run of a model will take (estimate, since API 13), for `gh200core estimate`:
+ * bytes as the model allocates them for the batch and tokens asked. The caller sets
+ * struct_size = sizeof(struct ghc_model_memory) and zeroes the rest; members are only ever
+ * appended: a model fills at most struct_size bytes. */
+struct ghc_model_memory {
+    uint32_t struct_size;
+    int32_t  experts;             /* 1, or the experts of a mixture (Wan2.2 A14B: 2) */
+    int32_t  checkpoint_every;    /* 0: no gradient checkpointing; k >= 1: with it, as configured */
+    uint64_t weights;             /* the active expert's weights, in the precision they load in */
+    uint64_t weights_inactive;    /* the other experts' */
+    uint64_t block;               /* one block's weights as loaded: a streaming policy's ring slot */
+    uint64_t activations_full;    /* what a training forward keeps, without checkpointing */
+    uint64_t activations_ckpt;    /* the same with checkpointing (every checkpoint_every-th block
+                                   * recomputed; every block when checkpointing is off) */
+    uint64_t backward_scratch;    /* what the backward allocates besides */
+    uint64_t text_embeds;         /* the batch's text context, as the model takes it */
+    uint64_t latents;             /* the batch's own tensors: noisy latent, output, their gradients */
+    int32_t  n_shapes;            /* entries of shapes */
+    struct ghc_target_shape shapes[GHC_MODEL_MEMORY_SHAPES];   /* the adapter targets by shape,
+                                   * for the network's part (struct ghc_network_memory) */
+    char     summary[128];        /* for people: "dim 5120, ffn 13824, 40 blocks, bf16 weights" */
+};
+
 struct ghc_model_ops {
     uint32_t struct_size;                 /* required: sizeof(struct ghc_model_ops) */
     const char *name;                     /* required */
@@ -166,6 +210,18 @@ struct ghc_model_ops {
      * and the key behind the model's number, before anything is written; without it the
      * mismatch shows only at the first forward. */
     int (*input_spec)(void *self, struct ghc_model_input *out);
+    /* optional (since API 13); plugin-level, no instance (`gh200core estimate` runs before
+     * anything is loaded): the memory a training run of the model configured by `cfg` (its
+     * section) will take for `batch` samples of `tokens` tokens each (struct
+     * ghc_model_memory), from the configuration and at most the checkpoints' headers. */
+    int (*estimate)(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t tokens, struct ghc_model_memory *out);
+    /* optional (since API 13); plugin-level, no instance and no configuration (`gh200core
+     * merge`): the module names an adapter file may give tensor `tensor` of a base checkpoint
+     * (its name in the file, prefix and all; ndim and shape as stored): the model's namings
+     * and their underscored forms (struct ghc_merge_names); n = 0 for a tensor no adapter
+     * merges into. */
+    int (*merge_names)(ghc_core_t *core, const char *tensor, int32_t ndim, const int64_t *shape,
+                       struct ghc_merge_names *out);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -197,6 +253,20 @@ GHC_API int ghc_model_target_weight(ghc_model_t *model, int32_t expert, int32_t 
 /* (since API 11) What the model takes as input: out->struct_size must be set; the rest is
  * zeroed and filled by the model. GHC_EUNSUPPORTED (message set) when the model lacks the member. */
 GHC_API int ghc_model_input_spec(ghc_model_t *model, struct ghc_model_input *out);
+
+/* ---- plugin-level members (core wrappers, no instance; since API 13) ---- */
+
+/* The estimate of model plugin `model` (loaded if needed) for the configuration section `cfg`:
+ * out->struct_size must be set; the rest is zeroed and filled by the model. Returns 0 or GHC_E*,
+ * reason in ghc_error_message: GHC_ELOAD when the plugin cannot be loaded or registers no model
+ * of that name, GHC_EUNSUPPORTED when it lacks the member. */
+GHC_API int ghc_model_estimate(ghc_core_t *core, const char *model, ghc_cfg_t *cfg, int64_t batch, int64_t tokens,
+                               struct ghc_model_memory *out);
+/* The merge_names of model plugin `model` (loaded if needed) for a base checkpoint's tensor:
+ * out->struct_size must be set; the rest is zeroed and filled by the model. Returns 0 or
+ * GHC_E* as ghc_model_estimate(). */
+GHC_API int ghc_model_merge_names(ghc_core_t *core, const char *model, const char *tensor, int32_t ndim,
+                                  const int64_t *shape, struct ghc_merge_names *out);
 
 GHC_END_DECLS
 

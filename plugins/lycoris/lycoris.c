@@ -813,6 +813,13 @@ static const struct ghc_network_ops lyc_ops = {
     .load = lyc_load_op,
     .free = lyc_free,
     .begin_step = lyc_begin_step,
+    .merge_open = lyc_merge_open,
+    .merge_count = lyc_merge_count,
+    .merge_module = lyc_merge_module,
+    .merge_apply = lyc_merge_apply,
+    .merge_skipped = lyc_merge_skipped,
+    .merge_free = lyc_merge_free,
+    .estimate = lyc_estimate,
 };
 
 static int lyc_plugin_init(ghc_core_t *core)

@@ -1,7 +1,8 @@
 /* lycoris_impl.h: the lycoris network plugin's internal types, shared by lycoris.c (config,
  * targets, parameters, dropout, plugin glue), algo.c (forward and backward of LoRA, LoHa and
- * LoKr on the ops of ops.h, one code path for CPU and CUDA) and file.c (adapter files: key
- * names, save, load). Never installed; tests/test_lycoris.c links these sources to reach the
+ * LoKr on the ops of ops.h, one code path for CPU and CUDA), file.c (adapter files: key
+ * names, save, load), merge.c (an adapter file read for merging) and estimate.c (the memory
+ * estimate). Never installed; tests/test_lycoris.c links these sources to reach the
  * factorization and the key mapping directly. Formulas: doc/lycoris.md. */
 #ifndef GHC_LYCORIS_IMPL_H
 #define GHC_LYCORIS_IMPL_H
@@ -218,5 +219,24 @@ unsigned lyc_loaders(const struct lycoris *net, const struct lyc_expert *e, enum
  * of the module name before the '.'. Returns the suffix (static) or NULL when none fits. */
 const char *lyc_suffix_match(const char *key, size_t *prefix_len, int *kind, int *slot);
 int lyc_load(struct lycoris *net, int32_t expert, const char *path);
+
+/* ---- merge.c: the merge members (network.h, since API 13) ------------------------------------ */
+
+/* merge_open: `path` read onto the CPU (f32 factors). Tensors with no known adapter suffix are
+ * kept as skipped; an incomplete or inconsistent module, a malformed alpha, an input-axis or
+ * non-LoRA dora_scale are GHC_EFORMAT / GHC_EUNSUPPORTED naming the tensor. */
+int lyc_merge_open(ghc_core_t *core, const char *path, void **adapter);
+/* Modules in file order of their first key. */
+int32_t lyc_merge_count(void *adapter);
+int lyc_merge_module(void *adapter, int32_t i, struct ghc_merge_module *out);
+/* w <- W + m delta-W, DoRA: W + m (W_new - W) (lyc_merge_weight). */
+int lyc_merge_apply(void *adapter, int32_t i, ghc_tensor_t *w, float multiplier);
+const char *lyc_merge_skipped(void *adapter, int32_t i);
+void lyc_merge_free(void *adapter);
+
+/* ---- estimate.c: the estimate member (network.h, since API 13) ------------------------------- */
+
+int lyc_estimate(ghc_core_t *core, ghc_cfg_t *cfg, const struct ghc_model_memory *model,
+                 struct ghc_network_memory *out);
 
 #endif /* GHC_LYCORIS_IMPL_H */

@@ -1,12 +1,13 @@
-/* merge.c: an adapter file read for `gh200core merge` (lyc_merge.h): its tensors grouped into
- * modules by the suffixes file.c knows, in any naming (ComfyUI `diffusion_model.`, musubi
- * `lora_unet_`, diffusers/peft `transformer.` and lora_A/lora_B, bare names); each module's
- * algorithm, factor shapes and scale inferred from which keys exist and their shapes, as the
- * loaders of ComfyUI and LyCORIS do (no tensor stores rank, factor or algorithm); delta-W and
- * the DoRA rule from algo.c (lyc_delta, lyc_merge_weight), so a merge and the hooks use one math. A
- * DoRA file's metadata says what its dora_scale is divided by (LYC_DORA_NORM_KEY): the base
- * weight's row norms in the files the plugin writes (ComfyUI's reading), those of W + delta-W
- * in LyCORIS's and older ones. */
+/* merge.c: the network's merge members (network.h, merge_open ... merge_free): an adapter file
+ * read for `gh200core merge`, its tensors grouped into modules by the suffixes file.c knows,
+ * in any naming (ComfyUI `diffusion_model.`, musubi `lora_unet_`, diffusers/peft
+ * `transformer.` and lora_A/lora_B, bare names); each module's algorithm, factor shapes and
+ * scale inferred from which keys exist and their shapes, as the loaders of ComfyUI and LyCORIS
+ * do (no tensor stores rank, factor or algorithm); delta-W and the DoRA rule from algo.c
+ * (lyc_delta, lyc_merge_weight), so a merge and the hooks use one math. A DoRA file's metadata
+ * says what its dora_scale is divided by (LYC_DORA_NORM_KEY): the base weight's row norms in
+ * the files the plugin writes (ComfyUI's reading), those of W + delta-W in LyCORIS's and older
+ * ones. */
 #include <config.h>
 
 #include <stdio.h>
@@ -16,7 +17,8 @@
 #include <gh200core/safetensors.h>
 
 #include "lycoris_impl.h"
-#include "lyc_merge.h"
+
+typedef struct lyc_adapter lyc_adapter_t;
 
 struct lyc_amod {
     char              *key;                  /* module name as in the file */
@@ -184,7 +186,7 @@ static int infer(lyc_adapter_t *a, const char *path, struct lyc_amod *am)
     return 0;
 }
 
-int lyc_adapter_open(ghc_core_t *core, const char *path, lyc_adapter_t **out)
+int lyc_merge_open(ghc_core_t *core, const char *path, void **out)
 {
     int rc = 0;
     lyc_adapter_t *a = calloc(1, sizeof(*a));
@@ -254,40 +256,40 @@ int lyc_adapter_open(ghc_core_t *core, const char *path, lyc_adapter_t **out)
     *out = a;
     return 0;
 fail:
-    lyc_adapter_free(a);
+    lyc_merge_free(a);
     return rc;
 }
 
-int32_t lyc_adapter_count(const lyc_adapter_t *a)
+int32_t lyc_merge_count(void *adapter)
 {
-    return a->n;
+    return ((const lyc_adapter_t *)adapter)->n;
 }
 
-void lyc_adapter_module(const lyc_adapter_t *a, int32_t i, struct lyc_adapter_module *out)
+int lyc_merge_module(void *adapter, int32_t i, struct ghc_merge_module *out)
 {
-    const struct lyc_amod *m = &a->m[i];
-    *out = (struct lyc_adapter_module){ .key = m->key, .name = m->name, .musubi = m->musubi,
-                                        .algo = m->md.dora ? "dora" : lyc_algo_name(m->md.algo),
-                                        .out = m->md.out, .in = m->md.in, .scale = m->md.scale };
+    const struct lyc_amod *m = &((const lyc_adapter_t *)adapter)->m[i];
+    struct ghc_merge_module mm = { .struct_size = out->struct_size, .key = m->key, .name = m->name,
+                                   .underscored = m->musubi, .algo = m->md.dora ? "dora" : lyc_algo_name(m->md.algo),
+                                   .out = m->md.out, .in = m->md.in };
+    memcpy(out, &mm, out->struct_size < sizeof(mm) ? out->struct_size : sizeof(mm));
+    return 0;
 }
 
-int32_t lyc_adapter_skipped_count(const lyc_adapter_t *a)
+const char *lyc_merge_skipped(void *adapter, int32_t i)
 {
-    return a->n_skipped;
+    const lyc_adapter_t *a = adapter;
+    return i >= 0 && i < a->n_skipped ? a->skipped[i] : NULL;
 }
 
-const char *lyc_adapter_skipped(const lyc_adapter_t *a, int32_t i)
+int lyc_merge_apply(void *adapter, int32_t i, ghc_tensor_t *w, float multiplier)
 {
-    return a->skipped[i];
+    lyc_adapter_t *a = adapter;
+    return lyc_merge_weight(&a->net, &a->m[i].md, w, multiplier, NULL);
 }
 
-int lyc_adapter_merge(lyc_adapter_t *a, int32_t i, ghc_tensor_t *w, float m)
+void lyc_merge_free(void *adapter)
 {
-    return lyc_merge_weight(&a->net, &a->m[i].md, w, m, NULL);
-}
-
-void lyc_adapter_free(lyc_adapter_t *a)
-{
+    lyc_adapter_t *a = adapter;
     if (!a)
         return;
     for (int32_t i = 0; i < a->n; i++) {

@@ -1,6 +1,7 @@
 /* detect.c: the Wan2.x DiT's tensors by name and shape, the official <-> diffusers name
- * mapping, and config detection from a file's tensor list (doc/wan22.md, "Checkpoints"): file
- * prefix, layout, dimensions, the known variants, and a strict check that every expected
+ * mapping (and the module names `gh200core merge` matches adapters with: the model member
+ * merge_names), and config detection from a file's tensor list (doc/wan22.md, "Checkpoints"):
+ * file prefix, layout, dimensions, the known variants, and a strict check that every expected
  * tensor is present with its shape. Pure functions of names and shapes, so the tests can
  * check detection for A14B, 5B and 1.3B shape sets without the files. */
 #include <config.h>
@@ -87,6 +88,95 @@ const char *wan22_name_diffusers(const char *official, char *buf, size_t len)
     }
     snprintf(buf, len, "%s", official);
     return buf;
+}
+
+const char *wan22_name_official(const char *diffusers, char *buf, size_t len)
+{
+    if (starts(diffusers, "blocks.")) {
+        const char *rest = strchr(diffusers + 7, '.');
+        if (rest) {
+            rest++;
+            for (size_t i = 0; i < sizeof(block_map) / sizeof(block_map[0]); i++)
+                if (starts(rest, block_map[i][1])) {
+                    snprintf(buf, len, "%.*s%s%s", (int)(rest - diffusers), diffusers, block_map[i][0],
+                             rest + strlen(block_map[i][1]));
+                    return buf;
+                }
+        }
+    } else {
+        for (size_t i = 0; i < sizeof(stem_map) / sizeof(stem_map[0]); i++)
+            if (starts(diffusers, stem_map[i][1])) {
+                snprintf(buf, len, "%s%s", stem_map[i][0], diffusers + strlen(stem_map[i][1]));
+                return buf;
+            }
+    }
+    snprintf(buf, len, "%s", diffusers);
+    return buf;
+}
+
+/* ---- merging: the module names of a base tensor ---------------------------------------------- */
+
+/* Add `name` (a module, '.' written '_' when underscored) to out unless it is there. */
+static void merge_name_add(struct ghc_merge_names *out, const char *name, bool underscored)
+{
+    char u[256];
+    snprintf(u, sizeof(u), "%s", name);
+    for (char *p = u; underscored && *p; p++)
+        if (*p == '.')
+            *p = '_';
+    for (int32_t i = 0; i < out->n; i++)
+        if (out->underscored[i] == underscored && strcmp(out->name[i], u) == 0)
+            return;
+    if (out->n < GHC_MERGE_NAMES_MAX) {
+        snprintf(out->name[out->n], sizeof(out->name[0]), "%s", u);
+        out->underscored[out->n++] = underscored;
+    }
+}
+
+/* The name map works on tensor names: module -> module.weight -> mapped -> without .weight. */
+static void module_mapped(const char *module, bool to_diffusers, char *buf, size_t len)
+{
+    char full[300];
+    snprintf(full, sizeof(full), "%s.weight", module);
+    if (to_diffusers)
+        wan22_name_diffusers(full, buf, len);
+    else
+        wan22_name_official(full, buf, len);
+    size_t l = strlen(buf);
+    if (l > 7 && strcmp(buf + l - 7, ".weight") == 0)
+        buf[l - 7] = '\0';
+}
+
+/* The model's merge_names: a 2-D <module>.weight, in the layouts wan22 loads (official/ComfyUI
+ * names with or without the model.diffusion_model. / diffusion_model. prefix, diffusers names),
+ * is the module's official and diffusers names, dotted and underscored (musubi-tuner). */
+int wan22_merge_names(ghc_core_t *core, const char *tensor, int32_t ndim, const int64_t *shape,
+                      struct ghc_merge_names *out)
+{
+    (void)core;
+    (void)shape;
+    static const char *const prefixes[] = { "model.diffusion_model.", "diffusion_model." };
+    struct ghc_merge_names n = { .struct_size = out->struct_size };
+    size_t l = strlen(tensor);
+    if (ndim == 2 && l >= 8 && strcmp(tensor + l - 7, ".weight") == 0) {
+        const char *s = tensor;
+        for (size_t p = 0; p < sizeof(prefixes) / sizeof(prefixes[0]); p++)
+            if (starts(s, prefixes[p])) {
+                s += strlen(prefixes[p]);
+                break;
+            }
+        char m[256], d[256], o[256];
+        snprintf(m, sizeof(m), "%.*s", (int)(tensor + l - 7 - s), s);
+        module_mapped(m, true, d, sizeof(d));    /* an official base: its diffusers name */
+        module_mapped(m, false, o, sizeof(o));   /* a diffusers base: its official name */
+        for (int u = 0; u < 2; u++) {
+            merge_name_add(&n, m, u);
+            merge_name_add(&n, d, u);
+            merge_name_add(&n, o, u);
+        }
+    }
+    memcpy(out, &n, out->struct_size < sizeof(n) ? out->struct_size : sizeof(n));
+    return 0;
 }
 
 /* ---- the expected tensors ------------------------------------------------------------------- */

@@ -3,7 +3,7 @@
 plugins_LTLIBRARIES += plugins/ghc_wan22.la
 plugins_ghc_wan22_la_SOURCES = plugins/wan22/wan22.c plugins/wan22/detect.c plugins/wan22/load.c \
 	plugins/wan22/forward.c plugins/wan22/backward.c plugins/wan22/wan22_impl.h \
-	plugins/wan22/stream.c
+	plugins/wan22/stream.c plugins/wan22/estimate.c
 plugins_ghc_wan22_la_CFLAGS = $(PLUGIN_CFLAGS)
 plugins_ghc_wan22_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_ghc_wan22_la_LIBADD = libgh200core_ops.la libgh200core.la -lm

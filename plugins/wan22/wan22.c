@@ -452,6 +452,8 @@ static const struct ghc_model_ops wan22_ops = {
     .device = wan22_device,
     .target_weight = wan22_target_weight,
     .input_spec = wan22_input_spec,
+    .estimate = wan22_estimate,
+    .merge_names = wan22_merge_names,
 };
 
 static int wan22_plugin_init(ghc_core_t *core)

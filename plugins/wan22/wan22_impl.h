@@ -1,7 +1,8 @@
 /* wan22_impl.h: the wan22 model plugin's internal types and functions, shared by its files:
  * wan22.c (plugin glue, configuration, targets, experts), detect.c (tensor names and shapes,
  * official <-> diffusers names, config detection), load.c (checkpoints and random weights),
- * forward.c and backward.c (the official code's math on the ops of ops.h; doc/wan22.md).
+ * forward.c and backward.c (the official code's math on the ops of ops.h; doc/wan22.md),
+ * estimate.c (the memory a run will take).
  * Never installed; nothing here crosses the plugin ABI (the plugin exports only its
  * descriptor). tests/test_wan22.c links these sources to check detection without giant files
  * and to read the intermediates of a forward. */
@@ -280,6 +281,12 @@ int wan22_tensor_list(ghc_core_t *core, const struct wan22_dims *d, struct wan22
                       struct wan22_tspec **out, int *n);
 /* The diffusers name of an official name (no prefix) into buf. Returns buf. */
 const char *wan22_name_diffusers(const char *official, char *buf, size_t len);
+/* The official name of a diffusers name (no prefix) into buf, the inverse of
+ * wan22_name_diffusers (a name the map does not know is copied). Returns buf. */
+const char *wan22_name_official(const char *diffusers, char *buf, size_t len);
+/* The model member merge_names (model.h): the module names an adapter may give a base tensor. */
+int wan22_merge_names(ghc_core_t *core, const char *tensor, int32_t ndim, const int64_t *shape,
+                      struct ghc_merge_names *out);
 /* Detect layout, prefix and dimensions from a file's tensor list and check that
  * every expected tensor is present with its expected shape. `what` names the file in
  * messages; `heads` 0 takes D / 128 (D must then be a multiple of 128), else the given head
@@ -356,5 +363,11 @@ void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp
 
 int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, ghc_tensor_t *dnoisy,
                    void *stream);
+
+/* ---- estimate.c ------------------------------------------------------------------------------- */
+
+/* The model member estimate (model.h): the memory of a training run of the model `cfg`
+ * configures, from the configuration and the checkpoints' headers. */
+int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t tokens, struct ghc_model_memory *out);
 
 #endif /* GHC_WAN22_IMPL_H */

@@ -1,0 +1,269 @@
+/* estimate.c: the model member estimate (model.h): the memory a training run of the configured
+ * Wan2.x model takes, before anything is loaded, for `gh200core estimate`: weights per expert
+ * from the checkpoint headers (or the random model's dims) in the precision they load in, one
+ * block's weights (an offload ring slot), activations with and without checkpointing, the
+ * backward scratch, the text context and the batch's own tensors. The sizes follow what the
+ * plugin allocates (load.c, wan22_pad_weights; forward.c act_alloc, state_prepare; backward.c
+ * grad_prepare): a change there changes these formulas (tests/test_mem*.c compare them with
+ * measured peaks). */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gh200core/safetensors.h>
+
+#include "wan22_impl.h"
+
+struct est_model {
+    int64_t dim, ffn, heads, layers, in_ch, out_ch, text_dim, freq_dim, experts;
+    uint64_t expert_bytes[2];     /* as loaded */
+    uint64_t block_bytes;         /* one block's weights as loaded (the offload ring's slot) */
+    int      base;                /* bytes per element of the GEMM operand dtype: 2 bf16, 4 f32 */
+    int      block_elem;          /* bytes per block-linear element: base, or 1 for fp8 */
+    int64_t  pad;                 /* adapter_pad: the block linears' spare rows and columns */
+};
+
+/* Elements of a block linear [out, in] as the model stores it with `pad` spare rows and columns
+ * (load.c wan22_pad_weights: self-attention q, k, v 3 pad columns, cross-attention k, v 2). */
+static int64_t padded_numel(const char *name, int64_t out, int64_t in, int64_t pad)
+{
+    if (!pad)
+        return out * in;
+    bool qkv = strstr(name, "self_attn.q.") || strstr(name, "self_attn.k.") || strstr(name, "self_attn.v.") ||
+               strstr(name, "attn1.to_q.") || strstr(name, "attn1.to_k.") || strstr(name, "attn1.to_v.");
+    bool ckv = strstr(name, "cross_attn.k.") || strstr(name, "cross_attn.v.") || strstr(name, "attn2.to_k.") ||
+               strstr(name, "attn2.to_v.");
+    return (out + pad) * (in + (qkv ? 3 : ckv ? 2 : 1) * pad);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* A block linear (attention q/k/v/o, ffn) or a text linear: loaded in the base dtype. */
+static int linear_kind(const char *name, int ndim)
+{
+    if (ndim != 2 || !ends_with(name, ".weight"))
+        return 0;
+    if (strstr(name, "blocks.") && (strstr(name, "attn") || strstr(name, ".ffn.")))
+        return 1;
+    if (strstr(name, "text_embedding.") || strstr(name, "text_embedder."))
+        return 2;
+    return 0;
+}
+
+/* The first tensor whose name ends with one of the suffixes; false when none. */
+static bool find_suffix(const ghc_st_t *st, const char *const *suffixes, struct ghc_st_info *out)
+{
+    for (int i = 0; i < ghc_st_count(st); i++) {
+        struct ghc_st_info in;
+        ghc_st_info_at(st, i, &in);
+        for (int k = 0; suffixes[k]; k++)
+            if (ends_with(in.name, suffixes[k])) {
+                *out = in;
+                return true;
+            }
+    }
+    return false;
+}
+
+/* Dims and bytes of one expert from a checkpoint header (nothing but the header is read). */
+static int est_checkpoint(ghc_core_t *core, const char *path, struct est_model *m, int e)
+{
+    ghc_st_t *st = ghc_st_open(core, path);
+    if (!st)
+        return ghc_error_code(core);
+    struct ghc_st_info in;
+    static const char *const q[] = { "blocks.0.self_attn.q.weight", "blocks.0.attn1.to_q.weight", NULL };
+    static const char *const f[] = { "blocks.0.ffn.0.weight", "blocks.0.ffn.net.0.proj.weight", NULL };
+    static const char *const te[] = { "text_embedding.0.weight", "text_embedder.linear_1.weight", NULL };
+    static const char *const pe[] = { "patch_embedding.weight", NULL };
+    static const char *const hd[] = { "head.head.weight", "proj_out.weight", NULL };
+    int rc = 0;
+    if (!find_suffix(st, q, &in) || in.ndim != 2) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: estimate: no blocks.0 self-attention q weight; not a Wan2.x DiT "
+                           "checkpoint", path);
+        goto out;
+    }
+    m->dim = in.shape[0];
+    if (find_suffix(st, f, &in))
+        m->ffn = in.shape[0];
+    if (find_suffix(st, te, &in))
+        m->text_dim = in.shape[1];
+    if (find_suffix(st, pe, &in))
+        m->in_ch = in.shape[1];
+    if (find_suffix(st, hd, &in))
+        m->out_ch = in.shape[0] / 4;
+    int64_t layers = 0;
+    uint64_t bytes = 0, block0 = 0;
+    for (int i = 0; i < ghc_st_count(st); i++) {
+        ghc_st_info_at(st, i, &in);
+        const char *b = strstr(in.name, "blocks.");
+        if (b) {
+            int64_t idx = strtoll(b + 7, NULL, 10);
+            if (idx + 1 > layers)
+                layers = idx + 1;
+        }
+        if (ends_with(in.name, "scale_weight") || ends_with(in.name, "scale_input"))
+            continue;   /* ComfyUI fp8 scales: folded into the weights */
+        int64_t numel = 1;
+        for (int d = 0; d < in.ndim; d++)
+            numel *= in.shape[d];
+        int kind = linear_kind(in.name, in.ndim);
+        if (kind == 1)
+            numel = padded_numel(in.name, in.shape[0], in.shape[1], m->pad);
+        uint64_t nb = (uint64_t)numel * (uint64_t)(kind == 1 ? m->block_elem : kind == 2 ? m->base : 4);
+        bytes += nb;
+        if (b && strncmp(b + 7, "0.", 2) == 0)
+            block0 += nb;
+    }
+    m->layers = layers;
+    m->expert_bytes[e] = bytes;
+    m->block_bytes = block0;
+out:
+    ghc_st_free(st);
+    return rc;
+}
+
+/* Bytes of one expert with random weights of the given dims (the layout of load.c). */
+static void est_random_bytes(struct est_model *m)
+{
+    const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn;
+    const uint64_t p = (uint64_t)m->pad;
+    /* the block linears with their spare room: q, k, v; o and cross q, o; cross k, v; ffn.0, ffn.2 */
+    uint64_t lin = 3 * (D + p) * (D + 3 * p) + 3 * (D + p) * (D + p) + 2 * (D + p) * (D + 2 * p) +
+                   2 * (D + p) * (F + p);
+    uint64_t small = 6 * D + (9 * D + F) + 6 * D;   /* mod, biases, norms */
+    m->block_bytes = lin * (uint64_t)m->block_elem + small * 4;
+    uint64_t rest = (D * 4 * (uint64_t)m->in_ch + D) * 4                         /* patch embedding */
+                  + (D * (uint64_t)m->text_dim + D * D) * (uint64_t)m->base + 2 * D * 4   /* text MLP */
+                  + (D * (uint64_t)m->freq_dim + D + D * D + D + 6 * D * D + 6 * D) * 4    /* time */
+                  + (2 * D + 4 * (uint64_t)m->out_ch * D + 4 * (uint64_t)m->out_ch) * 4;   /* head */
+    m->expert_bytes[0] = m->block_bytes * (uint64_t)m->layers + rest;
+    m->expert_bytes[1] = m->experts > 1 ? m->expert_bytes[0] : 0;
+}
+
+static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
+{
+    static const struct ghc_cfg_key random_keys[] = {
+        { "dim", GHC_CFG_INT }, { "ffn_dim", GHC_CFG_INT }, { "heads", GHC_CFG_INT }, { "layers", GHC_CFG_INT },
+        { "in_channels", GHC_CFG_INT }, { "out_channels", GHC_CFG_INT }, { "text_dim", GHC_CFG_INT },
+        { "freq_dim", GHC_CFG_INT }, { "experts", GHC_CFG_INT }, { "seed", GHC_CFG_INT }, { NULL, 0 } };
+    static const char *const dtypes[] = { "bf16", "f32", "fp8", NULL };
+    int rc, dt, nlist = 0;
+    ghc_cfg_t *rnd = NULL;
+    const char *path = NULL;
+    if ((rc = ghc_cfg_get_choice(cfg, "dtype", 0, dtypes, &dt)) < 0 ||
+        (rc = ghc_cfg_get_group(cfg, "random", random_keys, &rnd)) < 0 ||
+        (rc = ghc_cfg_list_len(cfg, "checkpoints", &nlist)) < 0 ||
+        (rc = ghc_cfg_get_string(cfg, "checkpoint", NULL, &path)) < 0)
+        return rc;
+    m->base = dt == 1 ? 4 : 2;
+    m->block_elem = dt == 2 ? 1 : m->base;
+    if ((rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0)
+        return rc;
+    if (dt == 2)
+        m->pad = 0;   /* fp8 block linears are stored dense */
+    m->heads = 0;
+    m->freq_dim = 256;
+    if (rnd) {
+        if ((rc = ghc_cfg_get_int(rnd, "dim", 256, 2, 65536, &m->dim)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "ffn_dim", 704, 1, 1 << 20, &m->ffn)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "heads", m->dim % 128 == 0 ? m->dim / 128 : 1, 1, 4096, &m->heads)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "layers", 3, 1, 1000, &m->layers)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "in_channels", 16, 1, 4096, &m->in_ch)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "out_channels", 16, 1, 4096, &m->out_ch)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "text_dim", 4096, 1, 1 << 20, &m->text_dim)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "freq_dim", 256, 2, 1 << 20, &m->freq_dim)) < 0 ||
+            (rc = ghc_cfg_get_int(rnd, "experts", 1, 1, 2, &m->experts)) < 0)
+            return rc;
+        est_random_bytes(m);
+        return 0;
+    }
+    m->experts = nlist == 2 ? 2 : 1;
+    for (int e = 0; e < m->experts; e++) {
+        if (nlist == 2 && (rc = ghc_cfg_list_string(cfg, "checkpoints", e, &path)) < 0)
+            return rc;
+        if (!path)
+            return ghc_error_set(core, GHC_ECONFIG, "%s: estimate: the model has neither 'checkpoint', 'checkpoints' "
+                                 "nor 'random'", ghc_cfg_where(cfg, NULL));
+        if ((rc = est_checkpoint(core, path, m, e)) < 0)
+            return rc;
+    }
+    int64_t h;
+    if ((rc = ghc_cfg_get_int(cfg, "heads", 0, 0, 4096, &h)) < 0)
+        return rc;
+    m->heads = h ? h : m->dim / 128 ? m->dim / 128 : 1;
+    return 0;
+}
+
+/* ---- activations (bytes for B samples of L tokens) -------------------------------------------- */
+
+/* One block's kept activations (forward.c act_alloc). */
+static uint64_t act_block(const struct est_model *m, uint64_t B, uint64_t L)
+{
+    const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn, H = (uint64_t)m->heads, b = (uint64_t)m->base;
+    uint64_t per_token = 28 * D + 9 * b * D + 4 * F + b * F + 24 + 12 + 8 * H;
+    uint64_t ctx = WAN22_TEXT_LEN * (8 * D + 4 + 2 * b * D);
+    return B * (L * per_token + ctx + 6 * 4 * D);
+}
+
+/* Everything else a training forward keeps (state_prepare), residual stream excluded. */
+static uint64_t act_state(const struct est_model *m, uint64_t B, uint64_t L)
+{
+    const uint64_t D = (uint64_t)m->dim, b = (uint64_t)m->base;
+    return B * (WAN22_TEXT_LEN * ((uint64_t)m->text_dim * b + 2 * D * b) + (uint64_t)m->freq_dim * 4 + 9 * 4 * D +
+                L * 4 * (uint64_t)m->in_ch * 4 + 8 * D + L * 8 + L * D * 4 + L * 4 * (uint64_t)m->out_ch * 4);
+}
+
+/* The backward scratch (backward.c grad_prepare). */
+static uint64_t act_grad(const struct est_model *m, uint64_t B, uint64_t L)
+{
+    const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn, b = (uint64_t)m->base;
+    return B * (L * (12 * D + 8 * F + b * D + b * F + 3 * b * D + 12 * D) + WAN22_TEXT_LEN * (2 * b * D + 8 * D) +
+                L * 4 * (uint64_t)m->out_ch * 4 + L * 4 * (uint64_t)m->in_ch * 4);
+}
+
+/* ---- the member ------------------------------------------------------------------------------- */
+
+int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t tokens, struct ghc_model_memory *out)
+{
+    int rc;
+    struct est_model m = { 0 };
+    const char *ckpt = "off";
+    int64_t every = 1;
+    if ((rc = est_model_read(core, cfg, &m)) < 0 ||
+        (rc = ghc_cfg_get_string(cfg, "checkpointing", "off", &ckpt)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "checkpoint_every", 1, 1, 1000, &every)) < 0)
+        return rc;
+    const uint64_t B = (uint64_t)batch, L = (uint64_t)tokens;
+    const uint64_t N = (uint64_t)m.layers, D = (uint64_t)m.dim;
+    bool ck = strcmp(ckpt, "block") == 0;
+    uint64_t slots_ck = 1 + N - (N + (uint64_t)every - 1) / (uint64_t)every;
+    uint64_t blk = act_block(&m, B, L), resid = B * L * D * 4;
+    struct ghc_model_memory r = {
+        .struct_size = out->struct_size,
+        .experts = (int32_t)m.experts,
+        .checkpoint_every = ck ? (int32_t)every : 0,
+        .weights = m.expert_bytes[0],
+        .weights_inactive = m.experts > 1 ? m.expert_bytes[1] : 0,
+        .block = m.block_bytes,
+        .activations_full = N * blk + (N + 1) * resid + act_state(&m, B, L),
+        .activations_ckpt = slots_ck * blk + (N + 1) * resid + act_state(&m, B, L),
+        .backward_scratch = act_grad(&m, B, L),
+        .text_embeds = B * WAN22_TEXT_LEN * (uint64_t)m.text_dim * 4,
+        /* the batch's own tensors: noisy, model output, its gradient, dnoisy (f32 latents) */
+        .latents = 4 * B * L * 4 * (uint64_t)(m.in_ch > m.out_ch ? m.in_ch : m.out_ch) * 4,
+        /* the adapter targets per block: 8 linears [D, D], ffn.0 [F, D], ffn.2 [D, F] */
+        .n_shapes = 3,
+        .shapes = { { m.dim, m.dim, 8 * m.layers }, { m.dim, m.ffn, m.layers }, { m.ffn, m.dim, m.layers } },
+    };
+    snprintf(r.summary, sizeof(r.summary), "dim %lld, ffn %lld, %lld blocks, %s weights", (long long)m.dim,
+             (long long)m.ffn, (long long)m.layers, m.block_elem == 1 ? "fp8 block" : m.base == 2 ? "bf16" : "f32");
+    memcpy(out, &r, out->struct_size < sizeof(r) ? out->struct_size : sizeof(r));
+    return 0;
+}
