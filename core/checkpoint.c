@@ -60,9 +60,9 @@ void ghc_checkpoint_newest(const char *dir, int64_t *step)
  * names the expert it serves. */
 static void adapter_file(const struct ghc_trainer *tr, const char *dir, int a, char *buf, size_t len)
 {
-    const char *suffix = tr->n_experts < 2 || tr->adapter_expert[a] < 0 ? ""
-                       : tr->adapter_expert[a] == 0 ? "_high_noise" : "_low_noise";
-    snprintf(buf, len, "%s/%s%s.safetensors", dir, tr->c.name, suffix);
+    const bool named = tr->n_experts >= 2 && tr->adapter_expert[a] >= 0;
+    snprintf(buf, len, "%s/%s%s%s.safetensors", dir, tr->c.name, named ? "_" : "",
+             named ? ghc_model_expert_name(tr->model, tr->adapter_expert[a]) : "");
 }
 
 int ghc_checkpoint_save_adapters(struct ghc_trainer *tr, const char *dir, char *first, size_t len)

@@ -35,6 +35,8 @@ struct ghc_ops_head {
 };
 
 /* A run's instance of one kind; the typed handles (ghc_mempolicy_t...) are this struct. */
+#define GHC_EXPERT_NAMES 8   /* experts a model may name (more: "") */
+
 struct ghc_instance {
     ghc_core_t          *core;
     enum ghc_kind        kind;
@@ -43,6 +45,8 @@ struct ghc_instance {
     ghc_cfg_t           *cfg;
     void               (*free)(void *self);
     void                *hook;       /* model: the adapter hook ghc_model_set_hook installed */
+    char                 expert_name[GHC_EXPERT_NAMES][64];   /* model: ghc_model_expert_name's */
+    int                  expert_name_told;                    /* model: a bad name was logged */
 };
 
 /* ---- configuration -------------------------------------------------------------------------- */

@@ -240,6 +240,25 @@ int ghc_model_input_spec(ghc_model_t *m, struct ghc_model_input *out)
     return rc;
 }
 
+const char *ghc_model_expert_name(ghc_model_t *m, int32_t expert)
+{
+    struct ghc_instance *in = M_INST(m);
+    if (expert < 0 || expert >= M_OPS(m)->experts(M_SELF(m)) || expert >= GHC_EXPERT_NAMES)
+        return "";
+    char *buf = in->expert_name[expert];
+    const char *n = M_OPS(m)->expert_name ? M_OPS(m)->expert_name(M_SELF(m), expert) : NULL;
+    size_t len = n ? strlen(n) : 0;
+    bool ok = len > 0 && len < sizeof(in->expert_name[0]) && strspn(n, "abcdefghijklmnopqrstuvwxyz0123456789_") == len;
+    if (n && !ok && !in->expert_name_told++)
+        ghc_log(in->core, GHC_LOG_WARN, "model \"%s\": expert_name(%d) is \"%.80s\", not 1 to %zu of [a-z0-9_]: "
+                "using \"expert%d\"", M_NAME(m), (int)expert, n, sizeof(in->expert_name[0]) - 1, (int)expert);
+    if (ok)
+        snprintf(buf, sizeof(in->expert_name[0]), "%s", n);
+    else
+        snprintf(buf, sizeof(in->expert_name[0]), "expert%d", (int)expert);
+    return buf;
+}
+
 /* ---- plugin-level members (no instance) -------------------------------------------------------- */
 
 /* The model ops of plugin `name`, the plugin loaded if needed. */

@@ -178,7 +178,7 @@ static int setup_adapters(struct ghc_trainer *tr)
         if ((rc = ghc_network_attach(tr->net, e, targets, n_targets)) < 0 ||
             (rc = ghc_network_params(tr->net, e, &tr->params[a], &tr->n_params[a])) < 0)
             return rc;
-        /* Optimizer groups: 0 high noise, 1 low noise (stage-specific settings), -1 plain. */
+        /* Optimizer groups: the expert's index (per-expert settings), -1 shared (the plain ones). */
         for (int32_t i = 0; i < tr->n_params[a]; i++)
             tr->params[a][i].group = tr->n_experts < 2 ? -1 : tr->adapter_expert[a];
         if ((rc = ghc_optimizer_add_params(tr->opt, tr->params[a], tr->n_params[a])) < 0)

@@ -222,6 +222,10 @@ struct ghc_model_ops {
      * merges into. */
     int (*merge_names)(ghc_core_t *core, const char *tensor, int32_t ndim, const int64_t *shape,
                        struct ghc_merge_names *out);
+    /* optional (since API 13); after init: the name of `expert` in file names and settings
+     * ("high_noise" for Wan2.2 A14B's expert 0), [a-z0-9_] only; borrowed until free. Absent
+     * (or NULL): "expert<N>". A single-expert model's files carry no expert name. */
+    const char *(*expert_name)(void *self, int32_t expert);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -253,6 +257,10 @@ GHC_API int ghc_model_target_weight(ghc_model_t *model, int32_t expert, int32_t 
 /* (since API 11) What the model takes as input: out->struct_size must be set; the rest is
  * zeroed and filled by the model. GHC_EUNSUPPORTED (message set) when the model lacks the member. */
 GHC_API int ghc_model_input_spec(ghc_model_t *model, struct ghc_model_input *out);
+/* (since API 13) The model's name of `expert` (its expert_name, checked: [a-z0-9_], 1 to 63
+ * characters), or "expert<N>" without one; "" for an expert out of range. Borrowed until the
+ * run is freed. */
+GHC_API const char *ghc_model_expert_name(ghc_model_t *model, int32_t expert);
 
 /* ---- plugin-level members (core wrappers, no instance; since API 13) ---- */
 

@@ -34,9 +34,12 @@ GHC_API ghc_optimizer_t *ghc_optimizer_get(ghc_core_t *core);
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
 
-/* Hand over params (borrowed until the run ends) with their group: 0 the high-noise expert
- * (high_noise_* settings), 1 the low-noise expert (low_noise_*), any other value the plain
- * settings. The optimizer allocates their state (role GHC_ROLE_OPTIMIZER_STATE). */
+/* Hand over params (borrowed until the run ends) with their group: the trainer passes each
+ * expert's params with the expert's index (ghc_model_expert_name names it), shared adapters
+ * with -1. An optimizer may keep settings per group; the shipped ones read their stage keys as
+ * <name>_<key> with Wan2.2's expert names (high_noise_lr for group 0, low_noise_lr for 1) and
+ * the plain settings otherwise. The optimizer allocates their state (role
+ * GHC_ROLE_OPTIMIZER_STATE). */
 GHC_API int   ghc_optimizer_add_params(ghc_optimizer_t *opt, struct ghc_param *params, int32_t n);
 /* One update of the params of `group` whose grad is set (grads are not zeroed). `step` counts
  * optimizer steps from 0 and seeds the stochastic rounding of bf16 params. */

@@ -317,6 +317,15 @@ static int wan22_targets(void *self, const struct ghc_model_target **out, int32_
     return 0;
 }
 
+/* A14B's two experts by the noise level they serve: the names of the peers' files. */
+static const char *wan22_expert_name(void *self, int32_t expert)
+{
+    struct wan22 *m = self;
+    if (m->n_experts < 2)
+        return NULL;
+    return expert == 0 ? "high_noise" : "low_noise";
+}
+
 static int wan22_set_hook(void *self, const struct ghc_adapter_hook *hook)
 {
     struct wan22 *m = self;
@@ -452,6 +461,7 @@ static const struct ghc_model_ops wan22_ops = {
     .device = wan22_device,
     .target_weight = wan22_target_weight,
     .input_spec = wan22_input_spec,
+    .expert_name = wan22_expert_name,
     .estimate = wan22_estimate,
     .merge_names = wan22_merge_names,
 };
