@@ -2,7 +2,9 @@
  * - every key a shipped plugin or a core section declares (`gh200core plugins --keys`) has a
  *   row in doc/config.md, in the part for that plugin or section;
  * - every key used in etc/*.cfg is declared by the plugin (or core section) it belongs to, and
- *   every plugin named there exists. */
+ *   every plugin named there exists;
+ * - the table of the seven kinds in doc/plugin-guide.md names exactly the members of each
+ *   `struct ghc_<kind>_ops` in its header, required and optional as the header's comments say. */
 #include <config.h>
 
 #include <dirent.h>
@@ -206,6 +208,122 @@ START_TEST(test_example_configs_use_declared_keys)
 }
 END_TEST
 
+/* ---- doc/plugin-guide.md's table of the kinds against the headers ---------------------------- */
+
+#define MAX_MEMBERS 64
+
+struct members {
+    int  n[2];                        /* [0] required, [1] optional */
+    char name[2][MAX_MEMBERS][40];
+};
+
+static void add_member(struct members *m, int opt, const char *s, size_t len)
+{
+    ck_assert_int_lt(m->n[opt], MAX_MEMBERS);
+    ck_assert_int_lt(len, sizeof(m->name[0][0]));
+    memcpy(m->name[opt][m->n[opt]], s, len);
+    m->name[opt][m->n[opt]++][len] = '\0';
+}
+
+static bool has_member(const struct members *m, int opt, const char *name)
+{
+    for (int i = 0; i < m->n[opt]; i++)
+        if (strcmp(m->name[opt][i], name) == 0)
+            return true;
+    return false;
+}
+
+/* The function-pointer members of struct ghc_<kind>_ops, each under the last comment that
+ * started with "required" or "optional" (init left out: every kind has it). */
+static void header_members(const char *kind, struct members *m)
+{
+    char path[4096], open[64];
+    snprintf(path, sizeof(path), "%s/include/gh200core/%s.h", tu_env("GHC_TOP_SRCDIR"), kind);
+    snprintf(open, sizeof(open), "struct ghc_%s_ops {", kind);
+    char *h = slurp(path), *p = strstr(h, open);
+    ck_assert_msg(p != NULL, "%s: no %s", path, open);
+    char *end = strstr(p, "\n};");
+    ck_assert_msg(end != NULL, "%s: %s does not end", path, open);
+    int state = -1;
+    while ((p = strpbrk(p, "/(")) && p < end) {
+        if (p[0] == '/' && p[1] == '*') {
+            const char *c = p + 2;
+            while (*c == ' ')
+                c++;
+            if (strncmp(c, "required", 8) == 0)
+                state = 0;
+            else if (strncmp(c, "optional", 8) == 0)
+                state = 1;
+            p = strstr(p, "*/");
+            ck_assert_ptr_nonnull(p);
+        } else if (p[0] == '(' && p[1] == '*') {
+            const char *s = p + 2;
+            size_t len = strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_");
+            ck_assert_msg(state >= 0, "%s: member %.*s has no \"required\" or \"optional\" comment before it",
+                          path, (int)len, s);
+            if (len != 4 || strncmp(s, "init", 4) != 0)
+                add_member(m, state, s, len);
+        }
+        p++;
+    }
+    free(h);
+}
+
+/* The `identifiers` of one table cell (words with a space or a dot are prose). */
+static void cell_members(const char *cell, size_t cell_len, int opt, struct members *m)
+{
+    const char *p = cell, *end = cell + cell_len;
+    while ((p = memchr(p, '`', (size_t)(end - p))) && p < end) {
+        const char *q = memchr(p + 1, '`', (size_t)(end - p - 1));
+        ck_assert_ptr_nonnull(q);
+        size_t len = (size_t)(q - p - 1);
+        if (len > 0 && strspn(p + 1, "abcdefghijklmnopqrstuvwxyz0123456789_") == len)
+            add_member(m, opt, p + 1, len);
+        p = q + 1;
+    }
+}
+
+START_TEST(test_plugin_guide_lists_every_member)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/doc/plugin-guide.md", tu_env("GHC_TOP_SRCDIR"));
+    char *doc = slurp(path);
+    int bad = 0;
+    for (int k = 0; kinds[k]; k++) {
+        char row[64];
+        snprintf(row, sizeof(row), "| %d | %s |", k + 1, kinds[k]);
+        const char *r = strstr(doc, row);
+        ck_assert_msg(r != NULL, "%s: no table row \"%s\"", path, row);
+        const char *eol = strchr(r, '\n'), *col[6];
+        int nc = 0;
+        for (const char *c = r; c && c < eol && nc < 6; c = strchr(c + 1, '|'))
+            col[nc++] = c;
+        ck_assert_msg(nc == 6, "%s: the row of %s has %d columns, expected 6", path, kinds[k], nc - 1);
+        struct members doc_m = { { 0, 0 } }, hdr = { { 0, 0 } };
+        cell_members(col[3], (size_t)(col[4] - col[3]), 0, &doc_m);
+        cell_members(col[4], (size_t)(col[5] - col[4]), 1, &doc_m);
+        header_members(kinds[k], &hdr);
+        for (int o = 0; o < 2; o++) {
+            for (int i = 0; i < hdr.n[o]; i++)
+                if (!has_member(&doc_m, o, hdr.name[o][i])) {
+                    fprintf(stderr, "plugin-guide.md: %s's %s member `%s` is missing from its %s column\n", kinds[k],
+                            o ? "optional" : "required", hdr.name[o][i], o ? "optional" : "required");
+                    bad++;
+                }
+            for (int i = 0; i < doc_m.n[o]; i++)
+                if (!has_member(&hdr, o, doc_m.name[o][i])) {
+                    fprintf(stderr, "plugin-guide.md: `%s` in %s's %s column is not a%s member of struct ghc_%s_ops\n",
+                            doc_m.name[o][i], kinds[k], o ? "optional" : "required", o ? "n optional" : " required",
+                            kinds[k]);
+                    bad++;
+                }
+        }
+    }
+    free(doc);
+    ck_assert_msg(bad == 0, "%d differences between doc/plugin-guide.md's table and the headers (listed above)", bad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("docs");
@@ -213,6 +331,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_config_md_documents_every_key);
     tcase_add_test(tc, test_example_configs_use_declared_keys);
+    tcase_add_test(tc, test_plugin_guide_lists_every_member);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, false);
 }
