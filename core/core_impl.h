@@ -129,5 +129,8 @@ int ghc_error_member(ghc_core_t *core, uint64_t seq, int rc, const char *kind, c
 char *ghc_strdup(const char *s);
 /* Levenshtein distance, capped at 100 (for "did you mean"). */
 int ghc_edit_distance(const char *a, const char *b);
+/* A tensor or metadata name made safe for a one-line message in buf (safetensors.c, for the
+ * reader and the writer): control bytes become '?', long names are cut. Returns buf. */
+const char *ghc_st_esc(const char *s, char *buf, size_t len);
 
 #endif /* GHC_CORE_IMPL_H */

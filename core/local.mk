@@ -3,7 +3,7 @@
 # interfaces added -> C+1, R=0, A+1; interfaces removed or changed -> C+1, R=0, A=0.
 lib_LTLIBRARIES += libgh200core.la
 libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
-	core/tensor.c core/safetensors.c core/elem.h core/model.c core/schedule.c
+	core/tensor.c core/safetensors.c core/safetensors_write.c core/elem.h core/model.c core/schedule.c
 # data: backend and cache wrappers, the `local` backend, the dataset
 libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c core/dataset_impl.h \
 	core/data_formats.c core/data_aitk.c core/data_order.c core/data_batch.c

@@ -4,7 +4,8 @@
 # tests/fixtures/make_lycoris_fixtures.py (Python LyCORIS + peft, pinned); the C tests read
 # them, Python is not needed. test_lycoris_cuda runs the golden cases and the wan22 checks on
 # GPU 0 (exit 77 without one).
-LYCORIS_TEST_SOURCES = tests/testutil.h plugins/lycoris/lycoris.c plugins/lycoris/algo.c plugins/lycoris/file.c \
+LYCORIS_TEST_SOURCES = tests/testutil.h plugins/lycoris/lycoris.c plugins/lycoris/algo.c plugins/lycoris/algo_lora.c \
+	plugins/lycoris/algo_loha.c plugins/lycoris/algo_lokr.c plugins/lycoris/algo_dora.c plugins/lycoris/file.c \
 	plugins/lycoris/merge.c plugins/lycoris/estimate.c plugins/lycoris/lycoris_impl.h
 check_PROGRAMS += tests/test_lycoris
 tests_test_lycoris_SOURCES = tests/test_lycoris.c $(LYCORIS_TEST_SOURCES)

@@ -1,9 +1,10 @@
 /* lycoris_impl.h: the lycoris network plugin's internal types, shared by lycoris.c (config,
- * targets, parameters, dropout, plugin glue), algo.c (forward and backward of LoRA, LoHa and
- * LoKr on the ops of ops.h, one code path for CPU and CUDA), file.c (adapter files: key
- * names, save, load), merge.c (an adapter file read for merging) and estimate.c (the memory
- * estimate). Never installed; tests/test_lycoris.c links these sources to reach the
- * factorization and the key mapping directly. Formulas: doc/lycoris.md. */
+ * targets, parameters, dropout, plugin glue), algo.c with algo_lora.c, algo_loha.c, algo_lokr.c
+ * and algo_dora.c (forward and backward of LoRA, LoHa, LoKr and DoRA on the ops of ops.h, one
+ * code path for CPU and CUDA), file.c (adapter files: key names, save, load), merge.c (an
+ * adapter file read for merging) and estimate.c (the memory estimate). Never installed;
+ * tests/test_lycoris.c links these sources to reach the factorization and the key mapping
+ * directly. Formulas: doc/lycoris.md. */
 #ifndef GHC_LYCORIS_IMPL_H
 #define GHC_LYCORIS_IMPL_H
 
@@ -81,7 +82,7 @@ struct lyc_override {               /* "pattern:rank[:alpha]" */
     double  alpha;                  /* < 0: unset */
 };
 
-/* H = X A^T of a LoRA module's last forward, for its backward in the same step (algo.c). */
+/* H = X A^T of a LoRA module's last forward, for its backward in the same step (algo_lora.c). */
 struct lyc_hkeep {
     const struct lyc_module *md;    /* NULL: free */
     const void              *x;     /* the forward's X (its data) */
@@ -141,7 +142,7 @@ const char *lyc_algo_name(enum lyc_algo a);
 /* The file suffix of parameter slot i of module md (NULL: unused slot). Static. */
 const char *lyc_param_suffix(const struct lyc_module *md, int i);
 
-/* ---- algo.c ---------------------------------------------------------------------------------- */
+/* ---- algo*.c: the adapters' math ------------------------------------------------------------ */
 
 /* The members of the hook (model.h, struct ghc_adapter_hook) for one module; x [.., in], y and
  * dy [.., out] f32, dx f32 or NULL. Return 0 or GHC_E* (the hook turns 0 into 1).
@@ -195,6 +196,62 @@ int lyc_dora_file_scale(struct lycoris *net, struct lyc_module *md, const ghc_te
  * weight_decompose on the stored value). Sets md->wn2 for DoRA.
  * Returns 0 or GHC_E*. */
 int lyc_merge_weight(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *w, float m, void *stream);
+
+/* ---- algo*.c: shared between the algorithm files only ---------------------------------------
+ * Helpers each algorithm file uses, and the per-algorithm pieces that algo.c's dispatch,
+ * delta-W and merge call. Comments at the definitions. The macros expect a local `rc` and a
+ * label `out` (TRY), and the views of V2 / V3 are the caller's to free. */
+
+/* Scratch slots of net->ws (LYC_WS_SLOTS of them). */
+enum { WS_H, WS_CAST_W, WS_MASKED, WS_DH, WS_CAST_X, WS_P1, WS_P2, WS_DW, WS_CHUNK, WS_SUM,
+       WS_WB, WS_WC, WS_Z, WS_PT, WS_QT, WS_BT, WS_S, WS_VEC, WS_EYE, WS_M };
+
+#define TRY(x) do { if ((rc = (x)) < 0) goto out; } while (0)
+#define V2(t, r, c) lyc_view((t), 0, 2, (const int64_t[]){ (r), (c) })
+#define V3(t, a, b, c) lyc_view((t), 0, 3, (const int64_t[]){ (a), (b), (c) })
+#define DORA_EPS 1.1920929e-07   /* n = q + eps in DoRA's c = g / n */
+
+/* algo.c: scratch, views, casts, GEMMs, rank-dropout masking */
+bool lyc_grow(struct lycoris *net, ghc_tensor_t **buf, size_t bytes);
+ghc_tensor_t *lyc_ws(struct lycoris *net, int slot, enum ghc_dtype dt, int ndim, const int64_t *shape);
+ghc_tensor_t *lyc_view(const ghc_tensor_t *t, int64_t first, int ndim, const int64_t *shape);
+ghc_tensor_t *lyc_as_dtype(struct lycoris *net, int slot, const ghc_tensor_t *t, enum ghc_dtype dt, void *stream);
+int lyc_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, bool ta, bool tb, float alpha,
+             float beta, void *stream);
+int lyc_nomem(struct lycoris *net);
+ghc_tensor_t *lyc_out_begin(struct lycoris *net, struct lyc_module *md, ghc_tensor_t *y2, float *beta);
+int lyc_out_end(const struct lycoris *net, struct lyc_module *md, ghc_tensor_t *y2, ghc_tensor_t *d, void *stream);
+ghc_tensor_t *lyc_grad_in(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *dy2, void *stream);
+/* algo_lora.c, algo_loha.c, algo_lokr.c, algo_dora.c: forward and backward on [N, features]
+ * views (the dispatch), and the factors delta-W and the merge need */
+int lyc_lora_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                 void *stream);
+int lyc_lora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                 const ghc_tensor_t *g2, ghc_tensor_t *dx2, float dx_beta, void *stream);
+bool lyc_loha_kr(const struct lyc_module *md);
+int lyc_loha_build(struct lycoris *net, struct lyc_module *md, ghc_tensor_t **p1, ghc_tensor_t **p2,
+                   ghc_tensor_t **dw, void *stream);
+int lyc_loha_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                 void *stream);
+int lyc_loha_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                 ghc_tensor_t *dx2, void *stream);
+int lyc_loha_kr_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                    void *stream);
+int lyc_loha_kr_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                    ghc_tensor_t *dx2, void *stream);
+int lyc_lokr_factors(struct lycoris *net, struct lyc_module *md, ghc_tensor_t **w1, ghc_tensor_t **w2,
+                     void *stream);
+int lyc_lokr_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                 void *stream);
+int lyc_lokr_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *dy2,
+                 ghc_tensor_t *dx2, void *stream);
+int lyc_dora_coef(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *wx, ghc_tensor_t **qt,
+                  ghc_tensor_t **bt, float *v, void *stream);
+int lyc_download(struct lycoris *net, const ghc_tensor_t *t, float *v, void *stream);
+int lyc_dora_fwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, ghc_tensor_t *y2,
+                 void *stream);
+int lyc_dora_bwd(struct lycoris *net, struct lyc_module *md, const ghc_tensor_t *x2, const ghc_tensor_t *g,
+                 ghc_tensor_t *dx2, void *stream);
 
 /* ---- file.c ---------------------------------------------------------------------------------- */
 
