@@ -259,6 +259,12 @@ const char *ghc_model_expert_name(ghc_model_t *m, int32_t expert)
     return buf;
 }
 
+const char *ghc_model_architecture(ghc_model_t *m)
+{
+    const char *a = M_OPS(m)->architecture ? M_OPS(m)->architecture(M_SELF(m)) : NULL;
+    return a && *a ? a : NULL;
+}
+
 /* ---- plugin-level members (no instance) -------------------------------------------------------- */
 
 /* The model ops of plugin `name`, the plugin loaded if needed. */

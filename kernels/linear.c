@@ -202,10 +202,12 @@ static int concat_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_te
     return rc;
 }
 
-static bool has_room(const struct ghc_linear *lin)
+/* The linear keeps room for the target's rank r: r spare columns from spare_col, r spare rows. */
+static bool has_room(const ghc_linears_t *l, const struct ghc_linear *lin)
 {
-    return lin->spare > 0 && ghc_tensor_ndim(lin->w) == 2 && ghc_tensor_dim(lin->w, 1) >= lin->spare_col + lin->spare &&
-           ghc_tensor_dim(lin->w, 0) >= lin->out + lin->spare;
+    const int64_t r = l->rank[lin->target];
+    return r > 0 && lin->spare >= r && ghc_tensor_ndim(lin->w) == 2 &&
+           ghc_tensor_dim(lin->w, 1) >= lin->spare_col + lin->spare && ghc_tensor_dim(lin->w, 0) >= lin->out + lin->spare;
 }
 
 static int check_linear(ghc_linears_t *l, const struct ghc_linear *lin)
@@ -233,7 +235,7 @@ int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tenso
     const ghc_tensor_t *w = lin->w;
     int folded = 0, done = 0;
     bool asked = false;   /* the adapter was asked to write its part before the GEMM */
-    if (adapted && l->rank[t] > 0 && xp && has_room(lin)) {
+    if (adapted && xp && has_room(l, lin)) {
         if ((rc = concat_forward(l, lin, y, x, xp, &g, stream)) != 0)
             return rc < 0 ? rc : 0;
     }
@@ -322,7 +324,7 @@ int ghc_linear_backward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tens
     const bool adapted = t >= 0 && l->has_hook && l->plan[t].adapted;
     if (!dx && !adapted)
         return 0;   /* no input gradient and nothing to learn */
-    if (adapted && l->rank[t] > 0 && xp && gp && has_room(lin)) {
+    if (adapted && xp && gp && has_room(l, lin)) {
         if ((rc = concat_backward(l, lin, dx, x, xp, dy, gp, accumulate, stream)) != 0)
             return rc < 0 ? rc : 0;
     }

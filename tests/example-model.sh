@@ -13,130 +13,36 @@
 #   - a run resumed from the first run's step-20 checkpoint gives its losses of steps 21 to 40
 #     and the same adapter tensors, bit for bit (CPU);
 #   - the model's input_spec is checked: demo text of another width is refused before the run
-#     (exit 3), naming the model's key.
+#     (exit 3), naming the model's key;
+#   - the adapter file claims no architecture (pardit names none): no Wan metadata;
+#   - `gh200core estimate -c train.cfg` (the model's estimate member) gives pardit's summary and
+#     its f32 weights as it stores them (computed here from the dims), also at dims where the GiB
+#     tell, and activations linear in the batch;
+#   - `gh200core merge --model pardit` (its merge_names member) bakes run A's adapter into a base
+#     written here in pardit's naming, all zeros: all 9 modules merge, the 9 target weights are
+#     no longer zero and the two other tensors are copied as they were.
 # Run by `make check` (tests/local.mk sets GHC_TOP_BUILDDIR, GHC_TOP_SRCDIR and MAKE).
 # Exit: 0 pass, 1 fail, 77 skip (no pkg-config). GHC_KEEP_TMP=1 keeps the temporary folder.
 
 set -u
+name=example-model
+# shellcheck source-path=SCRIPTDIR source=example-lib.sh
+. "${GHC_TOP_SRCDIR:?run through make check (GHC_TOP_SRCDIR unset)}/tests/example-lib.sh"
 
-say() { printf 'example-model: %s\n' "$*"; }
-fail() { printf 'example-model: FAIL: %s\n' "$*" >&2; exit 1; }
-# Print a log file (after a failure), indented.
-show() { sed 's/^/    /' "$1" >&2; }
-
-: "${GHC_TOP_BUILDDIR:?run through make check (GHC_TOP_BUILDDIR unset)}"
-: "${GHC_TOP_SRCDIR:?run through make check (GHC_TOP_SRCDIR unset)}"
-MAKE=${MAKE:-make}
-pkg_config=${PKG_CONFIG:-pkg-config}
-if ! command -v "$pkg_config" >/dev/null 2>&1; then
-    say "SKIP: $pkg_config not found; the out-of-tree build needs it"
-    exit 77
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ghc-model.XXXXXX") || fail "mktemp -d failed"
-# shellcheck disable=SC2317  # called by the trap
-cleanup() {
-    if [ -n "${GHC_KEEP_TMP:-}" ]; then
-        say "kept $tmp"
-    else
-        chmod -R u+w "$tmp" 2>/dev/null
-        rm -rf "$tmp"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 1' HUP INT TERM
-stage=$tmp/root
-
-# ---- where this build installs: read from the build tree's gh200core.pc ----------------------
-pc_build=$GHC_TOP_BUILDDIR/gh200core.pc
-[ -r "$pc_build" ] || fail "$pc_build missing: configure and build first"
-# shellcheck disable=SC2016
-pcvar() {
-    v=$(grep "^$1=" "$pc_build" | head -n 1)
-    v=${v#*=}
-    case $v in
-    '${prefix}'*)      v=$prefix${v#'${prefix}'} ;;
-    '${exec_prefix}'*) v=$exec_prefix${v#'${exec_prefix}'} ;;
-    esac
-    printf '%s\n' "$v"
-}
-prefix=; exec_prefix=
-prefix=$(pcvar prefix)
-exec_prefix=$(pcvar exec_prefix)
-libdir=$(pcvar libdir)
-includedir=$(pcvar includedir)
-case $prefix in /*) ;; *) fail "$pc_build: prefix '$prefix' is not an absolute path" ;; esac
-
-# ---- install the build into the staging root ----------------------------------------------
-# As tests/example-plugin.sh does, and for the same reasons: libgh200core, the headers, the .pc
-# files and the CLI only (no relinking of the libraries under the feet of parallel tests);
-# libgh200core_ops is copied into the staged libdir, where an installed one would be.
-unset MAKEFLAGS MFLAGS
-only="lib_LTLIBRARIES=libgh200core.la plugins_LTLIBRARIES="
-say "$MAKE -C $GHC_TOP_BUILDDIR install DESTDIR=$stage $only"
-# shellcheck disable=SC2086  # $only is two words
-if ! $MAKE -C "$GHC_TOP_BUILDDIR" install DESTDIR="$stage" $only >"$tmp/install.log" 2>&1; then
-    show "$tmp/install.log"
-    fail "make install DESTDIR=$stage failed (log above)"
-fi
-pc=$(find "$stage" -name gh200core.pc -type f | head -n 1)
-[ -n "$pc" ] || fail "no gh200core.pc installed under $stage"
-[ -r "$(dirname "$pc")/gh200core-ops.pc" ] || fail "no gh200core-ops.pc installed beside $pc"
-cli=$stage$exec_prefix/bin/gh200core
-[ -x "$cli" ] || fail "the installed CLI $cli is missing"
-cp -P "$GHC_TOP_BUILDDIR"/.libs/libgh200core_ops.so* "$stage$libdir/" ||
-    fail "cannot copy $GHC_TOP_BUILDDIR/.libs/libgh200core_ops.so* into $stage$libdir"
-
-PKG_CONFIG_PATH=$(dirname "$pc")
-export PKG_CONFIG_PATH
-staged_pc="$pkg_config --define-variable=prefix=$stage$prefix"
-for var in libdir includedir; do
-    case $var in libdir) want=$stage$libdir ;; *) want=$stage$includedir ;; esac
-    got=$($staged_pc --variable=$var gh200core) || fail "$staged_pc --variable=$var gh200core failed"
-    [ "$got" = "$want" ] || staged_pc="$staged_pc --define-variable=$var=$want"
-done
-say "PKG_CONFIG='$staged_pc': libs '$($staged_pc --libs gh200core-ops)'"
-
-# ---- build the example out of tree ----------------------------------------------------------
-src=$tmp/pardit
-mkdir "$src" || fail "mkdir $src failed"
-cp -R "$GHC_TOP_SRCDIR/doc/examples/pardit/." "$src/" || fail "cannot copy doc/examples/pardit"
-chmod -R u+w "$src"   # distcheck's source tree is read-only, and so are copies of it
-rm -rf "$src/output" "$src/ghc_pardit.so"
-say "$MAKE -C $src PKG_CONFIG='$staged_pc'"
-if ! $MAKE -C "$src" PKG_CONFIG="$staged_pc" >"$tmp/build.log" 2>&1; then
-    show "$tmp/build.log"
-    fail "building doc/examples/pardit out of tree failed (log above)"
-fi
-cat "$tmp/build.log"
+stage_install
+say "gh200core-ops: libs '$($staged_pc --libs gh200core-ops)'"
+build_example pardit pardit
 if grep -i 'warning' "$tmp/build.log" >/dev/null; then
     fail "the example builds with warnings (log above)"
 fi
-so=$src/ghc_pardit.so
-[ -f "$so" ] || fail "make did not build $so"
-if command -v nm >/dev/null 2>&1; then
-    syms=$(nm -D --defined-only "$so" | awk '$2 ~ /^[A-Z]$/ && $3 !~ /^(_init|_fini|_edata|_end|__bss_start)$/ { print $3 }')
-    [ "$syms" = ghc_plugin_pardit ] || fail "ghc_pardit.so exports: $(printf '%s' "$syms" | tr '\n' ' '); expected only ghc_plugin_pardit"
-    say "ghc_pardit.so exports only ghc_plugin_pardit"
-fi
 
 # ---- run the installed CLI ------------------------------------------------------------------
-# The CLI also needs libgh200core_train (not installed here): from the build tree, after the
-# staged libraries. The shipped plugins (host, lycoris, adamw, constant) come from the build
-# tree; train.cfg's plugin_path (".") finds ghc_pardit.so beside it.
-LD_LIBRARY_PATH=$stage$libdir:$GHC_TOP_BUILDDIR/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export LD_LIBRARY_PATH
-unset GHC_PLUGIN_PATH
+# The shipped plugins (host, lycoris, adamw, constant) come from the build tree; train.cfg's
+# plugin_path (".") finds ghc_pardit.so beside it.
+stage_run
 cd "$src" || fail "cd $src"
 shipped=$GHC_TOP_BUILDDIR/plugins/.libs
 
-# Run the CLI with arguments "$@"; $rc is its status, $tmp/out its stdout and stderr.
-run_cli() {
-    say "gh200core $*"
-    "$cli" "$@" >"$tmp/out" 2>&1
-    rc=$?
-    sed 's/^/    /' "$tmp/out"
-}
 # The "loss" of each step of a run's metrics.jsonl, one "step loss" per line.
 losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1/metrics.jsonl"; }
 
@@ -183,6 +89,15 @@ for f in lora_down lora_up; do
     grep -F "\"lora_unet_text_in.$f.weight\"" "$tmp/header" >/dev/null || fail "$adapter lacks lora_unet_text_in.$f.weight"
 done
 say "$adapter holds the LoRA of all 9 targets"
+# pardit claims no architecture: the file claims none either (no Wan metadata)
+for key in ss_base_model_version modelspec.architecture modelspec.implementation; do
+    if grep -F "\"$key\"" "$tmp/header" >/dev/null; then
+        fail "$adapter has metadata $key, but pardit claims no architecture"
+    fi
+done
+if grep -i 'wan' "$tmp/header" >/dev/null; then
+    fail "$adapter's header mentions Wan: $(grep -io '"[^"]*wan[^"]*"' "$tmp/header" | head -n 3 | tr '\n' ' ')"
+fi
 
 # ---- B: no spare room: the adapter's own passes, the same losses ------------------------------
 run_cli -P "$shipped" -c train.cfg --set output_dir='"b"' --set model.spare=0
@@ -209,6 +124,111 @@ m=$(od -An -tu8 -N8 c/adapter.safetensors | tr -d ' ')
 tail -c +"$((m + 9))" c/adapter.safetensors >"$tmp/c.data"
 cmp -s "$tmp/a.data" "$tmp/c.data" || fail "the resumed run's adapter tensors differ from run a's"
 say "the resumed run gives run a's steps 21 to 40 and its adapter"
+
+# ---- D: estimate ----------------------------------------------------------------------------
+# pardit's f32 weights as it stores them, in elements, from its dims: the 4 block linears and
+# text_in keep s spare rows and s spare columns (fc1's after qkv's: D + 2s), the other linears
+# (embed, time_in, mod of 3 nb + 2 vectors of D, head) none; the biases; I_C.
+weights() {   # D M blocks C text_dim freq_dim spare
+    awk -v D="$1" -v M="$2" -v nb="$3" -v C="$4" -v Dt="$5" -v Ft="$6" -v s="$7" 'BEGIN {
+        blk = (3 * D + s) * (D + s) + 3 * D + (D + s) * (D + s) + D + (M + s) * (D + 2 * s) + M + (D + s) * (M + s) + D
+        nm = 3 * nb + 2
+        printf "%.0f\n", nb * blk + (D + s) * (Dt + s) + D + D * C + D + D * Ft + D + nm * D * D + nm * D + C * D + C + C * C }'
+}
+# The GiB of a role line of the estimate ("weights      0.123  host").
+role_gib() { awk -v r="$1" '$1 == r { print $2 }' "$tmp/out"; }
+gib() { awk -v n="$1" 'BEGIN { printf "%.3f\n", n / 1073741824 }'; }
+
+n=$(weights 64 128 2 16 32 32 8)   # train.cfg's dims
+run_cli -P "$shipped" -c train.cfg estimate
+[ "$rc" -eq 0 ] || fail "gh200core estimate -c train.cfg: exit $rc, expected 0"
+grep -F "model: pardit, 1 expert, dim 64, mlp 128, 2 parallel blocks, 9 targets (spare 8), $n f32 weights" \
+    "$tmp/out" >/dev/null || fail "the estimate does not give pardit's summary with its $n f32 weights"
+[ "$(role_gib weights)" = "$(gib $((4 * n)))" ] ||
+    fail "the estimate's weights are $(role_gib weights) GiB, pardit's $n f32 weights $(gib $((4 * n))) GiB"
+# Larger dims, so that the GiB tell: the weights, and activations linear in the batch
+big="--set model.dim=2048 --set model.heads=16 --set model.mlp=8192 --set model.blocks=16"
+n=$(weights 2048 8192 16 16 32 32 8)
+# shellcheck disable=SC2086  # $big is words
+run_cli -P "$shipped" -c train.cfg estimate $big --tokens 4096
+[ "$rc" -eq 0 ] || fail "gh200core estimate $big: exit $rc, expected 0"
+[ "$(role_gib weights)" = "$(gib $((4 * n)))" ] ||
+    fail "with $big the estimate's weights are $(role_gib weights) GiB, pardit's $n f32 weights $(gib $((4 * n))) GiB"
+act1=$(role_gib activations)
+# shellcheck disable=SC2086
+run_cli -P "$shipped" -c train.cfg estimate $big --tokens 4096 --batch 2
+[ "$rc" -eq 0 ] || fail "gh200core estimate $big --batch 2: exit $rc, expected 0"
+act2=$(role_gib activations)
+awk -v a="$act1" -v b="$act2" 'BEGIN { d = b - 2 * a; exit !(a > 0.1 && d < 0.003 && d > -0.003) }' ||
+    fail "activations of 2 samples ($act2 GiB) are not twice those of 1 ($act1 GiB)"
+say "estimate: pardit's weights as it stores them; activations $act1 GiB per sample of 4096 tokens (dim 2048)"
+
+# ---- E: merge into a base checkpoint ---------------------------------------------------------
+# pardit has random weights and no checkpoint: a base in its naming is written here with plain
+# sh, all zeros, so that the merged weights are delta-W alone: the 9 target weights [out, in]
+# at train.cfg's dims, and two tensors no adapter touches (embed's weight, a bias).
+# le64 N: N as 8 bytes, little-endian.
+le64() {
+    v=$1
+    for _ in 1 2 3 4 5 6 7 8; do
+        # shellcheck disable=SC2059  # the format is the octal escape
+        printf "\\$(printf '%03o' $((v % 256)))"
+        v=$((v / 256))
+    done
+}
+# write_base FILE NAME:DIMxDIM...: a safetensors file of zero F32 tensors.
+write_base() {
+    f=$1 json='' off=0
+    shift
+    for t in "$@"; do
+        dims=${t#*:}
+        bytes=$(($(printf '%s' "$dims" | tr x '*') * 4))
+        json="$json${json:+,}\"${t%%:*}\":{\"dtype\":\"F32\",\"shape\":[$(printf '%s' "$dims" | tr x ,)],\"data_offsets\":[$off,$((off + bytes))]}"
+        off=$((off + bytes))
+    done
+    json="{$json}"
+    while [ $((${#json} % 8)) -ne 0 ]; do json="$json "; done
+    { le64 ${#json}; printf '%s' "$json"; head -c "$off" /dev/zero; } >"$f" || fail "cannot write $f"
+}
+targets="blocks.0.attn.qkv blocks.0.attn.out blocks.0.mlp.fc1 blocks.0.mlp.fc2 blocks.1.attn.qkv blocks.1.attn.out
+         blocks.1.mlp.fc1 blocks.1.mlp.fc2 text_in"
+write_base "$tmp/base.safetensors" embed.weight:64x16 blocks.0.attn.qkv.bias:192 \
+    blocks.0.attn.qkv.weight:192x64 blocks.0.attn.out.weight:64x64 blocks.0.mlp.fc1.weight:128x64 \
+    blocks.0.mlp.fc2.weight:64x128 blocks.1.attn.qkv.weight:192x64 blocks.1.attn.out.weight:64x64 \
+    blocks.1.mlp.fc1.weight:128x64 blocks.1.mlp.fc2.weight:64x128 text_in.weight:64x32
+run_cli inspect "$tmp/base.safetensors"
+[ "$rc" -eq 0 ] || fail "gh200core inspect of the base written here: exit $rc (the script's safetensors writer is wrong)"
+
+run_cli -P "$src" -P "$shipped" merge --model pardit --base "$tmp/base.safetensors" --adapter "$adapter" \
+    --out "$tmp/merged.safetensors"
+[ "$rc" -eq 0 ] || fail "gh200core merge --model pardit: exit $rc, expected 0"
+grep -F "merged 9 adapter modules of $adapter" "$tmp/out" >/dev/null || fail "merge does not say it merged 9 modules"
+grep -F "lora 9, loha 0, lokr 0, dora 0; 9 of 11 base tensors changed, the rest copied" "$tmp/out" >/dev/null ||
+    fail "merge does not say that the 9 LoRA modules changed 9 of the 11 base tensors"
+grep -F "skipped adapter keys: 0" "$tmp/out" >/dev/null || fail "merge skipped adapter keys"
+run_cli inspect "$tmp/merged.safetensors"
+[ "$rc" -eq 0 ] || fail "gh200core inspect $tmp/merged.safetensors: exit $rc"
+grep -F "11 tensors," "$tmp/out" >/dev/null || fail "the merged file does not hold the base's 11 tensors"
+mh=$(od -An -tu8 -N8 "$tmp/merged.safetensors" | tr -d ' ')
+head -c "$((mh + 8))" "$tmp/merged.safetensors" | tail -c "$mh" >"$tmp/merged.header" ||
+    fail "cannot read the header of $tmp/merged.safetensors"
+# nonzero TENSOR: whether a byte of TENSOR in the merged file is not zero
+nonzero() {
+    at=$(grep -o "\"$(printf '%s' "$1" | sed 's/\./\\./g')\":{[^}]*}" "$tmp/merged.header" |
+         sed -n 's/.*"data_offsets":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2/p')
+    [ -n "$at" ] || fail "no tensor $1 in $tmp/merged.safetensors"
+    # shellcheck disable=SC2086  # two numbers
+    set -- $at
+    tail -c +"$((mh + 9 + $1))" "$tmp/merged.safetensors" | head -c "$(($2 - $1))" | od -An -v -tx1 |
+        grep '[1-9a-f]' >/dev/null
+}
+for t in $targets; do
+    nonzero "$t.weight" || fail "$t.weight is still all zero after the merge (W = 0 + delta-W)"
+done
+for t in embed.weight blocks.0.attn.qkv.bias; do
+    if nonzero "$t"; then fail "$t, which no adapter adapts, changed in the merge"; fi
+done
+say "merge: the 9 targets' weights of a zero base are delta-W, the other tensors copied"
 
 say "PASS"
 exit 0

@@ -10,129 +10,31 @@
 # Exit: 0 pass, 1 fail, 77 skip (no pkg-config). GHC_KEEP_TMP=1 keeps the temporary folder.
 
 set -u
+name=example-plugin
+# shellcheck source-path=SCRIPTDIR source=example-lib.sh
+. "${GHC_TOP_SRCDIR:?run through make check (GHC_TOP_SRCDIR unset)}/tests/example-lib.sh"
 
-say() { printf 'example-plugin: %s\n' "$*"; }
-fail() { printf 'example-plugin: FAIL: %s\n' "$*" >&2; exit 1; }
-# Print a log file (after a failure), indented.
-show() { sed 's/^/    /' "$1" >&2; }
-
-: "${GHC_TOP_BUILDDIR:?run through make check (GHC_TOP_BUILDDIR unset)}"
-: "${GHC_TOP_SRCDIR:?run through make check (GHC_TOP_SRCDIR unset)}"
-MAKE=${MAKE:-make}
-pkg_config=${PKG_CONFIG:-pkg-config}
-if ! command -v "$pkg_config" >/dev/null 2>&1; then
-    say "SKIP: $pkg_config not found; the out-of-tree build needs it"
-    exit 77
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ghc-example.XXXXXX") || fail "mktemp -d failed"
-# shellcheck disable=SC2317  # called by the trap
-cleanup() {
-    if [ -n "${GHC_KEEP_TMP:-}" ]; then
-        say "kept $tmp"
-    else
-        chmod -R u+w "$tmp" 2>/dev/null
-        rm -rf "$tmp"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 1' HUP INT TERM
-stage=$tmp/root
-
-# ---- where this build installs: read from the build tree's gh200core.pc ----------------------
-pc_build=$GHC_TOP_BUILDDIR/gh200core.pc
-[ -r "$pc_build" ] || fail "$pc_build missing: configure and build first"
-# A variable of a .pc file with ${prefix} and ${exec_prefix} expanded (autoconf's defaults
-# start with them; anything else is taken as written).
-# shellcheck disable=SC2016
-pcvar() {
-    v=$(grep "^$1=" "$pc_build" | head -n 1)
-    v=${v#*=}
-    case $v in
-    '${prefix}'*)      v=$prefix${v#'${prefix}'} ;;
-    '${exec_prefix}'*) v=$exec_prefix${v#'${exec_prefix}'} ;;
-    esac
-    printf '%s\n' "$v"
-}
-prefix=; exec_prefix=
-prefix=$(pcvar prefix)
-exec_prefix=$(pcvar exec_prefix)
-libdir=$(pcvar libdir)
-includedir=$(pcvar includedir)
-case $prefix in /*) ;; *) fail "$pc_build: prefix '$prefix' is not an absolute path" ;; esac
-say "this build installs into prefix=$prefix (libdir=$libdir)"
-
-# ---- install the build into the staging root ----------------------------------------------
-# The sub-makes start afresh: the jobserver and command-line variables of the `make check`
-# that runs this script are not theirs (and a third party's build never sees them).
-unset MAKEFLAGS MFLAGS
-# What a plugin author needs (libgh200core, the headers, gh200core.pc, the CLI), not the other
-# libraries nor the shipped plugins: libtool relinks a library that links another uninstalled
-# one when it installs it, and a relink moves its .libs/*.so aside in the build tree for a
-# moment, under the feet of the tests that load them in parallel (make -j check).
-only="lib_LTLIBRARIES=libgh200core.la plugins_LTLIBRARIES="
-say "$MAKE -C $GHC_TOP_BUILDDIR install DESTDIR=$stage $only"
-# shellcheck disable=SC2086  # $only is two words
-if ! $MAKE -C "$GHC_TOP_BUILDDIR" install DESTDIR="$stage" $only >"$tmp/install.log" 2>&1; then
-    show "$tmp/install.log"
-    fail "make install DESTDIR=$stage failed (log above)"
-fi
-pc=$(find "$stage" -name gh200core.pc -type f | head -n 1)
-[ -n "$pc" ] || fail "no gh200core.pc installed under $stage"
-cli=$stage$exec_prefix/bin/gh200core
-[ -x "$cli" ] || fail "the installed CLI $cli is missing"
-[ -d "$stage$libdir" ] || fail "the installed libdir $stage$libdir is missing"
-say "installed: $pc, $cli"
-
-# ---- pkg-config against the staged tree ---------------------------------------------------------
-PKG_CONFIG_PATH=$(dirname "$pc")
-export PKG_CONFIG_PATH
-staged_pc="$pkg_config --define-variable=prefix=$stage$prefix"
-# A libdir or includedir configured outside the prefix does not move with it: move it too.
-for var in libdir includedir; do
-    case $var in libdir) want=$stage$libdir ;; *) want=$stage$includedir ;; esac
-    got=$($staged_pc --variable=$var gh200core) || fail "$staged_pc --variable=$var gh200core failed"
-    [ "$got" = "$want" ] || staged_pc="$staged_pc --define-variable=$var=$want"
-done
+stage_install
 cflags=$($staged_pc --cflags gh200core) || fail "$staged_pc --cflags gh200core failed"
 libs=$($staged_pc --libs gh200core) || fail "$staged_pc --libs gh200core failed"
-say "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
-say "PKG_CONFIG='$staged_pc': cflags '$cflags', libs '$libs'"
+say "gh200core: cflags '$cflags', libs '$libs'"
 case $cflags in *"$stage"*) ;; *) fail "cflags '$cflags' do not point into $stage" ;; esac
 case $libs in *"$stage"*) ;; *) fail "libs '$libs' do not point into $stage" ;; esac
 
 # ---- build and install the example out of tree ---------------------------------------------
-mkdir "$tmp/src" "$tmp/plugins" || fail "mkdir in $tmp failed"
-cp -R "$GHC_TOP_SRCDIR/doc/examples/cosine/." "$tmp/src/" || fail "cannot copy doc/examples/cosine"
-chmod -R u+w "$tmp/src"   # distcheck's source tree is read-only, and so are copies of it
-say "$MAKE -C $tmp/src PKG_CONFIG='$staged_pc'"
-if ! $MAKE -C "$tmp/src" PKG_CONFIG="$staged_pc" >"$tmp/build.log" 2>&1; then
-    show "$tmp/build.log"
-    fail "building doc/examples/cosine out of tree failed (log above)"
-fi
-cat "$tmp/build.log"
-say "$MAKE -C $tmp/src install PKG_CONFIG='...' PLUGINSDIR=$tmp/plugins"
-if ! $MAKE -C "$tmp/src" install PKG_CONFIG="$staged_pc" PLUGINSDIR="$tmp/plugins" >"$tmp/build.log" 2>&1; then
+build_example cosine cosine
+mkdir "$tmp/plugins" || fail "mkdir $tmp/plugins failed"
+say "$MAKE -C $src install PKG_CONFIG='...' PLUGINSDIR=$tmp/plugins"
+if ! $MAKE -C "$src" install PKG_CONFIG="$staged_pc" PLUGINSDIR="$tmp/plugins" >"$tmp/build.log" 2>&1; then
     show "$tmp/build.log"
     fail "make install of the example failed (log above)"
 fi
 so=$tmp/plugins/ghc_cosine.so
 [ -f "$so" ] || fail "make install did not put ghc_cosine.so into $tmp/plugins"
-# One exported symbol (doc/plugin-guide.md section 1); the linker's own markers do not count.
-if command -v nm >/dev/null 2>&1; then
-    syms=$(nm -D --defined-only "$so" | awk '$2 ~ /^[A-Z]$/ && $3 !~ /^(_init|_fini|_edata|_end|__bss_start)$/ { print $3 }')
-    [ "$syms" = ghc_plugin_cosine ] || fail "ghc_cosine.so exports: $(printf '%s' "$syms" | tr '\n' ' '); expected only ghc_plugin_cosine"
-    say "ghc_cosine.so exports only ghc_plugin_cosine"
-fi
 
 # ---- a plugin that computes: gh200core-ops.pc ------------------------------------------------
-# libgh200core_ops is not installed by `make install` above (it links libgh200core.la, so
-# libtool would relink it, see above): copy the built one, with its links, into the staged
-# libdir, where an installed one would be. The link below checks the flags, not the file.
-[ -r "$(dirname "$pc")/gh200core-ops.pc" ] ||
-    fail "no gh200core-ops.pc installed beside $pc"
-cp -P "$GHC_TOP_BUILDDIR"/.libs/libgh200core_ops.so* "$stage$libdir/" ||
-    fail "cannot copy $GHC_TOP_BUILDDIR/.libs/libgh200core_ops.so* into $stage$libdir"
+# (libgh200core_ops is in the staged libdir: stage_install put it there.) The link below checks
+# the flags, not the file.
 ops_cflags=$($staged_pc --cflags gh200core-ops) || fail "$staged_pc --cflags gh200core-ops failed"
 ops_libs=$($staged_pc --libs gh200core-ops) || fail "$staged_pc --libs gh200core-ops failed"
 say "gh200core-ops: cflags '$ops_cflags', libs '$ops_libs'"
@@ -178,20 +80,8 @@ if ! $cc $ops_cflags -std=c11 -fPIC -fvisibility=hidden -shared -Wl,--no-undefin
 fi
 
 # ---- run the installed CLI ------------------------------------------------------------------
-# The CLI also needs libgh200core_train, not installed here (see above): it comes from the
-# build tree, after the staged libgh200core and libgh200core_ops.
-LD_LIBRARY_PATH=$stage$libdir:$GHC_TOP_BUILDDIR/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export LD_LIBRARY_PATH
-unset GHC_PLUGIN_PATH
+stage_run
 cd "$tmp" || fail "cd $tmp"
-
-# Run the CLI with arguments "$@"; $rc is its status, $tmp/out its stdout and stderr.
-run_cli() {
-    say "gh200core $*"
-    "$cli" "$@" >"$tmp/out" 2>&1
-    rc=$?
-    sed 's/^/    /' "$tmp/out"
-}
 
 run_cli --plugin-path "$tmp/plugins" plugins
 [ "$rc" -eq 0 ] || fail "gh200core plugins: exit $rc, expected 0"

@@ -161,7 +161,7 @@ EXTRA_DIST += tests/test_cuda_device.c
 TESTS += tests/example-plugin.sh
 EXTRA_DIST += tests/example-plugin.sh tests/data
 TESTS += tests/example-model.sh
-EXTRA_DIST += tests/example-model.sh
+EXTRA_DIST += tests/example-model.sh tests/example-lib.sh
 
 AM_TESTS_ENVIRONMENT = \
 	GHC_TEST_PLUGINS='$(abs_top_builddir)/tests/plugins/.libs'; export GHC_TEST_PLUGINS; \

@@ -1659,6 +1659,10 @@ START_TEST(dora_save_load)
     ck_assert(ghc_st_find(st, _i ? "diffusion_model.blocks.1.ffn.0.dora_scale" : "lora_unet_blocks_1_ffn_0.dora_scale",
                           &info));
     ck_assert_str_eq(ghc_st_metadata(st, LYC_DORA_NORM_KEY), "base_weight");
+    /* the wan22 model claims Wan's architecture (its architecture member): Wan's metadata */
+    ck_assert_str_eq(ghc_st_metadata(st, "ss_base_model_version"), "wan");
+    ck_assert_str_eq(ghc_st_metadata(st, "modelspec.architecture"), "wan2.1/lora");
+    ck_assert_str_eq(ghc_st_metadata(st, "modelspec.implementation"), "https://github.com/Wan-Video/Wan2.1");
     ck_assert_int_eq(info.dtype, GHC_DTYPE_F32);
     ck_assert_int_eq(info.ndim, 2);
     ck_assert_int_eq(info.shape[0], 176);

@@ -31,8 +31,17 @@ struct ghc_linear {
     const ghc_tensor_t *b;          /* [out] or NULL */
     int64_t             out, in;    /* the linear's own shape */
     int64_t             spare_col;  /* K-concatenation: the first of the target's spare columns in w
-                                     * and in xp (>= in) */
-    int64_t             spare;      /* spare columns from spare_col, and spare rows after out; 0: none */
+                                     * and in xp (>= in). The concatenated GEMM runs over columns
+                                     * [0, spare_col + r) of both (r: the rank), so w must be zero
+                                     * over [in, spare_col) (another target's room) and xp finite
+                                     * there: zero xp's spare columns once, when it is made. That is
+                                     * how two targets share one input: xp = [x | the first's spare |
+                                     * the second's spare], the second's spare_col after the first's
+                                     * room and its w zero over the first's columns (each target's H
+                                     * stays in its own columns until its backward) */
+    int64_t             spare;      /* spare columns from spare_col, and spare rows after out (w
+                                     * must have them); below the target's rank r (0: none) the
+                                     * call takes the other ways */
     ghc_tensor_t       *x_e4m3;     /* NULL, or with an e4m3 w a scratch like x in e4m3: the forward
                                      * GEMM takes x cast to e4m3 (scale 1, saturating) times w
                                      * instead of the dequantised w */
@@ -46,9 +55,12 @@ GHC_API ghc_linears_t *ghc_linears_new(ghc_core_t *core, int device, enum ghc_dt
                                        int64_t max_weight);
 /* NULL is a no-op. */
 GHC_API void ghc_linears_free(ghc_linears_t *l);
-/* Install the hook (NULL: none) and ask its plan of every target. room: the spare columns each
- * target's linear keeps ([n_targets]; NULL: none). Returns the number of targets that
- * K-concatenate (>= 0), or GHC_E*. */
+/* Install the hook (NULL: none) and ask its plan of every target. room: the spare columns (and
+ * rows) each target's linear keeps ([n_targets]; NULL: none). This decides which targets
+ * K-concatenate: those whose plan's rank r fits their room (and does not fold); each call on
+ * such a target then concatenates where it gives xp (and gp, backward) and a spare >= r, and
+ * takes the other ways where it gives no xp (or no gp) or spare 0. Returns the number of targets that K-concatenate
+ * (>= 0), or GHC_E*. */
 GHC_API int ghc_linears_set_hook(ghc_linears_t *l, const struct ghc_adapter_hook *hook, const int64_t *room);
 /* The rank target concatenates with (0: none), and the rank of the plan, which may exceed the
  * room (*wanted may be NULL): a model tells its user how much room would take it. */
@@ -61,13 +73,20 @@ GHC_API bool ghc_linears_adapted(const ghc_linears_t *l, int32_t target);
 GHC_API void ghc_linears_recompute(ghc_linears_t *l, bool again);
 
 /* y (f32, [B, rows, out]) = x W^T + b and the adapter's part. x: [B, rows, in] in the operand
- * dtype; xp: x with the spare columns after it (x a column view of xp), or NULL. */
+ * dtype; xp: x with the spare columns after it (x a column view of xp; its columns past in
+ * finite, see struct ghc_linear.spare_col), or NULL (no K-concatenation in this call). */
 GHC_API int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y,
                                const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream);
 /* dx (f32, [B, rows, in]) = dy W (accumulate: +=) and the adapter's part, and the adapter's
  * parameter gradients. dx NULL: no input gradient (the adapter's gradients only). x and xp as
- * in the forward (xp holding the forward's H); dy f32; cast: a scratch like dy in the operand
- * dtype; gp: with K-concatenation, that scratch with `spare` columns after it (NULL: none). */
+ * in the forward (xp holding the forward's H); dy f32.
+ * cast: a scratch like dy in the operand dtype, for dy cast to it where the GEMM operand is not
+ *   f32: with dx, where the weight the dx GEMM takes is not f32 (a bf16 w, or an e4m3 or folded
+ *   w in a scratch of dtype base bf16); without dx, where base is bf16. Otherwise (base f32 and
+ *   f32 or e4m3 weights) it is not written and may be NULL. Any scratch: it need not be a view
+ *   of gp.
+ * gp: with K-concatenation, a scratch like dy in the operand dtype with at least r columns
+ *   after its out ([B, rows, >= out + r]: g, then dH); NULL: no K-concatenation in this call. */
 GHC_API int ghc_linear_backward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *dx,
                                 const ghc_tensor_t *x, ghc_tensor_t *xp, const ghc_tensor_t *dy, ghc_tensor_t *cast,
                                 ghc_tensor_t *gp, bool accumulate, void *stream);

@@ -226,6 +226,13 @@ struct ghc_model_ops {
      * ("high_noise" for Wan2.2 A14B's expert 0), [a-z0-9_] only; borrowed until free. Absent
      * (or NULL): "expert<N>". A single-expert model's files carry no expert name. */
     const char *(*expert_name)(void *self, int32_t expert);
+    /* optional (since API 13); after init, any time: the model's architecture as adapter files
+     * name it for the tools that load them: SAI ModelSpec's modelspec.architecture without the
+     * adapter's "/lora" ("wan2.1": what musubi-tuner writes for Wan2.1 and Wan2.2 DiTs, one
+     * layout). A network writes it into its files' metadata, with the metadata the tools expect
+     * for that architecture; absent (or NULL): the model claims none, and the files carry no
+     * architecture. Borrowed until free. */
+    const char *(*architecture)(void *self);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -261,6 +268,9 @@ GHC_API int ghc_model_input_spec(ghc_model_t *model, struct ghc_model_input *out
  * characters), or "expert<N>" without one; "" for an expert out of range. Borrowed until the
  * run is freed. */
 GHC_API const char *ghc_model_expert_name(ghc_model_t *model, int32_t expert);
+/* (since API 13) The model's architecture (its architecture member), or NULL where it claims
+ * none. Borrowed until the run is freed. */
+GHC_API const char *ghc_model_architecture(ghc_model_t *model);
 
 /* ---- plugin-level members (core wrappers, no instance; since API 13) ---- */
 

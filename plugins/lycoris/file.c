@@ -4,10 +4,11 @@
  * naming (`diffusion_model.<Wan path>.<tensor>`) or diffusers/peft naming
  * (`transformer.<diffusers path>.lora_A.weight`, LoRA only, scale folded into lora_B), plus one
  * file per extra format beside it. Factors in the save dtype, alpha as a 0-dim F32 tensor, the
- * metadata minimum set; DoRA's dora_scale stored as ComfyUI's weight_decompose reads it
- * (divided by the base weight's row norms, LYC_DORA_NORM_KEY). The reader accepts every naming
- * above, any key order and any float dtype, checks the whole file before it changes a
- * parameter, and rescales the "up" factor when the file's scale differs from ours. */
+ * metadata minimum set (Wan's keys only for a model that claims Wan's architecture); DoRA's
+ * dora_scale stored as ComfyUI's weight_decompose reads it (divided by the base weight's row
+ * norms, LYC_DORA_NORM_KEY). The reader accepts every naming above, any key order and any
+ * float dtype, checks the whole file before it changes a parameter, and rescales the "up"
+ * factor when the file's scale differs from ours. */
 #include <config.h>
 
 #include <math.h>
@@ -94,12 +95,25 @@ static int add_param(struct lycoris *net, ghc_st_writer_t *w, const char *key, c
     return rc;
 }
 
+/* The architecture the files are for: the run model's (ghc_model_architecture; NULL where it
+ * claims none), or, where the run has no model (a network driven on its own by a program or a
+ * test, on targets it is given), Wan's, the naming the plugin's files follow. */
+static const char *file_architecture(const struct lycoris *net)
+{
+    ghc_model_t *model = ghc_model_get(net->core);
+    return model ? ghc_model_architecture(model) : "wan2.1";
+}
+
+/* The metadata minimum set: kohya's ss_* keys and SAI ModelSpec's. The architecture and the keys
+ * the tools' Wan loaders look for are written only for the architecture the model claims. */
 static int add_metadata(struct lycoris *net, ghc_st_writer_t *w, enum lyc_format format)
 {
-    char dim[32], alpha[48], args[256], date[32];
+    char dim[32], alpha[48], args[256], date[32], spec[96];
     time_t now = time(NULL);
     struct tm tm;
     bool lora = net->algo == LYC_LORA;
+    const char *arch = file_architecture(net);
+    bool wan = arch && strncmp(arch, "wan", 3) == 0;
     double a = net->alpha > 0 ? net->alpha : (double)net->rank;
     snprintf(dim, sizeof(dim), "%d", (int)net->rank);
     snprintf(alpha, sizeof(alpha), "%.1f", a);
@@ -112,27 +126,28 @@ static int add_metadata(struct lycoris *net, ghc_st_writer_t *w, enum lyc_format
     else
         snprintf(args, sizeof(args), "{\"algo\": \"%s\"%s%s}", lyc_algo_name(net->algo),
                  net->rs_lora ? ", \"rs_lora\": \"True\"" : "", net->dora ? ", \"dora_wd\": \"True\"" : "");
+    snprintf(spec, sizeof(spec), "%s/lora", arch ? arch : "");
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
     const char *kv[][2] = {
-        { "ss_network_module", lora && !net->dora && format != LYC_FMT_COMFYUI ? "networks.lora_wan" :
+        { "ss_network_module", wan && lora && !net->dora && format != LYC_FMT_COMFYUI ? "networks.lora_wan" :
                                "lycoris.kohya" },
         { "ss_network_dim", dim },
-        { "ss_network_alpha", alpha },
         { "ss_network_args", args },
-        { "ss_base_model_version", "wan" },
-        { "modelspec.sai_model_spec", "1.0.0" },
-        { "modelspec.architecture", "wan2.1/lora" },
-        { "modelspec.implementation", "https://github.com/Wan-Video/Wan2.1" },
+        { "ss_network_alpha", alpha },
         { "modelspec.title", net->title ? net->title : "gh200core adapter" },
         { "modelspec.date", date },
         { "gh200core.format", lyc_format_name(format) },
-        { LYC_DORA_NORM_KEY, "base_weight" },   /* DoRA files only */
+        { LYC_DORA_NORM_KEY, net->dora ? "base_weight" : NULL },   /* DoRA files only */
+        { "ss_base_model_version", wan ? "wan" : arch },            /* the architecture's keys */
+        { "modelspec.sai_model_spec", arch ? "1.0.0" : NULL },
+        { "modelspec.architecture", arch ? spec : NULL },
+        { "modelspec.implementation", wan ? "https://github.com/Wan-Video/Wan2.1" : NULL },
     };
     int rc = 0;
-    size_t n = sizeof(kv) / sizeof(kv[0]) - (net->dora ? 0 : 1);
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = ghc_st_writer_metadata(w, kv[i][0], kv[i][1]);
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && rc == 0; i++)
+        if (kv[i][1])
+            rc = ghc_st_writer_metadata(w, kv[i][0], kv[i][1]);
     return rc;
 }
 
@@ -233,7 +248,10 @@ int lyc_save(struct lycoris *net, int32_t expert, const char *path)
  *   diffusers (WanLoraLoaderMixin.lora_state_dict, lora_conversion_utils.py): LoRA only;
  *     `diffusion_model.` names (_convert_non_diffusers_wan_lora_to_diffusers, any subset),
  *     `lora_unet_` names (_convert_musubi_wan_lora_to_diffusers: all 10 linears of blocks 0 to
- *     N-1, nothing else) or peft names; a dora_scale left over is an error. */
+ *     N-1, nothing else) or peft names; a dora_scale left over is an error.
+ * The network checks them only for a model that claims Wan's architecture (or none in the run,
+ * see file_architecture); diffusers only where the targets have diffusers names (alias): a
+ * model without them has no diffusers naming, and no file of its is expected to load there. */
 
 static const char *const wan_block_linears[] = { "self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
                                                  "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o",
@@ -290,9 +308,11 @@ unsigned lyc_loaders(const struct lycoris *net, const struct lyc_expert *e, enum
 {
     char buf[512] = "", miss[160];
     unsigned tools = 0;
-    bool lokr_w1_lr = false;
-    for (int32_t m = 0; m < e->n_mods; m++)
+    bool lokr_w1_lr = false, aliases = false;
+    for (int32_t m = 0; m < e->n_mods; m++) {
         lokr_w1_lr |= e->mods[m].algo == LYC_LOKR && e->mods[m].w1_lr;
+        aliases |= e->mods[m].alias != NULL;
+    }
     if (f == LYC_FMT_DIFFUSERS)
         add_why(buf, sizeof(buf), "ComfyUI maps no diffusers names for Wan; ");
     else
@@ -305,15 +325,18 @@ unsigned lyc_loaders(const struct lycoris *net, const struct lyc_expert *e, enum
         add_why(buf, sizeof(buf), "musubi-tuner's LoKr merge needs a full lokr_w1 (decompose_both gives lokr_w1_a/b); ");
     else
         tools |= LYC_TOOL_MUSUBI;
-    if (net->algo != LYC_LORA)
+    if (!aliases) {
+        /* the model has no diffusers naming: nothing to expect of diffusers */
+    } else if (net->algo != LYC_LORA) {
         add_why(buf, sizeof(buf), "diffusers loads no %s for Wan; ", lyc_algo_name(net->algo));
-    else if (net->dora)
+    } else if (net->dora) {
         add_why(buf, sizeof(buf), "diffusers refuses dora_scale in Wan files; ");
-    else if (f == LYC_FMT_MUSUBI && !whole_blocks(e, miss, sizeof(miss)))
+    } else if (f == LYC_FMT_MUSUBI && !whole_blocks(e, miss, sizeof(miss))) {
         add_why(buf, sizeof(buf), "diffusers takes lora_unet_ names only with all 10 linears of blocks 0 to N-1 "
                 "(here %s); ", miss);
-    else
+    } else {
         tools |= LYC_TOOL_DIFFUSERS;
+    }
     size_t l = strlen(buf);
     if (l >= 2)
         buf[l - 2] = '\0';

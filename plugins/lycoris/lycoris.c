@@ -2,7 +2,7 @@
  * targets, trained through the model's adapter hooks, saved in the files
  * ComfyUI, diffusers and musubi-tuner load. This file is the glue: configuration, target
  * selection, factor shapes and initialisation, parameters, dropout seeding, the hooks and the
- * plugin descriptor. The math is in algo.c, files in file.c; doc/lycoris.md describes the keys
+ * plugin descriptor. The math is in algo*.c (one file per algorithm), files in file.c; doc/lycoris.md describes the keys
  * and where we differ from LyCORIS and ComfyUI. */
 #include <config.h>
 
@@ -467,15 +467,32 @@ static void log_preset(struct lycoris *net, int32_t expert, const struct ghc_mod
             (int)attn, note, net->n_include || net->n_exclude ? ", before include/exclude" : "");
 }
 
-/* Which tools load the files save writes for expert, and what to do where one does not. */
+/* Which tools load the files save writes for expert, and what to do where one does not. The
+ * rules are those of the tools' Wan loaders: checked for a model that claims Wan's architecture,
+ * or with no model in the run (file.c, file_architecture); diffusers only where the targets have
+ * diffusers names. */
 static void log_loaders(struct lycoris *net, int32_t expert)
 {
     static const char *const tool[] = { "ComfyUI", "musubi-tuner", "diffusers" };
     char why[768], list[96] = "", missing[96] = "";
+    ghc_model_t *model = ghc_model_get(net->core);
+    const char *arch = model ? ghc_model_architecture(model) : NULL;
+    if (model && (!arch || strncmp(arch, "wan", 3) != 0)) {
+        ghc_log(net->core, GHC_LOG_INFO, "lycoris: expert %d: adapter files in %s naming; which tools load them is "
+                "not checked (the rules known are the Wan loaders' of ComfyUI, musubi-tuner and diffusers; the "
+                "model's architecture is %s%s%s)", (int)expert, lyc_format_name(net->format), arch ? "\"" : "",
+                arch ? arch : "not given", arch ? "\"" : "");
+        return;
+    }
+    unsigned known = LYC_TOOL_COMFYUI | LYC_TOOL_MUSUBI;
+    for (int32_t m = 0; m < net->ex[expert].n_mods; m++)
+        known |= net->ex[expert].mods[m].alias ? LYC_TOOL_DIFFUSERS : 0u;
     unsigned all = lyc_loaders(net, &net->ex[expert], net->format, why, sizeof(why));
     for (int k = 0; k < net->n_extra; k++)
         all |= lyc_loaders(net, &net->ex[expert], net->extra[k], NULL, 0);
     for (int t = 0; t < 3; t++) {
+        if (!(known & (1u << t)))
+            continue;
         char *dst = all & (1u << t) ? list : missing;
         size_t o = strlen(dst);
         snprintf(dst + o, sizeof(list) - o, "%s%s", o ? ", " : "", tool[t]);

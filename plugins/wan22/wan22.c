@@ -326,6 +326,14 @@ static const char *wan22_expert_name(void *self, int32_t expert)
     return expert == 0 ? "high_noise" : "low_noise";
 }
 
+/* Every variant has the Wan2.1 DiT's layout, which musubi-tuner's ModelSpec metadata names
+ * "wan2.1" (the files the Wan loaders of musubi-tuner, ComfyUI and diffusers read). */
+static const char *wan22_architecture(void *self)
+{
+    (void)self;
+    return "wan2.1";
+}
+
 static int wan22_set_hook(void *self, const struct ghc_adapter_hook *hook)
 {
     struct wan22 *m = self;
@@ -464,6 +472,7 @@ static const struct ghc_model_ops wan22_ops = {
     .expert_name = wan22_expert_name,
     .estimate = wan22_estimate,
     .merge_names = wan22_merge_names,
+    .architecture = wan22_architecture,
 };
 
 static int wan22_plugin_init(ghc_core_t *core)

@@ -19,7 +19,8 @@
  * is [n | qkv's spare | fc1's spare]: fc1's spare columns start at D + spare (spare_col) and
  * its weight is zero over qkv's. Random weights from model.seed, f32 throughout, on the CPU
  * or a CUDA device (every computation is a ghc_op_*; only the sinusoids and tables of a few
- * numbers are made on the host). */
+ * numbers are made on the host). The plugin-level members, estimate and merge_names, are in
+ * estimate.c. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,8 +31,9 @@
 #include <gh200core/model.h>    /* defines: struct ghc_model_ops, ghc_register_model */
 #include <gh200core/ops.h>      /* defines: ghc_op_gemm, ghc_op_attention_fwd, ghc_op_layernorm_fwd */
 
+#include "pardit.h"             /* defines: struct pardit_cfg, SLOTS, pardit_estimate */
+
 #define EPS 1e-6f
-enum { QKV, OUT, FC1, FC2, SLOTS };   /* the linears of a block, in target order */
 static const char *const slot_name[SLOTS] = { "attn.qkv", "attn.out", "mlp.fc1", "mlp.fc2" };
 
 /* One frozen linear y = x W^T + b: w [out + spare, spare_col + spare] (the linear is its first
@@ -749,64 +751,85 @@ static void where(ghc_cfg_t *cfg, const char *key, char *buf, size_t len)
     snprintf(buf, len, "%s.%s at %s", ghc_cfg_path(cfg), key, ghc_cfg_where(cfg, key));
 }
 
+int pardit_cfg_read(ghc_core_t *core, ghc_cfg_t *cfg, struct pardit_cfg *c)
+{
+    int rc;
+    if ((rc = ghc_cfg_get_int(cfg, "dim", 64, 8, 4096, &c->D)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "heads", 4, 1, 64, &c->H)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "mlp", 128, 1, 65536, &c->M)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "blocks", 2, 1, 256, &c->nb)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "channels", 16, 1, 4096, &c->C)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "text_dim", 32, 1, 65536, &c->Dt)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "text_len", 16, 1, 512, &c->Lt)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "freq_dim", 32, 2, 4096, &c->Ft)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "spare", 8, 0, 1024, &c->spare)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "seed", 7, 0, INT64_C(1) << 62, &c->seed)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "device", -1, -1, 1023, &c->device)) < 0)
+        return rc;
+    if (c->D % c->H || (c->D / c->H) % 2 || c->D / c->H > 256 || c->Ft % 2)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: pardit: dim %lld over %lld heads must give an even head dim of "
+                             "at most 256, and freq_dim (%lld) must be even", ghc_cfg_where(cfg, "dim"),
+                             (long long)c->D, (long long)c->H, (long long)c->Ft);
+    return 0;
+}
+
+int32_t pardit_n_targets(const struct pardit_cfg *c) { return (int32_t)(c->nb * SLOTS + 1); }
+
+/* fc1 reads the normed input after qkv's spare columns: its own start at D + spare. */
+void pardit_target_shape(const struct pardit_cfg *c, int32_t t, int64_t *out, int64_t *in, int64_t *spare_col)
+{
+    const int32_t j = t % SLOTS;
+    if (t == pardit_n_targets(c) - 1) {   /* text_in */
+        *out = c->D;
+        *in = *spare_col = c->Dt;
+        return;
+    }
+    *out = j == QKV ? 3 * c->D : j == FC1 ? c->M : c->D;
+    *in = j == FC2 ? c->M : c->D;
+    *spare_col = j == FC1 ? c->D + c->spare : *in;
+}
+
 static int pardit_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
     struct pardit *m = calloc(1, sizeof(*m));
     if (!m)
         return ghc_error_set(core, GHC_ENOMEM, "pardit: out of memory");
     m->core = core;
-    int64_t seed, dev;
-    int rc;
-    if ((rc = ghc_cfg_get_int(cfg, "dim", 64, 8, 4096, &m->D)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "heads", 4, 1, 64, &m->H)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "mlp", 128, 1, 65536, &m->M)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "blocks", 2, 1, 256, &m->nb)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "channels", 16, 1, 4096, &m->C)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "text_dim", 32, 1, 65536, &m->Dt)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "text_len", 16, 1, 512, &m->Lt)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "freq_dim", 32, 2, 4096, &m->Ft)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "spare", 8, 0, 1024, &m->spare)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "seed", 7, 0, INT64_C(1) << 62, &seed)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "device", -1, -1, 1023, &dev)) < 0)
+    struct pardit_cfg c;
+    int rc = pardit_cfg_read(core, cfg, &c);
+    if (rc < 0)
         goto fail;
-    if (m->D % m->H || (m->D / m->H) % 2 || m->D / m->H > 256 || m->Ft % 2) {
-        rc = ghc_error_set(core, GHC_ECONFIG, "%s: pardit: dim %lld over %lld heads must give an even head dim of at "
-                           "most 256, and freq_dim (%lld) must be even", ghc_cfg_where(cfg, "dim"), (long long)m->D,
-                           (long long)m->H, (long long)m->Ft);
-        goto fail;
-    }
-    m->device = (int)dev;
+    m->D = c.D, m->H = c.H, m->M = c.M, m->nb = c.nb, m->C = c.C, m->Dt = c.Dt, m->Lt = c.Lt, m->Ft = c.Ft;
+    m->spare = c.spare;
+    m->device = (int)c.device;
     m->scale = 1.0f / sqrtf((float)(m->D / m->H));
     where(cfg, "channels", m->ch_from, sizeof(m->ch_from));
     where(cfg, "text_dim", m->td_from, sizeof(m->td_from));
     where(cfg, "text_len", m->tl_from, sizeof(m->tl_from));
 
     /* the targets: the block linears, then text_in */
-    const int64_t D = m->D, M = m->M, s = m->spare, nm = 3 * m->nb + 2;
-    m->n_targets = (int32_t)(m->nb * SLOTS + 1);
+    const int64_t D = m->D, M = m->M, nm = 3 * m->nb + 2;
+    m->n_targets = pardit_n_targets(&c);
     if (!(m->targets = calloc((size_t)m->n_targets, sizeof(*m->targets))) ||
         !(m->names = calloc((size_t)m->n_targets, sizeof(*m->names))) ||
         !(m->blk = calloc((size_t)(m->nb * SLOTS), sizeof(*m->blk)))) {
         rc = ghc_error_set(core, GHC_ENOMEM, "pardit: out of memory");
         goto fail;
     }
-    static const int64_t fin[SLOTS] = { 1, 1, 1, 0 };   /* in: D, or M (fc2) */
     for (int32_t t = 0; t < m->n_targets; t++) {
-        const int32_t i = t / SLOTS, j = t % SLOTS;
         const bool text = t == m->n_targets - 1;
+        int64_t out, in, spare_col;
+        pardit_target_shape(&c, t, &out, &in, &spare_col);
         if (text)
             snprintf(m->names[t], sizeof(m->names[t]), "text_in");
         else
-            snprintf(m->names[t], sizeof(m->names[t]), "blocks.%d.%s", (int)i, slot_name[j]);
-        m->targets[t] = (struct ghc_model_target){
-            .name = m->names[t], .block = text ? -1 : i,
-            .in_features = text ? m->Dt : fin[j] ? D : M,
-            .out_features = text ? D : j == QKV ? 3 * D : j == FC1 ? M : D,
-        };
+            snprintf(m->names[t], sizeof(m->names[t]), "blocks.%d.%s", (int)(t / SLOTS), slot_name[t % SLOTS]);
+        m->targets[t] = (struct ghc_model_target){ .name = m->names[t], .block = text ? -1 : t / SLOTS,
+                                                   .in_features = in, .out_features = out };
     }
 
     /* random weights: N(0, 1/in) but the modulation's (smaller: gates and scales near 0) */
-    struct ghc_rng rng = { .seed = (uint64_t)seed, .offset = 0 };
+    struct ghc_rng rng = { .seed = (uint64_t)c.seed, .offset = 0 };
     if ((rc = plin_init(m, &m->embed, -1, D, m->C, 0, 1.0f / sqrtf((float)m->C), &rng)) < 0 ||
         (rc = plin_init(m, &m->text_in, m->n_targets - 1, D, m->Dt, m->Dt, 1.0f / sqrtf((float)m->Dt), &rng)) < 0 ||
         (rc = plin_init(m, &m->time_in, -1, D, m->Ft, 0, 1.0f / sqrtf((float)m->Ft), &rng)) < 0 ||
@@ -815,12 +838,9 @@ static int pardit_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     int64_t max_weight = 0;
     for (int32_t t = 0; t < m->n_targets - 1; t++) {
-        const struct ghc_model_target *tg = &m->targets[t];
-        const int32_t j = t % SLOTS;
-        /* fc1 reads the normed input after qkv's spare columns */
-        const int64_t spare_col = j == FC1 ? D + s : tg->in_features;
-        if ((rc = plin_init(m, &m->blk[t], t, tg->out_features, tg->in_features, spare_col,
-                            1.0f / sqrtf((float)tg->in_features), &rng)) < 0)
+        int64_t out, in, spare_col;
+        pardit_target_shape(&c, t, &out, &in, &spare_col);
+        if ((rc = plin_init(m, &m->blk[t], t, out, in, spare_col, 1.0f / sqrtf((float)in), &rng)) < 0)
             goto fail;
         if (ghc_tensor_numel(m->blk[t].w) > max_weight)
             max_weight = ghc_tensor_numel(m->blk[t].w);
@@ -851,7 +871,7 @@ static int pardit_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     ghc_log(core, GHC_LOG_INFO, "pardit: %lld parallel blocks, dim %lld, %lld heads, mlp %lld, %lld channels, text "
             "%lld x %lld, %d targets with %lld spare rows and columns each, on %s", (long long)m->nb, (long long)D,
             (long long)m->H, (long long)M, (long long)m->C, (long long)m->Lt, (long long)m->Dt, (int)m->n_targets,
-            (long long)s, m->device == GHC_DEVICE_CPU ? "the CPU" : "a CUDA device");
+            (long long)m->spare, m->device == GHC_DEVICE_CPU ? "the CPU" : "a CUDA device");
     *self = m;
     return 0;
 fail:
@@ -876,6 +896,8 @@ static const struct ghc_model_ops pardit_ops = {
     .device = pardit_device,
     .target_weight = pardit_target_weight,
     .input_spec = pardit_input_spec,
+    .estimate = pardit_estimate,          /* estimate.c */
+    .merge_names = pardit_merge_names,
 };
 
 static int pardit_plugin_init(ghc_core_t *core) { return ghc_register_model(core, &pardit_ops); }
