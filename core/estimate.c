@@ -1,7 +1,9 @@
 /* estimate.c: `gh200core estimate -c train.cfg`: the memory a configured run will take, by role
  * and by location, before anything is loaded: weights per expert from the checkpoint headers
  * (or the random model's dims) in the precision they load in, adapters, their grads and
- * optimizer state, activations with and without checkpointing, the backward scratch, the text
+ * optimizer state, activations with and without checkpointing (the saved role: the block
+ * inputs, and with "block_attn" the recomputed blocks' attention outputs; pinned on the host
+ * with a ring of device buffers under offload and gh200_uvm), the backward scratch, the text
  * context and the batch's own tensors. The activation sizes follow what the wan22 plugin
  * allocates (plugins/wan22/forward.c act_alloc, state_prepare; backward.c grad_prepare). Uses
  * the public API only; tests/test_mem_cuda links it to compare with a measured peak. */
@@ -252,7 +254,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
                              ghc_cfg_where(model, "plugin"), model_name);
     if ((rc = est_model_read(core, model, &m)) < 0)
         return rc;
-    int64_t every = 1, rank = 16, ring = 2;
+    int64_t every = 1, rank = 16, ring = 2, sring = 3;
+    const char *saved = "host";
     if ((rc = ghc_cfg_get_string(model, "checkpointing", "off", &ckpt)) < 0 ||
         (rc = ghc_cfg_get_int(model, "checkpoint_every", 1, 1, 1000, &every)) < 0)
         return rc;
@@ -260,6 +263,13 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
         return rc;
     if (mem && strcmp(policy, "offload") == 0 && (rc = ghc_cfg_get_int(mem, "ring", 2, 2, 64, &ring)) < 0)
         return rc;
+    /* saved activations: pinned on the host through a ring of device buffers (offload, and
+     * gh200_uvm unless integrated, which estimate cannot tell), else where the policy puts all */
+    bool saved_off = strcmp(policy, "offload") == 0 || strcmp(policy, "gh200_uvm") == 0;
+    if (mem && saved_off && ((rc = ghc_cfg_get_string(mem, "saved", "host", &saved)) < 0 ||
+                             (rc = ghc_cfg_get_int(mem, "saved_ring", 3, 2, 64, &sring)) < 0))
+        return rc;
+    saved_off = saved_off && strcmp(saved, "device") != 0;
     if (net && ghc_cfg_has(net, "rank") && (rc = ghc_cfg_get_int(net, "rank", 16, 1, 65536, &rank)) < 0)
         return rc;
     if (net && ghc_cfg_has(net, "linear_dim") && (rc = ghc_cfg_get_int(net, "linear_dim", 16, 1, 65536, &rank)) < 0)
@@ -268,11 +278,15 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
         ghc_cfg_get_string(opt, "plugin", "adamw", &opt_name);
     const uint64_t B = (uint64_t)(o->batch > 0 ? o->batch : 1), L = (uint64_t)(o->tokens > 0 ? o->tokens : 32760);
     const uint64_t N = (uint64_t)m.layers, D = (uint64_t)m.dim, F = (uint64_t)m.ffn;
-    bool ck = strcmp(ckpt, "block") == 0;
-    uint64_t slots_ck = 1 + N - (N + (uint64_t)every - 1) / (uint64_t)every;
+    bool ck = strcmp(ckpt, "block") == 0 || strcmp(ckpt, "block_attn") == 0, ck_attn = strcmp(ckpt, "block_attn") == 0;
+    uint64_t n_rec = (N + (uint64_t)every - 1) / (uint64_t)every, slots_ck = 1 + N - n_rec;
     uint64_t blk = act_block(&m, B, L), resid = B * L * D * 4;
+    /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn */
+    uint64_t attn = B * L * D * (uint64_t)m.base + B * (uint64_t)m.heads * L * 4;
     uint64_t act_full = N * blk + (N + 1) * resid + act_state(&m, B, L);
-    uint64_t act_ckpt = slots_ck * blk + (N + 1) * resid + act_state(&m, B, L);
+    uint64_t act_ckpt = slots_ck * blk + (N + 1) * resid + act_state(&m, B, L) + (ck_attn ? n_rec * attn : 0);
+    /* of these, the saved role: each block's input (wan22 saved units), and the kept attention */
+    uint64_t unit = resid + (ck_attn ? attn : 0), saved_b = N * resid + (ck && ck_attn ? n_rec * attn : 0);
     uint64_t adapter = o->adapters ? N * (uint64_t)rank * (8 * 2 * D + 2 * (D + F)) * 4 * (uint64_t)m.experts : 0;
 
     out->role[GHC_ROLE_WEIGHTS] = m.expert_bytes[0];
@@ -280,7 +294,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     out->role[GHC_ROLE_ADAPTER] = adapter;
     out->role[GHC_ROLE_GRADS] = adapter;
     out->role[GHC_ROLE_OPTIMIZER_STATE] = adapter ? 2 * adapter : 0;   /* adamw m, v; automagic alike */
-    out->role[GHC_ROLE_ACTIVATIONS] = (ck ? act_ckpt : act_full) + act_grad(&m, B, L);
+    out->role[GHC_ROLE_ACTIVATIONS] = (ck ? act_ckpt : act_full) - saved_b + act_grad(&m, B, L);
+    out->role[GHC_ROLE_SAVED] = saved_b;
     out->role[GHC_ROLE_TEXT_EMBEDS] = B * TEXT_LEN * (uint64_t)m.text_dim * 4;
     /* the batch's own tensors: noisy, model output, its gradient, dnoisy (f32 latents) */
     out->role[GHC_ROLE_LATENTS] = 4 * B * L * 4 * (uint64_t)(m.in_ch > m.out_ch ? m.in_ch : m.out_ch) * 4;
@@ -293,6 +308,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
             at = AT_HOST;
         else if (strcmp(policy, "offload") == 0 && (r == GHC_ROLE_WEIGHTS || r == GHC_ROLE_WEIGHTS_INACTIVE))
             at = AT_PINNED;
+        else if (saved_off && r == GHC_ROLE_SAVED)
+            at = AT_PINNED;
         else if (strcmp(policy, "gh200_uvm") == 0 && (r == GHC_ROLE_WEIGHTS_INACTIVE || r == GHC_ROLE_LATENTS))
             at = AT_MANAGED;
         out->where[r] = at;
@@ -301,12 +318,15 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     if (strcmp(policy, "offload") == 0)
         out->at[AT_DEVICE] += (uint64_t)ring * m.block_bytes;   /* the ring of block buffers */
     out->ring = strcmp(policy, "offload") == 0 ? (uint64_t)ring * m.block_bytes : 0;
+    out->saved_ring = saved_off ? (uint64_t)sring * ((ck_attn ? unit : resid) + 256) : 0;   /* the largest unit */
+    out->at[AT_DEVICE] += out->saved_ring;
     if (!print)
         return 0;
 
     fprintf(print, "model: wan22, %lld expert%s, dim %lld, ffn %lld, %lld blocks, %s weights; checkpointing %s%s\n",
             (long long)m.experts, m.experts > 1 ? "s" : "", (long long)m.dim, (long long)m.ffn, (long long)m.layers,
-            m.block_elem == 1 ? "fp8 block" : m.base == 2 ? "bf16" : "f32", ck ? "per block" : "off",
+            m.block_elem == 1 ? "fp8 block" : m.base == 2 ? "bf16" : "f32",
+            ck_attn ? "per block, attention kept" : ck ? "per block" : "off",
             ck && every > 1 ? " (every k-th)" : "");
     fprintf(print, "run:   %llu x %llu tokens per micro-batch, adapters rank %lld (%s), optimizer %s, mempolicy %s\n",
             (unsigned long long)B, (unsigned long long)L, (long long)rank, o->adapters ? "counted" : "none",
@@ -318,6 +338,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
                     at_names[out->where[r]]);
     if (out->ring)
         fprintf(print, "%-18s %12.3f  %s\n", "offload ring", out->ring / GIB, at_names[AT_DEVICE]);
+    if (out->saved_ring)
+        fprintf(print, "%-18s %12.3f  %s\n", "saved ring", out->saved_ring / GIB, at_names[AT_DEVICE]);
     fprintf(print, "activations: %.3f GiB with checkpointing per block, %.3f GiB without (plus %.3f GiB backward "
             "scratch)\n", act_ckpt / GIB, act_full / GIB, act_grad(&m, B, L) / GIB);
     fprintf(print, "total by location:");
