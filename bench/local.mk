@@ -37,7 +37,7 @@ endif
 EXTRA_DIST += bench/bench_lycoris.c
 # ---- end bench_lycoris ----
 
-# ---- bench_mem: device vs offload vs gh200_uvm on a multi-block A14B-dims step ----
+# ---- bench_mem: device vs offload vs gh200_uvm on a multi-block A14B-dims step; saved activations ----
 if HAVE_CUDA
 EXTRA_PROGRAMS += bench/bench_mem
 bench_bench_mem_SOURCES = bench/bench_mem.c

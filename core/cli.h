@@ -25,6 +25,7 @@ struct ghc_estimate {
     int      where[GHC_ROLE_COUNT];   /* 0 host, 1 device, 2 managed, 3 pinned host */
     uint64_t at[4];                   /* totals by location */
     uint64_t activations_full, activations_ckpt, ring;
+    uint64_t saved_ring;              /* the saved-activation ring's device buffers (in at[1]) */
 };
 /* `gh200core estimate`: memory by role and location for the loaded configuration, from the
  * checkpoint headers only, through the estimate members of the model and network plugins it

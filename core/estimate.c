@@ -4,8 +4,9 @@
  * as loaded, one block's weights, activations with and without checkpointing, the backward
  * scratch, the text context and the batch's tensors, its targets' shapes) and the network (its
  * estimate member: the adapters and their grads on those targets). This file adds the optimizer
- * state, places each role by the memory policy, and prints. Uses the public API only;
- * tests/test_mem and test_mem_cuda link it to compare with a measured peak. */
+ * state, places each role by the memory policy (the saved activations, GHC_ROLE_SAVED: pinned
+ * on the host with a ring of device buffers under offload and gh200_uvm), and prints. Uses the
+ * public API only; tests/test_mem and test_mem_cuda link it to compare with a measured peak. */
 #include <config.h>
 
 #include <stdio.h>
@@ -56,6 +57,15 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
         return rc;
     if (mem && strcmp(policy, "offload") == 0 && (rc = ghc_cfg_get_int(mem, "ring", 2, 2, 64, &ring)) < 0)
         return rc;
+    /* saved activations: pinned on the host through a ring of device buffers (offload, and
+     * gh200_uvm unless integrated, which estimate cannot tell), else where the policy puts all */
+    int64_t sring = 3;
+    const char *saved = "host";
+    bool saved_off = strcmp(policy, "offload") == 0 || strcmp(policy, "gh200_uvm") == 0;
+    if (mem && saved_off && ((rc = ghc_cfg_get_string(mem, "saved", "host", &saved)) < 0 ||
+                             (rc = ghc_cfg_get_int(mem, "saved_ring", 3, 2, 64, &sring)) < 0))
+        return rc;
+    saved_off = saved_off && strcmp(saved, "device") != 0 && mm.saved > 0;
     /* without a network section: the default network's defaults */
     if (net && (rc = ghc_cfg_get_string(net, "plugin", "lycoris", &net_name)) < 0)
         return rc;
@@ -72,7 +82,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     out->role[GHC_ROLE_ADAPTER] = adapter;
     out->role[GHC_ROLE_GRADS] = o->adapters ? nm.grads : 0;
     out->role[GHC_ROLE_OPTIMIZER_STATE] = adapter ? 2 * adapter : 0;   /* adamw m, v; automagic alike */
-    out->role[GHC_ROLE_ACTIVATIONS] = (ck ? mm.activations_ckpt : mm.activations_full) + mm.backward_scratch;
+    out->role[GHC_ROLE_ACTIVATIONS] = (ck ? mm.activations_ckpt : mm.activations_full) - mm.saved + mm.backward_scratch;
+    out->role[GHC_ROLE_SAVED] = mm.saved;
     out->role[GHC_ROLE_TEXT_EMBEDS] = mm.text_embeds;
     out->role[GHC_ROLE_LATENTS] = mm.latents;
     out->activations_full = mm.activations_full;
@@ -84,6 +95,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
             at = AT_HOST;
         else if (strcmp(policy, "offload") == 0 && (r == GHC_ROLE_WEIGHTS || r == GHC_ROLE_WEIGHTS_INACTIVE))
             at = AT_PINNED;
+        else if (saved_off && r == GHC_ROLE_SAVED)
+            at = AT_PINNED;
         else if (strcmp(policy, "gh200_uvm") == 0 && (r == GHC_ROLE_WEIGHTS_INACTIVE || r == GHC_ROLE_LATENTS))
             at = AT_MANAGED;
         out->where[r] = at;
@@ -92,11 +105,14 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     if (strcmp(policy, "offload") == 0)
         out->at[AT_DEVICE] += (uint64_t)ring * mm.block;   /* the ring of block buffers */
     out->ring = strcmp(policy, "offload") == 0 ? (uint64_t)ring * mm.block : 0;
+    out->saved_ring = saved_off ? (uint64_t)sring * (mm.saved_unit + 256) : 0;   /* the largest unit */
+    out->at[AT_DEVICE] += out->saved_ring;
     if (!print)
         return 0;
 
     fprintf(print, "model: %s, %d expert%s, %s; checkpointing %s%s\n", model_name, (int)mm.experts,
-            mm.experts > 1 ? "s" : "", mm.summary, ck ? "per block" : "off", ck && mm.checkpoint_every > 1 ?
+            mm.experts > 1 ? "s" : "", mm.summary, *mm.checkpointing ? mm.checkpointing : ck ? "per block" : "off",
+            ck && mm.checkpoint_every > 1 ?
             " (every k-th)" : "");
     fprintf(print, "run:   %llu x %llu tokens per micro-batch, adapters %s (%s), optimizer %s, mempolicy %s\n",
             (unsigned long long)B, (unsigned long long)L, nm.summary, o->adapters ? "counted" : "none",
@@ -108,6 +124,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
                     at_names[out->where[r]]);
     if (out->ring)
         fprintf(print, "%-18s %12.3f  %s\n", "offload ring", out->ring / GIB, at_names[AT_DEVICE]);
+    if (out->saved_ring)
+        fprintf(print, "%-18s %12.3f  %s\n", "saved ring", out->saved_ring / GIB, at_names[AT_DEVICE]);
     fprintf(print, "activations: %.3f GiB with checkpointing per block, %.3f GiB without (plus %.3f GiB backward "
             "scratch)\n", mm.activations_ckpt / GIB, mm.activations_full / GIB, mm.backward_scratch / GIB);
     fprintf(print, "total by location:");

@@ -179,7 +179,15 @@ static int register_ops(ghc_core_t *core, enum ghc_kind kind, const void *ops)
 }
 
 int ghc_register_mempolicy(ghc_core_t *core, const struct ghc_mempolicy_ops *ops)
-{ return register_ops(core, GHC_KIND_MEMPOLICY, ops); }
+{
+    /* saved activations: both members or neither (a begin without an end would leak the ring) */
+    size_t end = offsetof(struct ghc_mempolicy_ops, saved_end) + sizeof(ops->saved_end);
+    if (core->loading && ops && ops->struct_size >= end && !ops->saved_begin != !ops->saved_end)
+        return ghc_error_set(core, GHC_ELOAD, LOADING_FMT "mempolicy '%s' has %s without %s (both or neither)",
+                             LOADING_ARGS(core), ops->name ? ops->name : "?",
+                             ops->saved_begin ? "saved_begin" : "saved_end", ops->saved_begin ? "saved_end" : "saved_begin");
+    return register_ops(core, GHC_KIND_MEMPOLICY, ops);
+}
 int ghc_register_backend(ghc_core_t *core, const struct ghc_backend_ops *ops)
 { return register_ops(core, GHC_KIND_BACKEND, ops); }
 int ghc_register_cache(ghc_core_t *core, const struct ghc_cache_ops *ops)

@@ -194,7 +194,7 @@ const char *ghc_mem_role_name(enum ghc_mem_role role)
 {
     static const char *const names[GHC_ROLE_COUNT] = {
         "weights", "weights_inactive", "adapter", "grads", "optimizer_state",
-        "activations", "latents", "text_embeds", "masks", "workspace",
+        "activations", "latents", "text_embeds", "masks", "workspace", "saved",
     };
     return (unsigned)role < GHC_ROLE_COUNT ? names[role] : "?";
 }
@@ -276,6 +276,33 @@ int ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const s
         return 0;
     uint64_t seq = ghc_error_seq(MP_CORE(mp));
     return mem_failed(mp, seq, MP_OPS(mp)->group(MP_SELF(mp), group, ptrs, bytes, n), "group");
+}
+
+/* ---- saved activations ------------------------------------------------------------------------ */
+
+int ghc_mem_saved_begin(ghc_mempolicy_t *mp, void *ptr, size_t bytes, int64_t unit, bool write, void *stream,
+                        void **at)
+{
+    *at = ptr;
+    if (!mp || !ptr || !MP_OPS(mp)->saved_begin || !MP_OPS(mp)->saved_end)
+        return 0;
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    int rc = mem_failed(mp, seq, MP_OPS(mp)->saved_begin(MP_SELF(mp), ptr, bytes, unit, write, stream, at),
+                        "saved_begin");
+    if (rc == 0 && !*at)
+        rc = ghc_error_set(MP_CORE(mp), GHC_EINVAL, "mempolicy \"%s\": saved_begin gave no address for unit %lld",
+                           MP_OPS(mp)->name, (long long)unit);
+    if (rc < 0)
+        *at = NULL;
+    return rc;
+}
+
+int ghc_mem_saved_end(ghc_mempolicy_t *mp, void *ptr, void *stream)
+{
+    if (!mp || !ptr || !MP_OPS(mp)->saved_begin || !MP_OPS(mp)->saved_end)
+        return 0;
+    uint64_t seq = ghc_error_seq(MP_CORE(mp));
+    return mem_failed(mp, seq, MP_OPS(mp)->saved_end(MP_SELF(mp), ptr, stream), "saved_end");
 }
 
 const char *ghc_mem_usage_text(const uint64_t *bytes_role, int32_t n_roles, char *buf, size_t len)

@@ -3,7 +3,10 @@
 # build tree, outside make (the GPU machine has no autotools). Built here with
 # `make && make check TESTS= && make bench`, the shared libraries the GPU machine lacks packed
 # into .device/lib by ../shared/tools/device-pack.sh. Logs go to $OUT (or ./gpu-out).
-# GHC_BENCH=0 skips the benchmarks (bench_optim, bench_lycoris, bench_mem); GHC_BENCH_OPS=1 adds bench_ops + bench_torch.py.
+# GHC_BENCH=0 skips the benchmarks (bench_optim, bench_lycoris, bench_mem; GHC_BENCHES names a
+# subset, BENCH_LAYERS and BENCH_TOKENS size bench_mem); GHC_BENCH_OPS=1 adds bench_ops +
+# bench_torch.py. GHC_SUITES names the suites, GHC_TRAIN=0 skips the demo runs, the resume and
+# the mid-size run, GHC_SAVED=0 the saved-activation runs of the demo.
 # Exit status: the number of failed parts.
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$top/gpu-out}
@@ -54,6 +57,16 @@ cmp_losses() {   # a b [first-line]: the largest relative difference of the loss
         END { printf "losses %s vs %s: %d steps, %d differ, max relative difference %.3g\n", a, b, n, ne, m; exit !(n > 0 && m < 1e-3) }'
     [ $? -eq 0 ] || failed=$((failed + 1))
 }
+cmp_exact() {   # a b: the same losses bit for bit (as printed, %.9g)
+    losses "$work/$1" > "$work/l1"
+    losses "$work/$2" > "$work/l2"
+    if [ -s "$work/l1" ] && cmp -s "$work/l1" "$work/l2"; then
+        echo "losses $1 vs $2: $(wc -l < "$work/l1") steps, identical"
+    else
+        echo "losses $1 vs $2: DIFFER ($(paste "$work/l1" "$work/l2" | awk '$1 != $2' | wc -l) of $(wc -l < "$work/l1") steps)"
+        failed=$((failed + 1))
+    fi
+}
 if [ "${GHC_TRAIN:-1}" = 1 ]; then
     train device --set mempolicy.plugin='"device"'
     train uvm --set mempolicy.plugin='"gh200_uvm"'
@@ -84,23 +97,38 @@ if [ "${GHC_TRAIN:-1}" = 1 ]; then
         END { if (n) printf "mid-size steps 3..%d: %.4f s/step, data wait %.5f s/step = %.3f%% of the step\n", n + 2, s / n, d / n, 100 * d / s }'
 fi
 
+# ---- saved activations (issue 23): the demo with checkpointing "block", the block inputs on
+# the card (device) or pinned on the host through the saved ring (offload, gh200_uvm), and
+# "block_attn" (the attention output kept, not recomputed): the same losses bit for bit ----
+if [ "${GHC_SAVED:-1}" = 1 ]; then
+    for c in block block_attn; do
+        for p in device offload gh200_uvm; do
+            train "s_${p}_$c" --set mempolicy.plugin="\"$p\"" --set model.checkpointing="\"$c\""
+        done
+    done
+    for r in s_offload_block s_gh200_uvm_block s_device_block_attn s_offload_block_attn s_gh200_uvm_block_attn; do
+        cmp_exact s_device_block "$r"
+    done
+fi
+
 # ---- diag and the benchmarks ----
 GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 60 "$cli" diag --json "$out/diag.json" --oversubscription-scale 0.25 \
     > "$work/diag.log" 2>&1
 echo "diag: exit $?"; grep -iE "platform|fail|GB/s" "$work/diag.log" | head -n 20
 if [ "${GHC_BENCH:-1}" = 1 ]; then
     b="$out/bench.log"
+    benches=" ${GHC_BENCHES:-bench_optim bench_lycoris bench_mem} "
     for t in bench_optim; do
-        [ -x "$top/bench/.libs/$t" ] || continue
+        [ -x "$top/bench/.libs/$t" ] && [ "${benches#* $t }" != "$benches" ] || continue
         timeout 120 "$top/bench/.libs/$t" > "$work/$t.log" 2>&1; echo "$t: exit $?"; cat "$work/$t.log" | tee -a "$b"
     done
-    if [ -x "$top/bench/.libs/bench_lycoris" ]; then
+    if [ -x "$top/bench/.libs/bench_lycoris" ] && [ "${benches#* bench_lycoris }" != "$benches" ]; then
         timeout 300 "$top/bench/.libs/bench_lycoris" --iters "${BENCH_LYC_ITERS:-9}" > "$work/bench_lycoris.log" 2>&1
         echo "bench_lycoris: exit $?"; cat "$work/bench_lycoris.log" | tee -a "$b"
     fi
-    if [ -x "$top/bench/.libs/bench_mem" ]; then
-        timeout "${BENCH_MEM_T:-240}" "$top/bench/.libs/bench_mem" --layers "${BENCH_LAYERS:-4}" --reps 2 \
-            --csv "$out/bench_mem.csv" > "$work/bench_mem.log" 2>&1
+    if [ -x "$top/bench/.libs/bench_mem" ] && [ "${benches#* bench_mem }" != "$benches" ]; then
+        timeout "${BENCH_MEM_T:-240}" "$top/bench/.libs/bench_mem" --layers "${BENCH_LAYERS:-4}" \
+            --tokens "${BENCH_TOKENS:-32760}" --reps 2 --csv "$out/bench_mem.csv" > "$work/bench_mem.log" 2>&1
         echo "bench_mem: exit $?"; cat "$work/bench_mem.log" | tee -a "$b"
     fi
     if [ "${GHC_BENCH_OPS:-0}" = 1 ]; then

@@ -1,10 +1,10 @@
 # tests/mem.mk: the memory policies. test_mem (CPU) links the pure state machine of
-# gh200_uvm and loads the policies through runs; test_mem_cuda (GPU suite, exit 77 without a
+# gh200_uvm and the saved-activation ring, and loads the policies through runs; test_mem_cuda (GPU suite, exit 77 without a
 # GPU) checks placement per role, the discrete cap and equal losses under device, gh200_uvm
 # and offload on a tiny multi-block wan22 model.
 check_PROGRAMS += tests/test_mem
 tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h tests/mem_step.h plugins/gh200_uvm/uvm_sm.c \
-	plugins/gh200_uvm/uvm_sm.h core/estimate.c core/cli.h
+	plugins/gh200_uvm/uvm_sm.h plugins/offload/saved.c plugins/offload/saved.h core/estimate.c core/cli.h
 tests_test_mem_CFLAGS = $(TEST_CFLAGS)
 tests_test_mem_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_mem

@@ -4,8 +4,11 @@
  * are emptied, the managed cap with hard reclamation, the discrete safety rule; platform
  * classes, caps, advice by role and setting parsing; bad settings of the policies and a
  * policy that needs a GPU on a machine without one (CUDA_VISIBLE_DEVICES is emptied so this
- * holds on a GPU machine too); the host policy's out-of-memory message; and the `estimate`
- * and `diag` commands of the CLI. */
+ * holds on a GPU machine too); the host policy's out-of-memory message; the saved-activation
+ * ring (plugins/offload/saved.c, linked in) driven as wan22 drives it, its copies and events
+ * replayed on two simulated streams with vector clocks: no copy races a kernel on a buffer or a
+ * home, and every read sees the bytes its unit's last write pass left; the saved role through
+ * the host policy; and the `estimate` and `diag` commands of the CLI. */
 #include <config.h>
 
 #include <math.h>
@@ -15,6 +18,7 @@
 
 #include "../core/cli.h"
 #include "../plugins/gh200_uvm/uvm_sm.h"
+#include "../plugins/offload/saved.h"
 #include "mem_step.h"
 #include "testutil.h"
 
@@ -418,6 +422,291 @@ START_TEST(host_oom_names_roles)
 }
 END_TEST
 
+/* ---- the saved-activation ring on two simulated streams ------------------------------------- */
+
+/* Streams 0 (compute) and 1 (copies) with vector clocks: an operation ticks its stream's own
+ * entry; an event takes its stream's clock; a wait merges the event's clock into the stream's.
+ * Access a happened before access b iff a's tick on its stream is <= b's clock entry for that
+ * stream. Every access to the same memory from the other stream, one of them a write, must be
+ * ordered; memory holds a tag (which unit's bytes of which pass) replayed in program order. */
+enum { SIM_C = 0, SIM_K = 1, SIM_LOG = 4096, SIM_MEM = 64 };
+struct svc { uint64_t t[2]; };
+struct sev { struct svc vc; };
+struct sacc { const void *mem; int stream; bool write; struct svc vc; };
+struct ssim {
+    struct svc   s[2];
+    struct sacc  log[SIM_LOG];
+    int          n_log, races, events;
+    const void  *mem[SIM_MEM];
+    long         tag[SIM_MEM];
+    int          n_mem;
+    bool         no_wait;        /* sabotage: the copy stream ignores `after` (the detector must see it) */
+    char         first_race[256];
+};
+
+static long *sim_tag(struct ssim *x, const void *mem)
+{
+    for (int i = 0; i < x->n_mem; i++)
+        if (x->mem[i] == mem)
+            return &x->tag[i];
+    ck_assert_int_lt(x->n_mem, SIM_MEM);
+    x->mem[x->n_mem] = mem;
+    x->tag[x->n_mem] = -1;
+    return &x->tag[x->n_mem++];
+}
+
+static void sim_access(struct ssim *x, int stream, const void *mem, bool write)
+{
+    x->s[stream].t[stream]++;
+    struct sacc a = { mem, stream, write, x->s[stream] };
+    for (int i = 0; i < x->n_log; i++) {
+        const struct sacc *b = &x->log[i];
+        if (b->mem != mem || b->stream == stream || !(b->write || write))
+            continue;
+        if (b->vc.t[b->stream] > a.vc.t[b->stream]) {   /* b is not ordered before a */
+            if (!x->races++)
+                snprintf(x->first_race, sizeof(x->first_race), "%s on stream %d vs an earlier %s on stream %d",
+                         write ? "write" : "read", stream, b->write ? "write" : "read", b->stream);
+        }
+    }
+    ck_assert_int_lt(x->n_log, SIM_LOG);
+    x->log[x->n_log++] = a;
+}
+
+static void sim_merge(struct svc *into, const struct svc *from)
+{
+    for (int k = 0; k < 2; k++)
+        if (from->t[k] > into->t[k])
+            into->t[k] = from->t[k];
+}
+
+static int sim_buf_alloc(void *ctx, size_t n, void **buf)
+{
+    (void)ctx;
+    *buf = malloc(n);   /* an address only: the simulation tracks tags, not bytes */
+    return *buf ? 0 : GHC_ENOMEM;
+}
+static void sim_buf_free(void *ctx, void *buf) { (void)ctx; free(buf); }
+static int sim_event_make(void *ctx, void **ev)
+{
+    ((struct ssim *)ctx)->events++;
+    *ev = calloc(1, sizeof(struct sev));
+    return *ev ? 0 : GHC_ENOMEM;
+}
+static void sim_event_free(void *ctx, void *ev) { ((struct ssim *)ctx)->events--; free(ev); }
+static void sim_record(void *ctx, void *ev, void *stream)
+{
+    ck_assert_ptr_null(stream);   /* the model's compute stream: NULL here */
+    ((struct sev *)ev)->vc = ((struct ssim *)ctx)->s[SIM_C];
+}
+static void sim_wait(void *ctx, void *stream, void *ev)
+{
+    ck_assert_ptr_null(stream);
+    sim_merge(&((struct ssim *)ctx)->s[SIM_C], &((struct sev *)ev)->vc);
+}
+static int sim_copy(void *ctx, void *dst, const void *src, size_t n, bool to_ring, void *after, void *done)
+{
+    struct ssim *x = ctx;
+    (void)n, (void)to_ring;
+    if (after && !x->no_wait)
+        sim_merge(&x->s[SIM_K], &((struct sev *)after)->vc);
+    sim_access(x, SIM_K, src, false);
+    sim_access(x, SIM_K, dst, true);
+    *sim_tag(x, dst) = *sim_tag(x, src);
+    if (done)
+        ((struct sev *)done)->vc = x->s[SIM_K];
+    return 0;
+}
+static void sim_sync(void *ctx)
+{
+    struct ssim *x = ctx;   /* the host waits for both streams: everything after is ordered */
+    sim_merge(&x->s[SIM_C], &x->s[SIM_K]);
+    sim_merge(&x->s[SIM_K], &x->s[SIM_C]);
+}
+
+/* A kernel of the model on the compute stream: reads the buffer, or writes it with `tag`. */
+static void sim_kernel(struct ssim *x, const void *at, bool write, long tag)
+{
+    sim_access(x, SIM_C, at, write);
+    if (write)
+        *sim_tag(x, at) = tag;
+}
+
+/* wan22's forward: unit 0 opened for writing before the patch embedding, then per block i its
+ * input read (and with `attn` its attention output written into it) and unit i + 1 written;
+ * unit i closed after the block. */
+static void sim_forward(struct saved_ring *r, struct ssim *x, void **homes, size_t *bytes, int n, long pass, bool attn)
+{
+    void *at[2];
+    ck_assert_int_eq(saved_ring_begin(r, homes[0], bytes[0], 0, true, NULL, &at[0]), 0);
+    sim_kernel(x, at[0], true, pass * 100);
+    for (int i = 0; i < n; i++) {
+        if (i + 1 < n) {
+            ck_assert_int_eq(saved_ring_begin(r, homes[i + 1], bytes[i + 1], i + 1, true, NULL, &at[(i + 1) % 2]), 0);
+            ck_assert_ptr_ne(at[(i + 1) % 2], at[i % 2]);
+        }
+        sim_kernel(x, at[i % 2], false, 0);
+        if (attn)
+            sim_kernel(x, at[i % 2], true, pass * 100 + i);   /* o and lse: the same unit's bytes */
+        if (i + 1 < n)
+            sim_kernel(x, at[(i + 1) % 2], true, pass * 100 + i + 1);
+        ck_assert_int_eq(saved_ring_end(r, homes[i], NULL), 0);
+    }
+}
+
+/* wan22's backward: each unit read in reverse, checked, used as scratch, closed. */
+static void sim_backward(struct saved_ring *r, struct ssim *x, void **homes, size_t *bytes, int n, long pass)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        void *at;
+        ck_assert_int_eq(saved_ring_begin(r, homes[i], bytes[i], i, false, NULL, &at), 0);
+        ck_assert_msg(*sim_tag(x, at) == pass * 100 + i, "unit %d read %ld, written %ld", i, *sim_tag(x, at),
+                      pass * 100 + i);
+        sim_kernel(x, at, false, 0);
+        sim_kernel(x, at, true, -7);   /* scratch writes: never seen again */
+        ck_assert_int_eq(saved_ring_end(r, homes[i], NULL), 0);
+    }
+}
+
+/* Rings of 2 to 5 buffers, 0 to 4 units ahead, 1 to 7 units of two sizes: forward, backward,
+ * forward, forward, backward (the latest write pass counts), without a race. */
+START_TEST(saved_ring_streams)
+{
+    static const struct saved_io sio = { .buf_alloc = sim_buf_alloc, .buf_free = sim_buf_free,
+                                         .event_make = sim_event_make, .event_free = sim_event_free,
+                                         .record = sim_record, .wait = sim_wait, .copy = sim_copy, .sync = sim_sync };
+    ghc_core_t *core = ghc_core_init();
+    static struct ssim x;
+    for (int bufs = 2; bufs <= 5; bufs++)
+        for (int ahead = 0; ahead <= 4; ahead++)
+            for (int n = 1; n <= 7; n += 2) {
+                memset(&x, 0, sizeof(x));
+                struct saved_io io = sio;
+                io.ctx = &x;
+                struct saved_ring r;
+                saved_ring_init(&r, core, "test", &io, bufs, ahead, false);
+                void *homes[7];
+                size_t bytes[7];
+                for (int i = 0; i < n; i++) {
+                    bytes[i] = i % 2 ? 512 : 256;   /* units of two sizes: one buffer size for all */
+                    homes[i] = malloc(bytes[i]);
+                    ck_assert_int_eq(saved_ring_add(&r, homes[i], bytes[i]), 0);
+                }
+                sim_forward(&r, &x, homes, bytes, n, 1, ahead % 2);
+                sim_backward(&r, &x, homes, bytes, n, 1);
+                sim_forward(&r, &x, homes, bytes, n, 2, false);
+                sim_forward(&r, &x, homes, bytes, n, 3, true);
+                sim_backward(&r, &x, homes, bytes, n, 3);
+                ck_assert_msg(x.races == 0, "%d buffers, %d ahead, %d units: %d races, first: %s", bufs, ahead, n,
+                              x.races, x.first_race);
+                ck_assert_uint_eq(r.out_bytes % 256, 0);
+                ck_assert_uint_ge(r.buf_bytes, n > 1 ? 512 : 256);
+                if (n > bufs)   /* some units had to come back from their homes */
+                    ck_assert_uint_gt(r.in_bytes, 0);
+                else if (n == 1)   /* the turn-around unit never leaves its buffer */
+                    ck_assert_uint_eq(r.hits, 2);
+                for (int i = 0; i < n; i++) {
+                    ck_assert(saved_ring_drop(&r, homes[i]));
+                    free(homes[i]);
+                }
+                ck_assert_uint_eq(saved_ring_bytes(&r), 0);   /* the last home took the buffers along */
+                saved_ring_free(&r);
+                ck_assert_int_eq(x.events, 0);
+            }
+    /* the detector sees the race of a copy home that does not wait for the kernel writing it */
+    memset(&x, 0, sizeof(x));
+    x.no_wait = true;
+    struct saved_io io = sio;
+    io.ctx = &x;
+    struct saved_ring r;
+    saved_ring_init(&r, core, "test", &io, 3, 2, false);
+    void *homes[4];
+    size_t bytes[4] = { 256, 256, 256, 256 };
+    for (int i = 0; i < 4; i++) {
+        homes[i] = malloc(256);
+        ck_assert_int_eq(saved_ring_add(&r, homes[i], 256), 0);
+    }
+    sim_forward(&r, &x, homes, bytes, 4, 1, false);
+    ck_assert_int_gt(x.races, 0);
+    /* misuse: a unit begun twice, an end without a begin, a read before any write */
+    void *at;
+    ck_assert_int_eq(saved_ring_begin(&r, homes[0], 256, 0, true, NULL, &at), 0);
+    ck_assert_int_eq(saved_ring_begin(&r, homes[0], 256, 0, true, NULL, &at), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "begun twice"));
+    ck_assert_int_eq(saved_ring_end(&r, homes[0], NULL), 0);
+    ck_assert_int_eq(saved_ring_end(&r, homes[0], NULL), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "without saved_begin"));
+    ck_assert_int_eq(saved_ring_begin(&r, homes[1], 512, 1, false, NULL, &at), GHC_EINVAL);   /* more than its size */
+    int dummy;
+    ck_assert_int_eq(saved_ring_begin(&r, &dummy, 4, 0, false, NULL, &at), 0);   /* not a home: in place */
+    ck_assert_ptr_eq(at, &dummy);
+    ck_assert_int_eq(saved_ring_end(&r, &dummy, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        saved_ring_drop(&r, homes[i]);
+        free(homes[i]);
+    }
+    saved_ring_free(&r);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* The role through the core and the host policy: its name, its counts, saved_begin/saved_end
+ * in place without a ring and through one with it; a read before any write is refused. */
+START_TEST(saved_role_host)
+{
+    ck_assert_str_eq(ghc_mem_role_name(GHC_ROLE_SAVED), "saved");
+    ck_assert_int_eq(GHC_ROLE_SAVED, GHC_ROLE_WORKSPACE + 1);
+    ck_assert_int_le(GHC_ROLE_COUNT, GHC_ROLE_MAX);
+    for (int ring = 0; ring <= 3; ring += 3) {
+        char cfg[128];
+        snprintf(cfg, sizeof(cfg), "mempolicy = { plugin = \"host\"; saved_ring = %d; };", ring);
+        ghc_core_t *core = ghc_core_init();
+        ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
+        ck_assert_int_eq(ghc_config_load_string(core, cfg, "m.cfg", NULL, NULL, 0), 0);
+        ck_assert_int_eq(ghc_run_init(core), 0);
+        ghc_mempolicy_t *mp = ghc_mempolicy_get(core);
+        void *u[2], *at;
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(ghc_mem_alloc(mp, 4096, GHC_ROLE_SAVED, GHC_DEVICE_CPU, &u[i]), 0);
+        struct ghc_mem_stats st = { .struct_size = sizeof(st) };
+        ck_assert_int_eq(ghc_mem_stats(mp, &st), 0);
+        ck_assert_uint_eq(st.bytes_role[GHC_ROLE_SAVED], 8192);
+        ck_assert_uint_eq(st.n_roles, GHC_ROLE_COUNT);
+        char use[256];
+        ck_assert_str_eq(ghc_mem_usage_text(st.bytes_role, (int32_t)st.n_roles, use, sizeof(use)), "saved 8.0 KiB");
+        if (ring) {
+            ck_assert_int_eq(ghc_mem_saved_begin(mp, u[1], 4096, 1, false, NULL, &at), GHC_EINVAL);
+            ck_assert_ptr_null(at);
+            ck_assert_msg(strstr(ghc_error_message(core), "before a write pass"), "%s", ghc_error_message(core));
+        }
+        for (int i = 0; i < 2; i++) {   /* write 0, 1; read 1, 0 */
+            ck_assert_int_eq(ghc_mem_saved_begin(mp, u[i], 4096, i, true, NULL, &at), 0);
+            ck_assert(ring ? at != u[i] : at == u[i]);
+            memset(at, 10 + i, 4096);
+            ck_assert_int_eq(ghc_mem_saved_end(mp, u[i], NULL), 0);
+            ck_assert_int_eq(((unsigned char *)u[i])[4095], 10 + i);   /* home: at once (synchronous copies) */
+        }
+        for (int i = 1; i >= 0; i--) {
+            ck_assert_int_eq(ghc_mem_saved_begin(mp, u[i], 4096, i, false, NULL, &at), 0);
+            ck_assert_int_eq(((unsigned char *)at)[0], 10 + i);
+            ck_assert_int_eq(ghc_mem_saved_end(mp, u[i], NULL), 0);
+        }
+        ck_assert_int_eq(ghc_mem_stats(mp, &st), 0);
+        ck_assert_uint_eq(st.saved_out_bytes, ring ? 8192 : 0);
+        ck_assert_uint_eq(st.saved_ring_bytes, ring ? 3 * 4096 : 0);
+        for (int i = 0; i < 2; i++)
+            ghc_mem_release(mp, u[i]);
+        ghc_core_free(core);
+    }
+    /* a NULL policy and memory of another role: in place */
+    void *at = NULL;
+    int v;
+    ck_assert_int_eq(ghc_mem_saved_begin(NULL, &v, sizeof(v), 0, true, NULL, &at), 0);
+    ck_assert_ptr_eq(at, &v);
+    ck_assert_int_eq(ghc_mem_saved_end(NULL, &v, NULL), 0);
+}
+END_TEST
+
 /* ---- estimate and diag ---------------------------------------------------------------------- */
 
 /* The estimate of a tiny CPU run against the peak the host policy measured in the same run. */
@@ -539,6 +828,8 @@ static Suite *mem_suite(void)
     tcase_add_test(pol, uvm_bad_settings);
     tcase_add_test(pol, gpu_policies_without_gpu);
     tcase_add_test(pol, host_oom_names_roles);
+    tcase_add_test(pol, saved_ring_streams);
+    tcase_add_test(pol, saved_role_host);
     suite_add_tcase(s, pol);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 120);

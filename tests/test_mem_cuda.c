@@ -3,8 +3,9 @@
  * prefetch location) for the access patterns and with hints off; the environment override;
  * the discrete cap, exercised through a configured headroom so no managed byte ever exceeds
  * what the card has free; equal losses and gradients for the same seed under device,
- * gh200_uvm (stage 1: weights managed) and offload (weights streamed through the ring) on a
- * tiny 4-block two-expert wan22 model; estimate against the device policy's measured peak for
+ * gh200_uvm (stage 1: weights managed) and offload (weights streamed through the ring), the
+ * saved activations on the card or pinned through the saved ring, checkpointing "block" and
+ * "block_attn", on a tiny 4-block two-expert wan22 model; estimate against the device policy's measured peak for
  * the tiny and an A14B-dims 4-block model; and the diag probe. CUDA does not survive fork():
  * the suite runs in-process. */
 #include <math.h>
@@ -72,7 +73,9 @@ START_TEST(uvm_placement_per_role)
     struct ghc_mem_stats st = { .struct_size = sizeof(st) };
     ms_ok(core, ghc_mem_stats(mp, &st));
     ck_assert_int_eq(st.stage, 1);
-    ck_assert_uint_eq(st.bytes_managed, 9 * 4 * MiB);
+    /* all but the workspace, and the saved activations, pinned on the host unless integrated */
+    ck_assert(!is_managed(p[GHC_ROLE_SAVED]) || st.platform == GHC_PLATFORM_INTEGRATED);
+    ck_assert_uint_eq(st.bytes_managed, (st.platform == GHC_PLATFORM_INTEGRATED ? 10 : 9) * 4 * MiB);
     ck_assert_uint_eq(st.bytes_role_managed[GHC_ROLE_WEIGHTS_INACTIVE], 8 * MiB);
     ck_assert_uint_eq(st.prefetched_bytes, 8 * MiB);
     ck_assert_uint_ge(st.transitions, 1);
@@ -162,9 +165,10 @@ END_TEST
 
 /* ---- equal losses under the three GPU policies --------------------------------------------- */
 
-#define TINY_MODEL \
-    "model = { plugin = \"wan22\"; dtype = \"bf16\"; device = 0; checkpointing = \"block\"; checkpoint_every = 2;\n" \
+#define TINY_MODEL_CK(ck) \
+    "model = { plugin = \"wan22\"; dtype = \"bf16\"; device = 0; checkpointing = \"" ck "\"; checkpoint_every = 2;\n" \
     "  random = { dim = 128; ffn_dim = 320; heads = 2; layers = 4; text_dim = 64; freq_dim = 64; experts = 2; seed = 7; }; };\n"
+#define TINY_MODEL TINY_MODEL_CK("block")
 
 static double max_rel(const float *a, const float *b, int64_t n)
 {
@@ -176,24 +180,39 @@ static double max_rel(const float *a, const float *b, int64_t n)
     return den > 0 ? num / den : num;
 }
 
+/* The same losses under device, gh200_uvm (stage 1: weights managed; saved activations pinned
+ * through its ring) and offload (weights streamed; saved activations pinned through its ring,
+ * or on the device), with checkpointing "block" and "block_attn" (the recomputation restores
+ * the attention output instead of computing it): outputs bit for bit, input gradients within
+ * 1e-6 of the device policy's with "block". */
 START_TEST(same_losses)
 {
-    static const char *const policies[] = {
-        "mempolicy = { plugin = \"device\"; };\n",
-        "mempolicy = { plugin = \"gh200_uvm\"; stage1_threshold = 1.0; };\n",
-        "mempolicy = { plugin = \"offload\"; ring = 2; };\n",
+    enum { RUNS = 7 };
+    static const struct { const char *name, *policy, *model; } runs[RUNS] = {
+        { "device", "mempolicy = { plugin = \"device\"; };\n", TINY_MODEL },
+        { "gh200_uvm", "mempolicy = { plugin = \"gh200_uvm\"; stage1_threshold = 1.0; };\n", TINY_MODEL },
+        { "offload", "mempolicy = { plugin = \"offload\"; ring = 2; };\n", TINY_MODEL },
+        { "offload/saved=device", "mempolicy = { plugin = \"offload\"; ring = 2; saved = \"device\"; };\n", TINY_MODEL },
+        { "device/block_attn", "mempolicy = { plugin = \"device\"; };\n", TINY_MODEL_CK("block_attn") },
+        { "offload/block_attn", "mempolicy = { plugin = \"offload\"; ring = 2; saved_ring = 2; saved_ahead = 1; };\n",
+          TINY_MODEL_CK("block_attn") },
+        { "gh200_uvm/block_attn", "mempolicy = { plugin = \"gh200_uvm\"; saved = \"host\"; };\n",
+          TINY_MODEL_CK("block_attn") },
     };
-    struct mem_step r[3];
+    struct mem_step r[RUNS];
     char cfg[2048];
-    for (int p = 0; p < 3; p++) {
-        snprintf(cfg, sizeof(cfg), "%s%s", policies[p], TINY_MODEL);
+    for (int p = 0; p < RUNS; p++) {
+        snprintf(cfg, sizeof(cfg), "%s%s", runs[p].policy, runs[p].model);
         mem_step_run(cfg, 0, 1, 16, 3, 16, 16, 64, &r[p]);
-        fprintf(stderr, "same_losses: %-10s loss %.9g %.9g, peak %.2f MiB, managed %llu, streamed %.2f MiB, "
-                "prefetched %.2f MiB\n", p == 0 ? "device" : p == 1 ? "gh200_uvm" : "offload", r[p].loss[0],
-                r[p].loss[1], r[p].stats.bytes_peak / 1048576.0, (unsigned long long)r[p].stats.bytes_role_managed[0],
-                r[p].stats.streamed_bytes / 1048576.0, r[p].stats.prefetched_bytes / 1048576.0);
+        fprintf(stderr, "same_losses: %-21s loss %.9g %.9g, peak %.2f MiB, managed %llu, streamed %.2f MiB, "
+                "prefetched %.2f MiB, saved %.2f MiB (home %.2f, back %.2f MiB, %llu hits, ring %.2f MiB)\n",
+                runs[p].name, r[p].loss[0], r[p].loss[1], r[p].stats.bytes_peak / 1048576.0,
+                (unsigned long long)r[p].stats.bytes_role_managed[0], r[p].stats.streamed_bytes / 1048576.0,
+                r[p].stats.prefetched_bytes / 1048576.0, r[p].stats.bytes_role[GHC_ROLE_SAVED] / 1048576.0,
+                r[p].stats.saved_out_bytes / 1048576.0, r[p].stats.saved_in_bytes / 1048576.0,
+                (unsigned long long)r[p].stats.saved_hits, r[p].stats.saved_ring_bytes / 1048576.0);
     }
-    for (int p = 1; p < 3; p++)
+    for (int p = 1; p < RUNS; p++)
         for (int e = 0; e < 2; e++) {
             ck_assert_msg(r[p].loss[e] == r[0].loss[e], "policy %d expert %d: loss %.9g vs %.9g", p, e, r[p].loss[e],
                           r[0].loss[e]);
@@ -211,7 +230,22 @@ START_TEST(same_losses)
     uint64_t weights = r[0].stats.bytes_role[GHC_ROLE_WEIGHTS] + r[0].stats.bytes_role[GHC_ROLE_WEIGHTS_INACTIVE];
     ck_assert_msg(r[2].stats.streamed_bytes >= weights / 2, "streamed %llu of %llu weight bytes",
                   (unsigned long long)r[2].stats.streamed_bytes, (unsigned long long)weights);
-    for (int p = 0; p < 3; p++)
+    /* saved activations: in place under device and offload saved=device; else every unit went
+     * home in each of the 2 forwards, and some came back (more units than ring buffers) */
+    for (int p = 0; p < RUNS; p++) {
+        const struct ghc_mem_stats *st = &r[p].stats;
+        bool ring = p == 2 || p == 5 || p == 6 || (p == 1 && st->platform != GHC_PLATFORM_INTEGRATED);   /* auto */
+        ck_assert_uint_gt(st->bytes_role[GHC_ROLE_SAVED], 0);
+        if (ring) {
+            ck_assert_msg(st->saved_out_bytes == 2 * st->bytes_role[GHC_ROLE_SAVED], "%s: %llu bytes home", runs[p].name,
+                          (unsigned long long)st->saved_out_bytes);
+            ck_assert_msg(st->saved_in_bytes > 0 && st->saved_ring_bytes > 0, "%s", runs[p].name);
+        } else {
+            ck_assert_uint_eq(st->saved_out_bytes + st->saved_in_bytes + st->saved_ring_bytes, 0);
+        }
+    }
+    ck_assert_uint_gt(r[4].stats.bytes_role[GHC_ROLE_SAVED], r[0].stats.bytes_role[GHC_ROLE_SAVED]);   /* o, lse */
+    for (int p = 0; p < RUNS; p++)
         mem_step_free(&r[p]);
 }
 END_TEST

@@ -550,6 +550,67 @@ START_TEST(test_experts_alternate)
 }
 END_TEST
 
+/* Saved activations (the block inputs, with "block_attn" the attention outputs) through the
+ * host policy's ring (copied home and back, every buffer NaN-poisoned when handed out for
+ * writing and once its unit left it) and "block_attn" (the recomputation restores o and lse):
+ * the same losses, validation losses and adapter bytes as "block" in place, with a LoRA that
+ * K-concatenates (rank 4 in the model's spare room), 2 micro-batches a step and validation
+ * forwards (no keep) between the training steps. ("off" is not compared: the text context's
+ * spare columns are shared by the blocks, so a kept block's cross-attention k/v lora_up
+ * gradients read a later block's H; recomputed blocks write theirs again.) */
+START_TEST(test_saved_activations)
+{
+    enum { RUNS = 5 };
+    static const char *const sets[RUNS] = {
+        "--set model.checkpointing='\"block\"'",
+        "--set model.checkpointing='\"block\"' --set mempolicy.saved_ring=3",
+        "--set model.checkpointing='\"block_attn\"'",
+        "--set model.checkpointing='\"block_attn\"' --set mempolicy.saved_ring=2 --set mempolicy.saved_ahead=1",
+        "--set model.checkpointing='\"block_attn\"' --set mempolicy.saved_ring=4 --set mempolicy.saved_ahead=3 "
+        "--set mempolicy.saved_poison=false",
+    };
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400], q[8500];
+    char *cfg = tiny_cfg(dir, "v.cfg", 1, "steps = 4; validate_every = 2; validation_sigmas = [0.3, 0.8];",
+                         "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+                         "data = { batch_size = 1; };\n"
+                         "validation = { batch_size = 1; datasets = ( { path = \"v.cfg.out/demo-data\"; } ); };");
+    /* the first run (into v.cfg.out) writes the demo data that every run's validation reads */
+    static struct mline m[RUNS][16];
+    for (int k = 0; k < RUNS; k++) {
+        if (k)
+            snprintf(args, sizeof(args), "-q -c '%s' %s --set output_dir='\"%s/run%d\"'", cfg, sets[k], dir, k);
+        else
+            snprintf(args, sizeof(args), "-q -c '%s' %s", cfg, sets[k]);
+        ck_assert_msg(cli(args, &out) == 0, "%s: %s", sets[k], out);
+        free(out);
+        if (k)
+            snprintf(p, sizeof(p), "%s/run%d/metrics.jsonl", dir, k);
+        else
+            snprintf(p, sizeof(p), "%s/v.cfg.out/metrics.jsonl", dir);
+        ck_assert_int_eq(read_metrics(p, m[k], 16), 4);
+        snprintf(q, sizeof(q), "grep -c validation_loss '%s'", p);
+        ck_assert_int_eq(tu_run(q, &out), 0);
+        ck_assert_msg(atoi(out) >= 2, "%s: no validation in %s", sets[k], out);
+        free(out);
+    }
+    for (int k = 1; k < RUNS; k++) {
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(!strcmp(m[0][i].loss, m[k][i].loss), "%s: step %d loss %s, in place %s", sets[k], i,
+                          m[k][i].loss, m[0][i].loss);
+        snprintf(p, sizeof(p), "grep -o '\"validation_loss\":[^,}]*' '%s/v.cfg.out/metrics.jsonl' > '%s/va' && "
+                 "grep -o '\"validation_loss\":[^,}]*' '%s/run%d/metrics.jsonl' | cmp -s - '%s/va'",
+                 dir, dir, dir, k, dir);
+        ck_assert_msg(system(p) == 0, "%s: the validation losses differ", sets[k]);
+        snprintf(p, sizeof(p), "%s/v.cfg.out/adapter.safetensors", dir);
+        snprintf(q, sizeof(q), "%s/run%d/adapter.safetensors", dir, k);
+        ck_assert_msg(tensors_equal(p, q), "%s: the adapter differs", sets[k]);
+    }
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_nan_skipped)
 {
     /* a huge planted strength drives the targets to inf: every step non-finite, the run stops
@@ -754,6 +815,7 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_experts_alternate);
     tcase_add_test(tr, test_nan_skipped);
     tcase_add_test(tr, test_shared_and_validation);
+    tcase_add_test(tr, test_saved_activations);
     tcase_add_test(tr, test_resume_logs_each_step_once);
     suite_add_tcase(s, tr);
     return s;

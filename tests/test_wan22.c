@@ -52,28 +52,40 @@ static void ok(ghc_core_t *core, int rc)
     ck_assert_msg(rc == 0, "failed (%d): %s", rc, ghc_error_message(core));
 }
 
-/* A core with a memory policy and (when model_cfg is not NULL) a wan22 model from the config
- * text of the model section's body. */
-static ghc_core_t *run_core(const char *model_cfg, bool gpu)
+/* A core with a memory policy (host, or device for gpu; mp_extra: more keys of its section)
+ * and (when model_cfg is not NULL) a wan22 model from the config text of the model section's
+ * body. */
+static ghc_core_t *run_core_mp(const char *model_cfg, bool gpu, const char *mp_extra)
 {
     ghc_core_t *core = ghc_core_init();
     ck_assert_ptr_nonnull(core);
     ok(core, ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")));
     char text[4096];
-    snprintf(text, sizeof(text), "mempolicy = { plugin = \"%s\"; };\n%s%s%s", gpu ? "device" : "host",
-             model_cfg ? "model = { plugin = \"wan22\"; " : "", model_cfg ? model_cfg : "", model_cfg ? " };\n" : "");
+    snprintf(text, sizeof(text), "mempolicy = { plugin = \"%s\"; %s };\n%s%s%s", gpu ? "device" : "host",
+             mp_extra ? mp_extra : "", model_cfg ? "model = { plugin = \"wan22\"; " : "", model_cfg ? model_cfg : "",
+             model_cfg ? " };\n" : "");
     ok(core, ghc_config_load_string(core, text, "test.cfg", NULL, NULL, 0));
     ok(core, ghc_run_init(core));
     return core;
 }
 
+static ghc_core_t *run_core(const char *model_cfg, bool gpu)
+{
+    return run_core_mp(model_cfg, gpu, NULL);
+}
+
 /* The fixture model: official weights, 2 heads of 32. */
-static ghc_core_t *fixture_core(const char *extra, bool gpu)
+static ghc_core_t *fixture_core_mp(const char *extra, bool gpu, const char *mp_extra)
 {
     char cfg[2048];
     snprintf(cfg, sizeof(cfg), "checkpoint = \"%s\"; heads = 2; dtype = \"%s\"; device = %d; %s",
              fixture("weights_official.safetensors"), gpu ? "bf16" : "f32", gpu ? 0 : -1, extra ? extra : "");
-    return run_core(cfg, gpu);
+    return run_core_mp(cfg, gpu, mp_extra);
+}
+
+static ghc_core_t *fixture_core(const char *extra, bool gpu)
+{
+    return fixture_core_mp(extra, gpu, NULL);
 }
 
 static ghc_tensor_t *load(ghc_core_t *core, ghc_st_t *st, const char *name)
@@ -1020,27 +1032,66 @@ static float *snap(ghc_core_t *core, const ghc_tensor_t *t)
     return v;
 }
 
-/* checkpointing "off" (activations kept), "block" (every block recomputed) and "block" with
- * checkpoint_every = 2 and 3 (blocks 0, 2 resp. block 0 of the 3 recomputed) give the same bits. */
+/* checkpointing "off" (activations kept), "block" (every block recomputed), "block" with
+ * checkpoint_every = 2 and 3 (blocks 0, 2 resp. block 0 of the 3 recomputed), "block_attn" (the
+ * recomputation restores the self-attention output and lse instead of computing them) with
+ * k = 1 and 2, and the saved activations moved through the host policy's ring (copied home and
+ * back; every buffer NaN-poisoned when handed out for writing and when its unit leaves it, or
+ * kept for the turn-around blocks) give the same bits. */
 START_TEST(checkpointing_same)
 {
-    enum { RUNS = 4 };
-    static const char *const cfgs[RUNS] = {
-        "checkpointing = \"off\";", "checkpointing = \"block\";",
-        "checkpointing = \"block\"; checkpoint_every = 2;", "checkpointing = \"block\"; checkpoint_every = 3;"
+    enum { RUNS = 11 };
+    static const struct { const char *model, *mp; int calls; } runs[RUNS] = {
+        { "checkpointing = \"off\";", NULL, 30 },   /* recomputation calls the hook again */
+        { "checkpointing = \"block\";", NULL, 60 },
+        { "checkpointing = \"block\"; checkpoint_every = 2;", NULL, 50 },
+        { "checkpointing = \"block\"; checkpoint_every = 3;", NULL, 40 },
+        { "checkpointing = \"block_attn\";", NULL, 60 },
+        { "checkpointing = \"block_attn\"; checkpoint_every = 2;", NULL, 50 },
+        { "checkpointing = \"block\";", "saved_ring = 3;", 60 },
+        { "checkpointing = \"block_attn\";", "saved_ring = 3;", 60 },
+        { "checkpointing = \"block_attn\"; checkpoint_every = 2;", "saved_ring = 2; saved_ahead = 1;", 50 },
+        { "checkpointing = \"block_attn\";", "saved_ring = 4; saved_ahead = 2; saved_poison = false;", 60 },
+        { "checkpointing = \"block\";", "saved_ring = 2; saved_ahead = 1; saved_poison = false;", 60 },
     };
-    static const int calls[RUNS] = { 30, 60, 50, 40 };   /* recomputation calls the hook again */
     float *dx[RUNS], *pred[RUNS], *dA[RUNS][30], *dB[RUNS][30], loss[RUNS];
     size_t n_x = 0, n_a[30], n_b[30];
+    uint64_t saved_block = 0;
     for (int k = 0; k < RUNS; k++) {
-        ghc_core_t *core = fixture_core(cfgs[k], false);
+        ghc_core_t *core = fixture_core_mp(runs[k].model, false, runs[k].mp);
         struct fcase c;
         struct lora l;
         ghc_tensor_t *p, *d;
         case_open(core, &c, GHC_DEVICE_CPU);
         lora_init(&l, core, ghc_model_get(core), c.st, GHC_DEVICE_CPU);
         loss[k] = train_step(core, &c, &l, GHC_DEVICE_CPU, &p, &d);
-        ck_assert_int_eq(l.calls_fwd, calls[k]);
+        ck_assert_int_eq(l.calls_fwd, runs[k].calls);
+        struct ghc_mem_stats st = { .struct_size = sizeof(st) };
+        ok(core, ghc_mem_stats(ghc_mempolicy_get(core), &st));
+        /* the saved role: 3 block inputs of [1, L, 64] f32, and with block_attn the recomputed
+         * blocks' o [1, L, 64] f32 and lse [1, 2, L] f32 */
+        if (k == 1)
+            saved_block = st.bytes_role[GHC_ROLE_SAVED];
+        ck_assert_uint_gt(st.bytes_role[GHC_ROLE_SAVED], 0);
+        if (k == 4)
+            ck_assert_uint_gt(st.bytes_role[GHC_ROLE_SAVED], saved_block);
+        if (runs[k].mp) {   /* through the ring: every unit went home, and came back unless still there */
+            fprintf(stderr, "checkpointing_same %s %s: saved out %llu, in %llu, hits %llu, ring %llu B\n",
+                    runs[k].model, runs[k].mp, (unsigned long long)st.saved_out_bytes,
+                    (unsigned long long)st.saved_in_bytes, (unsigned long long)st.saved_hits,
+                    (unsigned long long)st.saved_ring_bytes);
+            ck_assert_uint_eq(st.saved_out_bytes, st.bytes_role[GHC_ROLE_SAVED]);
+            ck_assert_uint_gt(st.saved_ring_bytes, 0);
+            if (strstr(runs[k].mp, "poison = false")) {
+                ck_assert_uint_gt(st.saved_hits, 0);
+                ck_assert_uint_lt(st.saved_in_bytes, st.saved_out_bytes);
+            } else {
+                ck_assert_uint_eq(st.saved_hits, 0);
+                ck_assert_uint_eq(st.saved_in_bytes, st.saved_out_bytes);
+            }
+        } else {
+            ck_assert_uint_eq(st.saved_out_bytes + st.saved_in_bytes, 0);
+        }
         n_x = ghc_tensor_nbytes(d);
         dx[k] = snap(core, d);
         pred[k] = snap(core, p);
@@ -1057,12 +1108,13 @@ START_TEST(checkpointing_same)
         ghc_core_free(core);
     }
     for (int k = 1; k < RUNS; k++) {
-        ck_assert_msg(loss[0] == loss[k], "%s: loss differs", cfgs[k]);
-        ck_assert_msg(memcmp(pred[0], pred[k], n_x) == 0, "%s: prediction differs", cfgs[k]);
-        ck_assert_msg(memcmp(dx[0], dx[k], n_x) == 0, "%s: input gradient differs", cfgs[k]);
+        const char *what = runs[k].model;
+        ck_assert_msg(loss[0] == loss[k], "%s %s: loss differs", what, runs[k].mp ? runs[k].mp : "");
+        ck_assert_msg(memcmp(pred[0], pred[k], n_x) == 0, "%s: prediction differs", what);
+        ck_assert_msg(memcmp(dx[0], dx[k], n_x) == 0, "%s: input gradient differs", what);
         for (int i = 0; i < 30; i++) {
-            ck_assert_msg(memcmp(dA[0][i], dA[k][i], n_a[i]) == 0, "%s: dA of target %d differs", cfgs[k], i);
-            ck_assert_msg(memcmp(dB[0][i], dB[k][i], n_b[i]) == 0, "%s: dB of target %d differs", cfgs[k], i);
+            ck_assert_msg(memcmp(dA[0][i], dA[k][i], n_a[i]) == 0, "%s: dA of target %d differs", what, i);
+            ck_assert_msg(memcmp(dB[0][i], dB[k][i], n_b[i]) == 0, "%s: dB of target %d differs", what, i);
         }
     }
     for (int k = 0; k < RUNS; k++) {

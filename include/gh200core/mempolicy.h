@@ -26,6 +26,10 @@ enum ghc_mem_role {
     GHC_ROLE_TEXT_EMBEDS,        /* cached text embeddings */
     GHC_ROLE_MASKS,              /* attention / text masks */
     GHC_ROLE_WORKSPACE,          /* scratch for kernels (GEMM, attention) */
+    GHC_ROLE_SAVED,              /* saved activations: what the backward needs from the forward
+                                  * (checkpointed block inputs, kept attention outputs), written in
+                                  * forward order, read in reverse; used between saved_begin and
+                                  * saved_end (below). Since API 14 */
     GHC_ROLE_COUNT               /* the roles this gh200core knows; grows when one is appended */
 };
 
@@ -84,6 +88,13 @@ struct ghc_mem_stats {
     uint64_t stream_ns;                   /* offload: time the copy stream spent on those copies
                                            * (CUDA events around each block's copy; completed
                                            * copies only: synchronise first) */
+    /* saved activations moved through a ring of buffers (since API 14; 0 where the policy reads
+     * them in place) */
+    uint64_t saved_out_bytes;             /* copied from the ring to the units' home (forward) */
+    uint64_t saved_in_bytes;              /* copied from the home back into the ring (backward) */
+    uint64_t saved_hits;                  /* read begins served by a ring buffer still holding
+                                           * the unit (no copy: the turn-around blocks) */
+    uint64_t saved_ring_bytes;            /* the ring's buffers (in bytes_device) */
 };
 
 /* The kind of machine a managed-memory policy runs on, from the device's attributes, the first
@@ -154,6 +165,24 @@ struct ghc_mempolicy_ops {
     /* optional; environment, GPU and platform probes and bandwidth tests for `gh200core diag`.
      * No instance: may be called without init. Returns 0 or GHC_E*. */
     int (*probe)(ghc_core_t *core, const struct ghc_probe_opts *opts, struct ghc_probe *out);
+    /* ---- saved activations (since API 14; optional, both or neither) ----
+     * A model allocates what its backward needs from its forward with role GHC_ROLE_SAVED, one
+     * allocation per unit (what one block keeps: `unit` 0, 1, ... in the order the forward
+     * writes them; the backward reads them in reverse, which a policy may prefetch on), and
+     * touches a unit's bytes only between saved_begin and saved_end, at the address saved_begin
+     * gives, from work queued on `stream` (a cudaStream_t, NULL: the legacy stream). A policy
+     * that keeps the home away from where kernels read (offload: pinned host memory) hands out a
+     * buffer of a small device ring: for `write` its contents are undefined and the caller writes
+     * every byte it will read, for a read they are the bytes of the unit's last write pass (the
+     * caller may overwrite them as scratch; that is not kept). saved_end: the caller's work on
+     * the unit is queued on `stream`; after a write the policy copies the buffer home (a copy
+     * stream ordered after that work; the host does not wait), after a read the buffer is free.
+     * At most a few units are open at once (a forward block: its input and its output's; the
+     * ring must hold those plus what is being copied). Without these members (and for memory
+     * the policy did not allocate with GHC_ROLE_SAVED) the address is ptr itself: the bytes
+     * stay where alloc put them. Returns 0 or GHC_E* (message set). */
+    int (*saved_begin)(void *self, void *ptr, size_t bytes, int64_t unit, bool write, void *stream, void **at);
+    int (*saved_end)(void *self, void *ptr, void *stream);
 };
 
 /* ---- the run's instance (core wrappers; a NULL optional member is a successful no-op) ---- */
@@ -174,6 +203,12 @@ GHC_API int  ghc_mem_stats(ghc_mempolicy_t *mp, struct ghc_mem_stats *out);
 GHC_API int   ghc_mem_trim(ghc_mempolicy_t *mp, bool hard);
 GHC_API void *ghc_mem_map(ghc_mempolicy_t *mp, void *ptr);
 GHC_API int   ghc_mem_group(ghc_mempolicy_t *mp, int64_t group, void *const *ptrs, const size_t *bytes, int n);
+/* (since API 14) Saved activations (the members above): *at = where the unit at ptr (role
+ * GHC_ROLE_SAVED) is written (`write`) or read now, on `stream`, until ghc_mem_saved_end. A NULL
+ * mp or member gives *at = ptr, and saved_end 0. Returns 0 or GHC_E* (message set; *at = NULL). */
+GHC_API int ghc_mem_saved_begin(ghc_mempolicy_t *mp, void *ptr, size_t bytes, int64_t unit, bool write, void *stream,
+                                void **at);
+GHC_API int ghc_mem_saved_end(ghc_mempolicy_t *mp, void *ptr, void *stream);
 /* Run the `probe` of mempolicy plugin `plugin` (loaded if needed) into *out. Returns 0,
  * GHC_ELOAD / GHC_ENOTFOUND (message set) when it is absent or has no probe. */
 GHC_API int ghc_mem_probe(ghc_core_t *core, const char *plugin, const struct ghc_probe_opts *opts,

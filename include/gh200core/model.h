@@ -163,6 +163,11 @@ struct ghc_model_memory {
     struct ghc_target_shape shapes[GHC_MODEL_MEMORY_SHAPES];   /* the adapter targets by shape,
                                    * for the network's part (struct ghc_network_memory) */
     char     summary[128];        /* for people: "dim 5120, ffn 13824, 40 blocks, bf16 weights" */
+    uint64_t saved;               /* of the activations kept, what goes in saved-activation units
+                                   * (GHC_ROLE_SAVED, mempolicy.h: a policy may keep it off the card) */
+    uint64_t saved_unit;          /* the largest unit (a policy's ring buffers are this size) */
+    char     checkpointing[64];   /* for people: "per block, attention kept"; "" says it from
+                                   * checkpoint_every */
 };
 
 struct ghc_model_ops {

@@ -10,6 +10,7 @@
  * legacy default stream, and a later request of the same size waits for that event (the work
  * that may still read the block, e.g. a queued host-to-device copy) and takes it again. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,7 +271,7 @@ static int dev_trim(void *self, bool hard)
 static int dev_stats(void *self, struct ghc_mem_stats *out)
 {
     struct dev *d = self;
-    if (out->struct_size < sizeof(*out))
+    if (out->struct_size < offsetof(struct ghc_mem_stats, saved_out_bytes))
         return ghc_error_set(d->core, GHC_EINVAL, "device: stats struct_size %u too small", out->struct_size);
     pthread_mutex_lock(&d->lock);
     memcpy(out->bytes_role, d->role, sizeof(d->role));

@@ -3,10 +3,14 @@
  * memory falls below the threshold (stage 1), a managed budget of HBM x oversubscription_ratio
  * on coherent (GH200) and integrated (GB10) platforms, capped at the device's free memory on
  * discrete ones (x86 + H100/H200, where oversubscription can hang the GPU), prefetch of the next
- * block's managed weights on a side stream, and statistics. The decisions live in uvm_sm.c
- * (pure, CPU-tested); this file makes the CUDA calls. Behaviour: doc/memory.md, "gh200_uvm". */
+ * block's managed weights on a side stream, and statistics. Saved activations (GHC_ROLE_SAVED)
+ * in pinned host memory moved through a ring of device buffers (saved.h, as offload), except
+ * on an integrated machine (one memory: they stay where kernels read them). The decisions live
+ * in uvm_sm.c (pure, CPU-tested); this file makes the CUDA calls. Behaviour: doc/memory.md,
+ * "gh200_uvm". */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +19,7 @@
 
 #include <gh200core/mempolicy.h>
 
+#include "../offload/saved.h"
 #include "uvm_sm.h"
 #include "uvm_impl.h"
 
@@ -58,6 +63,8 @@ struct uvm {
     uint64_t               role[GHC_ROLE_MAX], role_managed[GHC_ROLE_MAX];
     uint64_t               live, live_dev, live_pinned, peak, gpu_pref, prefetched;
     struct uvm_telemetry  *tel;
+    bool                   saved_host;     /* saved activations pinned on the host, through `saved` */
+    struct saved_ring      saved;
 };
 
 static const struct ghc_cfg_key uvm_keys[] = {
@@ -70,16 +77,20 @@ static const struct ghc_cfg_key uvm_keys[] = {
     { "headroom_mib", GHC_CFG_INT, "-1", "-1 to 2^30", NULL },     /* -1: automatic */
     { "enable_uvm_hints", GHC_CFG_BOOL, "true", NULL, NULL },
     { "telemetry", GHC_CFG_BOOL, "false", NULL, NULL },
+    { "saved", GHC_CFG_STRING, "auto", "auto, host, device", NULL },   /* auto: device if integrated */
+    { "saved_ring", GHC_CFG_INT, "3", "2 to 64", NULL },
+    { "saved_ahead", GHC_CFG_INT, "2", "0 to 63", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
 /* ---- settings -------------------------------------------------------------------------------- */
 
 struct uvm_settings {
-    int64_t          device, headroom_mib;
+    int64_t          device, headroom_mib, saved_ring, saved_ahead;
     double           ratio, threshold, min_gib, hysteresis;
     enum uvm_pattern pattern;
     bool             hints, telemetry;
+    int              saved;            /* 0 auto, 1 host, 2 device */
 };
 
 /* Read and check every setting, the environment overriding the config; no CUDA yet, so bad
@@ -88,7 +99,11 @@ static int uvm_settings_read(ghc_core_t *core, ghc_cfg_t *cfg, struct uvm_settin
 {
     int rc;
     const char *pat, *env;
-    if ((rc = ghc_cfg_get_int(cfg, "device", 0, 0, 1023, &s->device)) < 0 ||
+    static const char *const saved[] = { "auto", "host", "device", NULL };
+    if ((rc = ghc_cfg_get_choice(cfg, "saved", 0, saved, &s->saved)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "saved_ring", 3, 2, 64, &s->saved_ring)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "saved_ahead", 2, 0, 63, &s->saved_ahead)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "device", 0, 0, 1023, &s->device)) < 0 ||
         (rc = ghc_cfg_get_float(cfg, "oversubscription_ratio", 5.0, -INFINITY, INFINITY, &s->ratio)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "access_pattern", "gpu_first", &pat)) < 0 ||
         (rc = ghc_cfg_get_float(cfg, "stage1_threshold", 0.15, 0.0, 1.0, &s->threshold)) < 0 ||
@@ -195,6 +210,26 @@ static enum uvm_advice uvm_advice_now(struct uvm *u, enum ghc_mem_role role, siz
     return uvm_advice_for(role, u->pattern, u->sm.stage, u->hints, u->gpu_pref + bytes <= u->budget);
 }
 
+/* ---- the saved ring's buffers: the device pool -------------------------------------------------- */
+
+static int uvm_buf_alloc(void *ctx, size_t n, void **buf)
+{
+    struct uvm *u = ctx;
+    cudaError_t e = cudaMallocFromPoolAsync(buf, n, u->pool, NULL);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    return ghc_error_set(u->core, GHC_ENOMEM, "gh200_uvm: cannot make a saved-activation buffer of %.1f MiB on "
+                         "cuda:%d: %s (fewer buffers: saved_ring; or saved = \"device\")", n / 1048576.0, u->device,
+                         cudaGetErrorString(e));
+}
+
+static void uvm_buf_free(void *ctx, void *buf)
+{
+    (void)ctx;
+    cudaFreeAsync(buf, NULL);
+}
+
 /* ---- init ---------------------------------------------------------------------------------------- */
 
 static int uvm_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
@@ -226,7 +261,8 @@ static int uvm_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     if (!u)
         return ghc_error_set(core, GHC_ENOMEM, "gh200_uvm: out of memory");
     *u = (struct uvm){ .core = core, .device = dev, .platform = platform, .pattern = s.pattern, .hints = s.hints,
-                       .telemetry = s.telemetry, .dir = 1 };
+                       .telemetry = s.telemetry, .dir = 1,
+                       .saved_host = s.saved == 1 || (s.saved == 0 && platform != GHC_PLATFORM_INTEGRATED) };
     pthread_mutex_init(&u->lock, NULL);
     uint64_t keep = UINT64_MAX;
     size_t fr = 0, tot = 0;
@@ -262,6 +298,14 @@ static int uvm_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
                 total / GIB);
     if (s.telemetry && (rc = uvm_telemetry_init(core, dev, &u->tel)) < 0)
         goto fail;
+    struct saved_io io;
+    if ((rc = saved_cuda_io(core, dev, uvm_buf_alloc, uvm_buf_free, u, &io)) < 0) {
+        uvm_telemetry_free(u->tel);
+        goto fail;
+    }
+    saved_ring_init(&u->saved, core, "gh200_uvm", &io, (int)s.saved_ring, (int)s.saved_ahead, false);
+    ghc_log(core, GHC_LOG_INFO, "gh200_uvm: saved activations %s", u->saved_host ? "in pinned host memory, through a "
+            "ring of device buffers" : "placed like activations");
     *self = u;
     return 0;
 fail:
@@ -298,12 +342,23 @@ static int uvm_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     if (!b)
         return ghc_error_set(u->core, GHC_ENOMEM, "gh200_uvm: out of memory");
     *b = (struct uvm_block){ .bytes = bytes, .role = role };
-    if (device == GHC_DEVICE_CPU) {
+    bool home = device != GHC_DEVICE_CPU && role == GHC_ROLE_SAVED && u->saved_host;
+    if (device == GHC_DEVICE_CPU || home) {
         b->at = AT_PINNED;
         if ((e = cudaMallocHost(&b->ptr, n)) != cudaSuccess) {
             cudaGetLastError();
             free(b);
             return uvm_oom(u, bytes, role, "pinned host memory");
+        }
+        int rc = 0;
+        pthread_mutex_lock(&u->lock);
+        if (home)
+            rc = saved_ring_add(&u->saved, b->ptr, bytes);
+        pthread_mutex_unlock(&u->lock);
+        if (rc < 0) {
+            cudaFreeHost(b->ptr);
+            free(b);
+            return rc;
         }
     } else {
         if (device != u->device) {
@@ -387,6 +442,8 @@ static void uvm_release(void *self, void *ptr)
             u->live_dev -= b->bytes;
         } else {
             u->live_pinned -= b->bytes;
+            if (b->role == GHC_ROLE_SAVED)
+                saved_ring_drop(&u->saved, ptr);
         }
     }
     pthread_mutex_unlock(&u->lock);
@@ -396,8 +453,11 @@ static void uvm_release(void *self, void *ptr)
     }
     if (b->at == AT_DEVICE)
         cudaFreeAsync(ptr, NULL);
-    else if (b->at == AT_PINNED)
+    else if (b->at == AT_PINNED) {
+        if (b->role == GHC_ROLE_SAVED)
+            cudaDeviceSynchronize();   /* a copy of the saved ring may still use it */
         cudaFreeHost(ptr);
+    }
     else
         cudaFree(ptr);   /* managed: synchronises, as the data may be in use anywhere */
     cudaGetLastError();
@@ -557,6 +617,26 @@ static int uvm_phase(void *self, enum ghc_mem_phase phase, int64_t index)
     return 0;
 }
 
+/* ---- saved activations ------------------------------------------------------------------------- */
+
+static int uvm_saved_begin(void *self, void *ptr, size_t bytes, int64_t unit, bool write, void *stream, void **at)
+{
+    struct uvm *u = self;
+    pthread_mutex_lock(&u->lock);
+    int rc = saved_ring_begin(&u->saved, ptr, bytes, unit, write, stream, at);
+    pthread_mutex_unlock(&u->lock);
+    return rc;
+}
+
+static int uvm_saved_end(void *self, void *ptr, void *stream)
+{
+    struct uvm *u = self;
+    pthread_mutex_lock(&u->lock);
+    int rc = saved_ring_end(&u->saved, ptr, stream);
+    pthread_mutex_unlock(&u->lock);
+    return rc;
+}
+
 static int uvm_trim(void *self, bool hard)
 {
     struct uvm *u = self;
@@ -576,7 +656,7 @@ static int uvm_trim(void *self, bool hard)
 static int uvm_stats(void *self, struct ghc_mem_stats *out)
 {
     struct uvm *u = self;
-    if (out->struct_size < sizeof(*out))
+    if (out->struct_size < offsetof(struct ghc_mem_stats, saved_out_bytes))
         return ghc_error_set(u->core, GHC_EINVAL, "gh200_uvm: stats struct_size %u too small", out->struct_size);
     pthread_mutex_lock(&u->lock);
     memcpy(out->bytes_role, u->role, sizeof(u->role));
@@ -584,8 +664,14 @@ static int uvm_stats(void *self, struct ghc_mem_stats *out)
     out->stage = u->sm.stage;
     out->bytes_host = u->live_pinned;
     out->bytes_pinned = u->live_pinned;
-    out->bytes_device = u->live_dev;
+    out->bytes_device = u->live_dev + saved_ring_bytes(&u->saved);
     out->bytes_managed = u->sm.managed;
+    if (out->struct_size >= sizeof(*out)) {
+        out->saved_out_bytes = u->saved.out_bytes;
+        out->saved_in_bytes = u->saved.in_bytes;
+        out->saved_hits = u->saved.hits;
+        out->saved_ring_bytes = saved_ring_bytes(&u->saved);
+    }
     out->bytes_peak = u->peak;
     out->prefetched_bytes = u->prefetched;
     out->transitions = u->sm.transitions;
@@ -616,6 +702,8 @@ static void uvm_free(void *self)
         return;
     if (u->live)
         ghc_log(u->core, GHC_LOG_WARN, "gh200_uvm: %llu bytes still allocated at exit", (unsigned long long)u->live);
+    saved_ring_free(&u->saved);
+    saved_cuda_io_free(&u->saved.io);
     while (u->blocks) {
         struct uvm_block *b = u->blocks;
         u->blocks = b->next;
@@ -651,6 +739,8 @@ static const struct ghc_mempolicy_ops uvm_ops = {
     .trim = uvm_trim,
     .group = uvm_group,
     .probe = uvm_probe,
+    .saved_begin = uvm_saved_begin,
+    .saved_end = uvm_saved_end,
 };
 
 static int uvm_plugin_init(ghc_core_t *core) { return ghc_register_mempolicy(core, &uvm_ops); }

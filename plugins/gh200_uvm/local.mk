@@ -7,7 +7,8 @@ EXTRA_DIST += plugins/gh200_uvm/gh200_uvm.c plugins/gh200_uvm/uvm_sm.c plugins/g
 if HAVE_CUDA
 plugins_LTLIBRARIES += plugins/ghc_gh200_uvm.la
 plugins_ghc_gh200_uvm_la_SOURCES = plugins/gh200_uvm/gh200_uvm.c plugins/gh200_uvm/uvm_sm.c \
-	plugins/gh200_uvm/uvm_sm.h plugins/gh200_uvm/uvm_impl.h plugins/gh200_uvm/telemetry.c plugins/gh200_uvm/probe.c
+	plugins/gh200_uvm/uvm_sm.h plugins/gh200_uvm/uvm_impl.h plugins/gh200_uvm/telemetry.c plugins/gh200_uvm/probe.c \
+	plugins/offload/saved.c plugins/offload/saved.h plugins/offload/saved_cuda.c
 plugins_ghc_gh200_uvm_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 plugins_ghc_gh200_uvm_la_CFLAGS = $(PLUGIN_CFLAGS)
 plugins_ghc_gh200_uvm_la_LDFLAGS = $(PLUGIN_LDFLAGS)

@@ -6,7 +6,9 @@
  * weights once (group(), id expert x blocks + block) and asks map() for the device address of
  * a weight between BLOCK_BEGIN and BLOCK_END; any other weight is read in place from pinned
  * memory (zero-copy), so results never depend on the streaming. mode "direct" reads every
- * weight in place (GH200: over NVLink-C2C). */
+ * weight in place (GH200: over NVLink-C2C). Saved activations (GHC_ROLE_SAVED) live in pinned
+ * host memory too (saved = "host"), moved through a ring of device buffers on a copy stream of
+ * their own (saved.h): copied home as each block's forward ends, back ahead of its backward. */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <gh200core/mempolicy.h>
 
 #include "../device/devpool.h"
+#include "saved.h"
 
 #define OFF_ALIGN 256
 #define OFF_TIMED 32               /* copies timed with events, not yet read back */
@@ -68,27 +71,58 @@ struct off {
     cudaEvent_t       t_begin[OFF_TIMED], t_end[OFF_TIMED];
     int               t_head, t_count;
     uint64_t          stream_ns;
+    bool              saved_host;     /* saved activations pinned on the host, through `saved` */
+    struct saved_ring saved;
 };
 
 static const struct ghc_cfg_key off_keys[] = {
     { "device", GHC_CFG_INT, "0", "0 to 63", NULL },
     { "ring", GHC_CFG_INT, "2", "2 to 64", NULL },                /* device buffers in the ring */
     { "mode", GHC_CFG_STRING, "copy", "copy, direct", NULL },
+    { "saved", GHC_CFG_STRING, "host", "host, device", NULL },    /* where saved activations live */
+    { "saved_ring", GHC_CFG_INT, "3", "2 to 64", NULL },          /* their device buffers */
+    { "saved_ahead", GHC_CFG_INT, "2", "0 to 63", NULL },         /* units the backward copies in ahead */
     { NULL, 0, NULL, NULL, NULL }
 };
 
+/* The saved ring's buffers come from the caching pool (ordered on the legacy stream). */
+static int off_buf_alloc(void *ctx, size_t n, void **buf)
+{
+    struct off *o = ctx;
+    cudaError_t e = devpool_alloc(&o->pools, o->device, n, buf);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    return ghc_error_set(o->core, GHC_ENOMEM, "offload: cannot make a saved-activation buffer of %.1f MiB on cuda:%d: "
+                         "%s (fewer buffers: saved_ring; or saved = \"device\")", n / 1048576.0, o->device,
+                         cudaGetErrorString(e));
+}
+
+static void off_buf_free(void *ctx, void *buf)
+{
+    (void)ctx;
+    devpool_release(buf);
+}
+
 static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
-    int64_t device, ring;
-    const char *mode;
+    int64_t device, ring, sring, sahead;
+    const char *mode, *saved;
     int rc, n = 0;
     if ((rc = ghc_cfg_get_int(cfg, "device", 0, 0, DEVPOOL_MAX - 1, &device)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "ring", 2, 2, 64, &ring)) < 0 ||
-        (rc = ghc_cfg_get_string(cfg, "mode", "copy", &mode)) < 0)
+        (rc = ghc_cfg_get_string(cfg, "mode", "copy", &mode)) < 0 ||
+        (rc = ghc_cfg_get_string(cfg, "saved", "host", &saved)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "saved_ring", 3, 2, 64, &sring)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "saved_ahead", 2, 0, 63, &sahead)) < 0)
         return rc;
     if (strcmp(mode, "copy") != 0 && strcmp(mode, "direct") != 0)
         return ghc_error_set(core, GHC_ECONFIG, "%s: offload: mode '%s' is unknown; expected \"copy\" (stream into "
                              "device buffers) or \"direct\" (read in place)", ghc_cfg_where(cfg, "mode"), mode);
+    if (strcmp(saved, "host") != 0 && strcmp(saved, "device") != 0)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: offload: saved '%s' is unknown; expected \"host\" (saved "
+                             "activations in pinned host memory, through a ring of device buffers) or \"device\"",
+                             ghc_cfg_where(cfg, "saved"), saved);
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n < 1) {
         cudaGetLastError();
@@ -103,8 +137,9 @@ static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     if (!o)
         return ghc_error_set(core, GHC_ENOMEM, "offload: out of memory");
     *o = (struct off){ .core = core, .device = (int)device, .ring = (int)ring, .direct = strcmp(mode, "direct") == 0,
-                       .cur = -1, .dir = 1 };
+                       .cur = -1, .dir = 1, .saved_host = strcmp(saved, "host") == 0 };
     pthread_mutex_init(&o->lock, NULL);
+    struct saved_io io = { 0 };
     if ((e = cudaSetDevice(o->device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess) {
         cudaGetLastError();
@@ -113,17 +148,25 @@ static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         return ghc_error_set(core, GHC_ECUDA, "offload: setting up device %lld: %s", (long long)device,
                              cudaGetErrorString(e));
     }
-    ghc_log(core, GHC_LOG_INFO, "offload: weights in pinned host memory, %s on cuda:%d",
-            o->direct ? "read in place" : "streamed per block through a ring of device buffers", o->device);
+    if ((rc = saved_cuda_io(core, o->device, off_buf_alloc, off_buf_free, o, &io)) < 0) {
+        cudaStreamDestroy(o->copy);
+        pthread_mutex_destroy(&o->lock);
+        free(o);
+        return rc;
+    }
+    saved_ring_init(&o->saved, core, "offload", &io, (int)sring, (int)sahead, false);
+    ghc_log(core, GHC_LOG_INFO, "offload: weights in pinned host memory, %s on cuda:%d; saved activations %s",
+            o->direct ? "read in place" : "streamed per block through a ring of device buffers", o->device,
+            o->saved_host ? "in pinned host memory" : "on the device");
     *self = o;
     return 0;
 }
 
 /* ---- alloc / release ------------------------------------------------------------------------- */
 
-static bool off_pinned_role(enum ghc_mem_role role)
+static bool off_pinned_role(const struct off *o, enum ghc_mem_role role)
 {
-    return role == GHC_ROLE_WEIGHTS || role == GHC_ROLE_WEIGHTS_INACTIVE;
+    return role == GHC_ROLE_WEIGHTS || role == GHC_ROLE_WEIGHTS_INACTIVE || (role == GHC_ROLE_SAVED && o->saved_host);
 }
 
 static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int device, void **ptr)
@@ -139,7 +182,7 @@ static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
         return ghc_error_set(o->core, GHC_EUNSUPPORTED, "offload: %s asked for on cuda:%d, but the policy manages "
                              "cuda:%d", ghc_mem_role_name(role), device, o->device);
     }
-    b->at = device == GHC_DEVICE_CPU || off_pinned_role(role) ? OFF_PINNED : OFF_DEVICE;
+    b->at = device == GHC_DEVICE_CPU || off_pinned_role(o, role) ? OFF_PINNED : OFF_DEVICE;
     e = b->at == OFF_PINNED ? cudaMallocHost(&b->ptr, n) : devpool_alloc(&o->pools, o->device, n, &b->ptr);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -158,6 +201,13 @@ static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     b->bytes = bytes;
     b->role = role;
     pthread_mutex_lock(&o->lock);
+    if (role == GHC_ROLE_SAVED && b->at == OFF_PINNED && device != GHC_DEVICE_CPU &&
+        saved_ring_add(&o->saved, b->ptr, bytes) < 0) {
+        pthread_mutex_unlock(&o->lock);
+        cudaFreeHost(b->ptr);
+        free(b);
+        return GHC_ENOMEM;   /* message set */
+    }
     b->next = o->blocks;
     o->blocks = b;
     o->role[role] += bytes;
@@ -188,6 +238,8 @@ static void off_release(void *self, void *ptr)
                 o->live_pinned -= b->bytes;
             else
                 o->live_dev -= b->bytes;
+            if (b->role == GHC_ROLE_SAVED)
+                saved_ring_drop(&o->saved, ptr);
             break;
         }
     pthread_mutex_unlock(&o->lock);
@@ -413,6 +465,26 @@ static void *off_map(void *self, void *ptr)
     return at;
 }
 
+/* ---- saved activations ------------------------------------------------------------------------- */
+
+static int off_saved_begin(void *self, void *ptr, size_t bytes, int64_t unit, bool write, void *stream, void **at)
+{
+    struct off *o = self;
+    pthread_mutex_lock(&o->lock);
+    int rc = saved_ring_begin(&o->saved, ptr, bytes, unit, write, stream, at);
+    pthread_mutex_unlock(&o->lock);
+    return rc;
+}
+
+static int off_saved_end(void *self, void *ptr, void *stream)
+{
+    struct off *o = self;
+    pthread_mutex_lock(&o->lock);
+    int rc = saved_ring_end(&o->saved, ptr, stream);
+    pthread_mutex_unlock(&o->lock);
+    return rc;
+}
+
 static int off_trim(void *self, bool hard)
 {
     devpool_trim(&((struct off *)self)->pools, hard);
@@ -426,14 +498,20 @@ static int off_stats(void *self, struct ghc_mem_stats *out)
         return ghc_error_set(o->core, GHC_EINVAL, "offload: stats struct_size %u too small", out->struct_size);
     pthread_mutex_lock(&o->lock);
     off_timed_read(o, false);
-    if (out->struct_size >= sizeof(*out))
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, saved_out_bytes))
         out->stream_ns = o->stream_ns;
     memcpy(out->bytes_role, o->role, sizeof(o->role));
     out->bytes_host = o->live_pinned;
     out->bytes_pinned = o->live_pinned;
-    out->bytes_device = o->live_dev;
+    out->bytes_device = o->live_dev + saved_ring_bytes(&o->saved);
     out->bytes_peak = o->peak;
     out->streamed_bytes = o->streamed;
+    if (out->struct_size >= sizeof(*out)) {
+        out->saved_out_bytes = o->saved.out_bytes;
+        out->saved_in_bytes = o->saved.in_bytes;
+        out->saved_hits = o->saved.hits;
+        out->saved_ring_bytes = saved_ring_bytes(&o->saved);
+    }
     pthread_mutex_unlock(&o->lock);
     return 0;
 }
@@ -446,6 +524,8 @@ static void off_free(void *self)
     if (o->live)
         ghc_log(o->core, GHC_LOG_WARN, "offload: %llu bytes still allocated at exit", (unsigned long long)o->live);
     cudaDeviceSynchronize();
+    saved_ring_free(&o->saved);
+    saved_cuda_io_free(&o->saved.io);
     for (int s = 0; o->slots && s < o->ring; s++) {
         if (o->slots[s].buf)
             devpool_release(o->slots[s].buf);
@@ -492,6 +572,8 @@ static const struct ghc_mempolicy_ops off_ops = {
     .trim = off_trim,
     .map = off_map,
     .group = off_group,
+    .saved_begin = off_saved_begin,
+    .saved_end = off_saved_end,
 };
 
 static int off_plugin_init(ghc_core_t *core) { return ghc_register_mempolicy(core, &off_ops); }

@@ -5,9 +5,12 @@
  * head's shift/scale and the text context are constants.
  *
  * With checkpointing "block" the forward kept only each block's input, and each block's
- * forward runs again (hooks included) right before its backward; with "off" every block's
- * activations were kept. Gradients stay f32; a frozen linear's dx = dy W takes dy cast to the
- * base dtype (GEMM operands), attention gradients are in the base dtype like q, k, v.
+ * forward runs again (hooks included) right before its backward; "block_attn" also kept the
+ * self-attention output and lse, so the recomputation skips the attention forward; with "off"
+ * every block's activations were kept. A block's input (and kept attention) is its saved
+ * unit, opened for reading where the memory policy gives it (stream.c). Gradients stay f32; a
+ * frozen linear's dx = dy W takes dy cast to the base dtype (GEMM operands), attention
+ * gradients are in the base dtype like q, k, v.
  * With dtype "fp8" dx = dy W always runs in bf16 on the dequantised weight, fp8_gemm or not
  * (fp8 GEMMs need the x W^T layout on Hopper; dy W would need W transposed); recomputation
  * goes through wan22_block_forward and so takes the forward's fp8 path. */
@@ -204,22 +207,26 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
     if (mp)
         TRY(ghc_mem_phase(mp, GHC_PHASE_BACKWARD_BEGIN, N));
     for (int64_t i = N - 1; i >= 0; i--) {
-        struct wan22_act *a = &s->acts[wan22_act_slot(m, i)];
+        struct wan22_act *a = &s->acts[wan22_act_slot(m, i)], atmp;
+        struct wan22_uview *v = &s->uv[0];
         struct wan22_block_w mapped;
         const struct wan22_block_w *bw;
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
+        TRY(wan22_unit_begin(m, i, false, v, stream));   /* the block's input (and kept attention) */
+        a = wan22_unit_act(m, a, v, &atmp);
         TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
         rc = 0;
-        if (wan22_recomputed(m, i)) {   /* recompute; xs[i + 1] gets the same values again */
+        if (wan22_recomputed(m, i)) {   /* recompute the activations (not the output: unused) */
             ghc_linears_recompute(m->lin, true);   /* the same inputs as in this step's forward (model.h, concat_forward) */
-            rc = wan22_block_forward(m, bw, (int32_t)i, s->xs[i], s->xs[i + 1], a, stream);
+            rc = wan22_block_forward(m, bw, (int32_t)i, v->x, NULL, a, v->o != NULL, stream);
             ghc_linears_recompute(m->lin, false);
         }
         if (rc == 0)
-            rc = block_backward(m, bw, (int32_t)i, s->xs[i], a, stream);
+            rc = block_backward(m, bw, (int32_t)i, v->x, a, stream);
         wan22_block_unmap(&w->blocks[i], bw == &mapped ? &mapped : NULL);
         TRY(rc);
+        TRY(wan22_unit_end(m, v, stream));
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_END, i));
     }
@@ -240,5 +247,6 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
 out:
     ghc_tensor_free(pe);
     wan22_dev_done(m, NULL, &tmp, false, stream);   /* after a failure: only waits and frees */
+    wan22_unit_end(m, &s->uv[0], stream);             /* open only after a failure */
     return rc;
 }

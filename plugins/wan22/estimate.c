@@ -242,9 +242,11 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         return rc;
     const uint64_t B = (uint64_t)batch, L = (uint64_t)tokens;
     const uint64_t N = (uint64_t)m.layers, D = (uint64_t)m.dim;
-    bool ck = strcmp(ckpt, "block") == 0;
-    uint64_t slots_ck = 1 + N - (N + (uint64_t)every - 1) / (uint64_t)every;
+    bool ck = strcmp(ckpt, "block") == 0 || strcmp(ckpt, "block_attn") == 0, ck_attn = strcmp(ckpt, "block_attn") == 0;
+    uint64_t n_rec = (N + (uint64_t)every - 1) / (uint64_t)every, slots_ck = 1 + N - n_rec;
     uint64_t blk = act_block(&m, B, L), resid = B * L * D * 4;
+    /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn */
+    uint64_t attn = B * L * D * (uint64_t)m.base + B * (uint64_t)m.heads * L * 4;
     struct ghc_model_memory r = {
         .struct_size = out->struct_size,
         .experts = (int32_t)m.experts,
@@ -253,7 +255,7 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         .weights_inactive = m.experts > 1 ? m.expert_bytes[1] : 0,
         .block = m.block_bytes,
         .activations_full = N * blk + (N + 1) * resid + act_state(&m, B, L),
-        .activations_ckpt = slots_ck * blk + (N + 1) * resid + act_state(&m, B, L),
+        .activations_ckpt = slots_ck * blk + (N + 1) * resid + act_state(&m, B, L) + (ck_attn ? n_rec * attn : 0),
         .backward_scratch = act_grad(&m, B, L),
         .text_embeds = B * WAN22_TEXT_LEN * (uint64_t)m.text_dim * 4,
         /* the batch's own tensors: noisy, model output, its gradient, dnoisy (f32 latents) */
@@ -261,7 +263,13 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         /* the adapter targets per block: 8 linears [D, D], ffn.0 [F, D], ffn.2 [D, F] */
         .n_shapes = 3,
         .shapes = { { m.dim, m.dim, 8 * m.layers }, { m.dim, m.ffn, m.layers }, { m.ffn, m.dim, m.layers } },
+        /* saved-activation units: each block's input, with block_attn the recomputed blocks'
+         * attention output too (stream.c) */
+        .saved = N * resid + (ck_attn ? n_rec * attn : 0),
+        .saved_unit = resid + (ck_attn ? attn : 0),
     };
+    snprintf(r.checkpointing, sizeof(r.checkpointing), "%s",
+             ck_attn ? "per block, attention kept" : ck ? "per block" : "off");
     snprintf(r.summary, sizeof(r.summary), "dim %lld, ffn %lld, %lld blocks, %s weights", (long long)m.dim,
              (long long)m.ffn, (long long)m.layers, m.block_elem == 1 ? "fp8 block" : m.base == 2 ? "bf16" : "f32");
     memcpy(out, &r, out->struct_size < sizeof(r) ? out->struct_size : sizeof(r));

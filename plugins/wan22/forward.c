@@ -120,16 +120,22 @@ out:
 void wan22_state_free(struct wan22 *m)
 {
     struct wan22_state *s = &m->st;
+    wan22_unit_end(m, &s->uv[0], NULL);   /* open only after a failure */
+    wan22_unit_end(m, &s->uv[1], NULL);
     ghc_tensor_t *single[] = { s->ctxv, s->ctxp, s->ctx, s->ctx_in, s->ctx_h, s->sinus, s->e, s->se, s->th,
-                               s->patches, s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq };
+                               s->patches, s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq, s->xalt };
     for (size_t i = 0; i < sizeof(single) / sizeof(single[0]); i++)
         ghc_tensor_free(single[i]);
     for (int k = 0; k < 6; k++)
         ghc_tensor_free(s->e0[k]);
     if (s->xs)
         for (int64_t i = 0; i <= m->d.layers; i++)
-            ghc_tensor_free(s->xs[i]);
+            ghc_tensor_free(s->xs[i]);   /* with keep: views of the units' homes, then xs[N] */
     free(s->xs);
+    if (s->units)
+        for (int64_t i = 0; i < m->d.layers; i++)
+            ghc_tensor_free(s->units[i].home);
+    free(s->units);
     for (int i = 0; i < s->n_acts; i++)
         act_free(&s->acts[i]);
     free(s->acts);
@@ -137,6 +143,38 @@ void wan22_state_free(struct wan22 *m)
     for (size_t i = 0; i < sizeof(s->grad) / sizeof(ghc_tensor_t *); i++)
         ghc_tensor_free(g[i]);
     memset(s, 0, sizeof(*s));
+}
+
+static size_t align256(size_t n)
+{
+    return (n + 255) / 256 * 256;
+}
+
+/* The saved units of a training state (wan22_unit), each one allocation of role saved; xs[i]
+ * views unit i's home. */
+static int units_alloc(struct wan22 *m, int64_t B, int64_t L)
+{
+    struct wan22_state *s = &m->st;
+    const int64_t D = m->d.dim, H = m->d.heads, N = m->d.layers, P = m->concat ? m->pad : 0;
+    if (!(s->units = calloc((size_t)N, sizeof(*s->units))))
+        return ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
+    for (int64_t i = 0; i < N; i++) {
+        struct wan22_unit *u = &s->units[i];
+        size_t at = align256((size_t)(B * L * D) * sizeof(float));
+        if (m->ckpt_attn && wan22_recomputed(m, i)) {
+            u->off_o = at;
+            at += align256((size_t)(B * L * (D + P)) * ghc_dtype_size(m->base));
+            u->off_lse = at;
+            at += align256((size_t)(B * H * L) * sizeof(float));
+        }
+        u->bytes = at;
+        if (!(u->home = wan22_tensor(m, GHC_DTYPE_F32, 1, (const int64_t[]){ (int64_t)(at / sizeof(float)) },
+                                     GHC_ROLE_SAVED)))
+            return ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+        if (!(s->xs[i] = wan22_view(m, u->home, 0, SH(B, L, D))))
+            return GHC_ENOMEM;
+    }
+    return 0;
 }
 
 /* Allocate the state for B samples of L tokens (kept while the shapes stay and, for keep, it
@@ -169,7 +207,9 @@ static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
         rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
         goto out;
     }
-    for (int64_t i = 0; i <= (keep ? N : 1); i++)
+    if (keep)
+        TRY(units_alloc(m, B, L));
+    for (int64_t i = keep ? N : 0; i <= (keep ? N : 1); i++)
         TRY(mk(m, &s->xs[i], f, SH(B, L, D)));
     s->n_acts = keep ? (int)wan22_act_slots(m, N) : 1;
     if (!(s->acts = calloc((size_t)s->n_acts, sizeof(*s->acts)))) {
@@ -311,7 +351,7 @@ static int linear(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_te
 /* ---- one block ---------------------------------------------------------------------------------- */
 
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
-                        ghc_tensor_t *xo, struct wan22_act *a, void *stream)
+                        ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept, void *stream)
 {
     int rc = 0;
     struct wan22_state *s = &m->st;
@@ -336,7 +376,8 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     TRY(ghc_op_cast(a->v, a->vp, 1.0f, NULL, stream));
     TRY(ghc_op_rope(a->q4, a->q4, s->f, s->h, s->w, false, stream));
     TRY(ghc_op_rope(a->k4, a->k4, s->f, s->h, s->w, false, stream));
-    TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
+    if (!attn_kept)   /* deterministic: a kept o and lse are the bits this would write */
+        TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
     TRY(BLIN(WAN22_SA_O, a->y, a->o, a->op));
     TRY(ghc_op_copy(a->x1, x, stream));
     TRY(ghc_op_gated_residual(a->x1, a->y, a->m[2], stream));
@@ -356,9 +397,11 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     TRY(ghc_op_layernorm_fwd(a->u2, a->st2, a->x2, NULL, NULL, a->m[3], a->m[4], WAN22_EPS, stream));
     TRY(BLIN(WAN22_FFN_0, a->h1, a->u2, a->u2p));
     TRY(ghc_op_gelu_tanh(a->g, a->h1, stream));
-    TRY(BLIN(WAN22_FFN_2, a->y, a->g, a->gp));
-    TRY(ghc_op_copy(xo, a->x2, stream));
-    TRY(ghc_op_gated_residual(xo, a->y, a->m[5], stream));
+    TRY(BLIN(WAN22_FFN_2, a->y, a->g, a->gp));   /* also when recomputing: the hook's forward runs */
+    if (xo) {
+        TRY(ghc_op_copy(xo, a->x2, stream));
+        TRY(ghc_op_gated_residual(xo, a->y, a->m[5], stream));
+    }
 out:
     for (int k = 0; k < 6; k++)
         ghc_tensor_free(row[k]);
@@ -538,7 +581,19 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
         rc = GHC_ENOMEM;
         goto out;
     }
-    TRY(linear(m, -1, s->xs[0], s->patches, pe, w->pe_b, stream));
+    /* the residual stream: with keep, block i's input in saved unit i (opened for writing
+     * before its producer runs, closed after block i) and the last output in xs[N]; without,
+     * two buffers alternating, the last output in the second when N is odd (xs[N % 2]) */
+    ghc_tensor_t *xa = s->xs[0], *xb = s->xs[1];
+    if (!keep && s->keep) {   /* a training state serves inference: xs[N] and xalt alternate */
+        if (!s->xalt)
+            TRY(mk(m, &s->xalt, GHC_DTYPE_F32, SH(B, L, D)));
+        xa = N % 2 ? s->xalt : s->xs[N];
+        xb = N % 2 ? s->xs[N] : s->xalt;
+    }
+    if (keep)
+        TRY(wan22_unit_begin(m, 0, true, &s->uv[0], stream));
+    TRY(linear(m, -1, keep ? s->uv[0].x : xa, s->patches, pe, w->pe_b, stream));
 
     /* time: e = MLP(sinusoid) (head), e0 = Linear(silu(e)) chunked in 6 (blocks) */
     TRY(time_input(m, bt->timesteps, stream));
@@ -566,16 +621,26 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
     if (mp)
         TRY(ghc_mem_phase(mp, GHC_PHASE_FORWARD_BEGIN, N));
     for (int64_t i = 0; i < N; i++) {
-        struct wan22_act *a = &s->acts[keep ? wan22_act_slot(m, i) : 0];
-        ghc_tensor_t *xi = keep ? s->xs[i] : s->xs[i % 2], *xo = keep ? s->xs[i + 1] : s->xs[(i + 1) % 2];
+        struct wan22_act *a = &s->acts[keep ? wan22_act_slot(m, i) : 0], atmp;
+        ghc_tensor_t *xi = i % 2 ? xb : xa, *xo = i % 2 ? xa : xb;
         struct wan22_block_w mapped;
         const struct wan22_block_w *bw;
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_BEGIN, i));
+        if (keep) {   /* input in unit i; output into unit i + 1, or xs[N] after the last block */
+            struct wan22_uview *vi = &s->uv[i % 2], *vo = &s->uv[(i + 1) % 2];
+            if (i + 1 < N)
+                TRY(wan22_unit_begin(m, i + 1, true, vo, stream));
+            xi = vi->x;
+            xo = i + 1 < N ? vo->x : s->xs[N];
+            a = wan22_unit_act(m, a, vi, &atmp);   /* block_attn: o and lse written into unit i */
+        }
         TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
-        rc = wan22_block_forward(m, bw, (int32_t)i, xi, xo, a, stream);
+        rc = wan22_block_forward(m, bw, (int32_t)i, xi, xo, a, false, stream);
         wan22_block_unmap(&w->blocks[i], bw == &mapped ? &mapped : NULL);
         TRY(rc);
+        if (keep)
+            TRY(wan22_unit_end(m, &s->uv[i % 2], stream));   /* its copy home may start */
         if (mp)
             TRY(ghc_mem_phase(mp, GHC_PHASE_BLOCK_END, i));
     }
@@ -583,7 +648,7 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
         TRY(ghc_mem_phase(mp, GHC_PHASE_PASS_END, N));
 
     /* head: shift, scale = head.modulation + e (no SiLU); f32 */
-    ghc_tensor_t *xN = keep ? s->xs[N] : s->xs[N % 2];
+    ghc_tensor_t *xN = keep ? s->xs[N] : N % 2 ? xb : xa;
     for (int k = 0; k < 2; k++)
         if (!(hrow[k] = wan22_view(m, w->head_mod, k * D, SH(D)))) {
             rc = GHC_ENOMEM;
@@ -609,5 +674,7 @@ out:
     ghc_tensor_free(pe);
     wan22_dev_done(m, NULL, &tmp[0], false, stream);   /* after a failure: only waits and frees */
     wan22_dev_done(m, NULL, &tmp[1], false, stream);
+    wan22_unit_end(m, &s->uv[0], stream);                /* open only after a failure */
+    wan22_unit_end(m, &s->uv[1], stream);
     return rc;
 }

@@ -1,7 +1,10 @@
-/* stream.c: the wan22 side of streaming weights through the memory policy: each
- * block's weights declared as one group, and a block's weights mapped to where the policy
- * holds them for the block's compute (offload: a ring buffer on the device). With any other
- * policy map() is the identity and the block's own tensors are used unchanged. */
+/* stream.c: the wan22 side of streaming weights and saved activations through the memory
+ * policy: each block's weights declared as one group, and a block's weights mapped to where
+ * the policy holds them for the block's compute (offload: a ring buffer on the device; with
+ * any other policy map() is the identity and the block's own tensors are used unchanged); and
+ * each block's saved unit (wan22_unit: its input, and with "block_attn" its attention output)
+ * opened where the policy gives it (offload: a device buffer of its saved ring, copied home
+ * when a forward closes it and back ahead of the backward; elsewhere the unit in place). */
 #include <config.h>
 
 #include <stdlib.h>
@@ -100,4 +103,70 @@ void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp
     for (int k = 0; k < BLOCK_FIELDS; k++)   /* only the wrappers wan22_block_map made */
         if (*dst[k] != *src[k])
             ghc_tensor_free(*dst[k]);
+}
+
+/* ---- saved activations ----------------------------------------------------------------------- */
+
+static void uview_clear(struct wan22_uview *v)
+{
+    ghc_tensor_free(v->o);   /* a view of op, or op's place when there are no spare columns */
+    ghc_tensor_free(v->op);
+    ghc_tensor_free(v->lse);
+    ghc_tensor_free(v->x);
+    memset(v, 0, sizeof(*v));
+}
+
+int wan22_unit_begin(struct wan22 *m, int64_t i, bool write, struct wan22_uview *v, void *stream)
+{
+    struct wan22_state *s = &m->st;
+    const struct wan22_unit *u = &s->units[i];
+    const int64_t B = s->B, L = s->L, D = m->d.dim, H = m->d.heads, P = m->concat ? m->pad : 0;
+    void *home = ghc_tensor_data(u->home), *at = NULL;
+    int rc = ghc_mem_saved_begin(ghc_mempolicy_get(m->core), home, u->bytes, i, write, stream, &at);
+    if (rc < 0)
+        return rc;
+    *v = (struct wan22_uview){ .open = true, .unit = i, .at = at };
+    const int dev = ghc_tensor_device(u->home);
+    if (!(v->x = ghc_tensor_wrap(m->core, GHC_DTYPE_F32, 3, (const int64_t[]){ B, L, D }, dev, at)))
+        goto fail;
+    if (u->off_o) {
+        char *o = (char *)at + u->off_o;
+        if (P) {
+            if (!(v->op = ghc_tensor_wrap(m->core, m->base, 3, (const int64_t[]){ B, L, D + P }, dev, o)) ||
+                !(v->o = ghc_tensor_view_cols(v->op, 0, D)))
+                goto fail;
+        } else if (!(v->o = ghc_tensor_wrap(m->core, m->base, 3, (const int64_t[]){ B, L, D }, dev, o))) {
+            goto fail;
+        }
+        if (!(v->lse = ghc_tensor_wrap(m->core, GHC_DTYPE_F32, 3, (const int64_t[]){ B, H, L }, dev,
+                                       (char *)at + u->off_lse)))
+            goto fail;
+    }
+    return 0;
+fail:
+    rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
+    wan22_unit_end(m, v, stream);
+    return rc;
+}
+
+int wan22_unit_end(struct wan22 *m, struct wan22_uview *v, void *stream)
+{
+    if (!v->open)
+        return 0;
+    int rc = ghc_mem_saved_end(ghc_mempolicy_get(m->core), ghc_tensor_data(m->st.units[v->unit].home), stream);
+    uview_clear(v);
+    return rc;
+}
+
+struct wan22_act *wan22_unit_act(struct wan22 *m, struct wan22_act *a, const struct wan22_uview *v,
+                                 struct wan22_act *tmp)
+{
+    (void)m;
+    if (!v->o)
+        return a;
+    *tmp = *a;
+    tmp->o = v->o;
+    tmp->op = v->op;
+    tmp->lse = v->lse;
+    return tmp;
 }

@@ -2,7 +2,8 @@
  * wan22.c (plugin glue, configuration, targets, experts), detect.c (tensor names and shapes,
  * official <-> diffusers names, config detection), load.c (checkpoints and random weights),
  * forward.c and backward.c (the official code's math on the ops of ops.h; doc/wan22.md),
- * estimate.c (the memory a run will take).
+ * stream.c (weights and saved activations through the memory policy), estimate.c (the memory a
+ * run will take).
  * Never installed; nothing here crosses the plugin ABI (the plugin exports only its
  * descriptor). tests/test_wan22.c links these sources to check detection without giant files
  * and to read the intermediates of a forward. */
@@ -157,6 +158,26 @@ struct wan22_grad {
     ghc_tensor_t *dpatch;                 /* patch-embedding input gradient [B, L, 4 C_in] f32 */
 };
 
+/* What block i's backward needs from its forward, in one allocation of role GHC_ROLE_SAVED (the
+ * policy decides where it lives, mempolicy.h): the block's input x [B, L, D] f32 and, with
+ * checkpointing "block_attn" for a recomputed block, its self-attention output with the spare
+ * columns after it (op, [B, L, D + pad] base; o without them) and log-sum-exp [B, H, L] f32. */
+struct wan22_unit {
+    ghc_tensor_t *home;                   /* [bytes / 4] f32, role saved */
+    size_t        bytes;
+    size_t        off_o, off_lse;         /* byte offsets; 0: no attention output kept */
+};
+
+/* A unit's tensors at the address saved_begin gave (wrappers), between wan22_unit_begin and
+ * wan22_unit_end. */
+struct wan22_uview {
+    bool          open;
+    int64_t       unit;
+    void         *at;
+    ghc_tensor_t *x;
+    ghc_tensor_t *op, *o, *lse;           /* with off_o; op NULL when the model keeps no spare columns */
+};
+
 /* Everything one forward leaves for the backward. */
 struct wan22_state {
     bool              valid;              /* a forward with keep ran; backward may follow */
@@ -174,7 +195,15 @@ struct wan22_state {
     ghc_tensor_t     *e, *se, *th;        /* time embedding e, silu(e), hidden [B, D] f32 */
     ghc_tensor_t     *e0[6];              /* [B, D] f32 */
     ghc_tensor_t     *patches;            /* [B, L, 4 C_in] f32 */
-    ghc_tensor_t    **xs;                 /* [layers + 1] residual stream f32 (2 when !keep) */
+    ghc_tensor_t    **xs;                 /* [layers + 1] residual stream f32: with keep xs[i] (i < N)
+                                           * views of unit i's home (read them outside a pass only,
+                                           * and only where the policy keeps them in place) and
+                                           * xs[N] the last block's output; without keep xs[0] and
+                                           * xs[1] alternate */
+    struct wan22_unit *units;             /* [layers] with keep */
+    struct wan22_uview uv[2];             /* the units open now (forward: a block's input and output) */
+    ghc_tensor_t     *xalt;               /* with keep: xs[N]'s partner in a forward without keep
+                                           * (made on first use) */
     struct wan22_act *acts;               /* [n_acts], see wan22_act_slot() */
     int               n_acts;
     ghc_tensor_t     *hshift, *hscale;    /* head modulation [B, D] f32 */
@@ -197,6 +226,8 @@ struct wan22 {
                                            * input cast with scale 1 (saturating) into st.xq */
     int                     device;       /* GHC_DEVICE_CPU or a CUDA ordinal */
     bool                    ckpt;         /* gradient checkpointing per block */
+    bool                    ckpt_attn;    /* "block_attn": a recomputed block's self-attention output
+                                           * and lse are kept (saved) and not recomputed */
     int                     ckpt_every;   /* k: with ckpt, block i is recomputed iff i % k == 0 */
     double                  boundary;     /* high-noise expert iff t >= boundary * 1000 */
     int32_t                 n_experts;    /* 1, or 2 (0 = high noise, 1 = low noise) */
@@ -327,9 +358,12 @@ int wan22_weights_each(struct wan22 *m, struct wan22_weights *w,
 
 int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch *batch, ghc_tensor_t *out,
                   bool keep, void *stream);
-/* One block's forward from x (f32 [B, L, D]) into xo, filling `a`. */
+/* One block's forward from x (f32 [B, L, D]) into xo, filling `a`. xo NULL: not the output (the
+ * recomputation before the backward, which needs only `a`); attn_kept: a->o and a->lse hold
+ * this block's self-attention output already (restored), which is then not computed. */
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block,
-                        const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, void *stream);
+                        const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept,
+                        void *stream);
 /* Release the forward state and backward scratch. */
 void wan22_state_free(struct wan22 *m);
 /* A view of `t`'s memory with another shape (wrapped; same numel or less). */
@@ -358,6 +392,15 @@ int wan22_weights_group(struct wan22 *m, int32_t expert);
 int  wan22_block_map(struct wan22 *m, const struct wan22_block_w *bw, struct wan22_block_w *tmp,
                      const struct wan22_block_w **out);
 void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp);
+/* Saved activations: open unit i (of the state) for writing (forward) or reading (backward) on
+ * `stream` into v, its tensors at the address the policy gives; wan22_unit_end closes it (a
+ * no-op for a closed v). Returns 0 or GHC_E*. */
+int  wan22_unit_begin(struct wan22 *m, int64_t i, bool write, struct wan22_uview *v, void *stream);
+int  wan22_unit_end(struct wan22 *m, struct wan22_uview *v, void *stream);
+/* Block i's activations with unit view v's kept attention output in place of slot a's (into
+ * *tmp), or a itself when the unit keeps none. */
+struct wan22_act *wan22_unit_act(struct wan22 *m, struct wan22_act *a, const struct wan22_uview *v,
+                                 struct wan22_act *tmp);
 
 /* ---- backward.c ------------------------------------------------------------------------------- */
 
