@@ -32,6 +32,14 @@ static double am_traffic(int64_t r, int64_t c)
     return 14.25 * (double)(r * c) + 8.0 * (double)(r + c);
 }
 
+/* The kernels' measurement switches, from this program's environment (the library reads none):
+ * GHC_AUTOMAGIC_FUSED=0 keeps every tensor out of k_am_fused's clusters, whatever mode a
+ * measurement below asks for; GHC_AUTOMAGIC_SERIAL (set) launches the clusters' groups one
+ * after another on the caller's stream (ghc_k_automagic_serial). */
+static bool no_fused;
+
+static void fused(int on) { ghc_k_automagic_fused(no_fused ? 0 : on); }
+
 static void need(bool ok, const char *what, ghc_core_t *core)
 {
     if (!ok) {
@@ -97,7 +105,10 @@ int main(void)
         printf("no CUDA device: skipped\n");
         return 77;
     }
-    const char *plugins = getenv("GHC_BUILD_PLUGINS");
+    const char *plugins = getenv("GHC_BUILD_PLUGINS"), *f = getenv("GHC_AUTOMAGIC_FUSED");
+    no_fused = f && strcmp(f, "0") == 0;
+    fused(1);
+    ghc_k_automagic_serial(getenv("GHC_AUTOMAGIC_SERIAL") != NULL);
     ghc_core_t *core = ghc_core_init();
     need(core && plugins && ghc_plugin_add_path(core, plugins) == 0 &&
          ghc_config_load_string(core, "mempolicy = { plugin = \"device\"; };", "b.cfg", NULL, NULL, 0) == 0 &&
@@ -140,7 +151,7 @@ int main(void)
     static const int modes[3] = { 1, 2, 0 };
     float best_ms[3] = { 1e30f, 1e30f, 1e30f };
     for (int rep = 0; rep < 6; rep++) {
-        ghc_k_automagic_fused(modes[rep % 3]);
+        fused(modes[rep % 3]);
         float ms = time_ms(20, run_job, &jam);
         if (ms < best_ms[rep % 3])
             best_ms[rep % 3] = ms;
@@ -155,7 +166,7 @@ int main(void)
             static const char *const what[9] = { "stage wait", "stats", "partials wait", "their sums",
                                                  "trees", "lane 0", "update", "end", "next" };
             double sum[9] = { 0 };
-            ghc_k_automagic_fused(1);
+            fused(1);
             run_job(&jam);
             cudaDeviceSynchronize();
             tr(&t[0][0][0]);
@@ -200,7 +211,7 @@ int main(void)
         }
         struct job js = { sub, m, 2, NULL, NULL, 0 };
         float best = 1e30f;
-        ghc_k_automagic_fused(1);
+        fused(1);
         for (int rep = 0; rep < 2; rep++) {
             float ms = time_ms(20, run_job, &js);
             best = ms < best ? ms : best;
@@ -210,14 +221,14 @@ int main(void)
         kind_n[k] = m;
         free(sub);
     }
-    ghc_k_automagic_fused(0);
+    fused(0);
     need(cudaGetLastError() == cudaSuccess, "launch", NULL);
     double pass[3];   /* each pass's time over synchronised calls, the separate passes */
     ghc_k_automagic_profile(1, NULL);
     for (int i = 0; i < 10; i++)
         run_job(&jam);
     ghc_k_automagic_profile(0, pass);
-    ghc_k_automagic_fused(1);
+    fused(1);
     double gbs_aw = 28.0 * (double)total / (ms_aw * 1e-3) / 1e9, gbs_am = am_bytes / (ms_am * 1e-3) / 1e9;
     double gbs_ps = am_bytes / (ms_ps * 1e-3) / 1e9, gbs_p = 14.25 * (double)total / (ms_am * 1e-3) / 1e9;
     printf("params: %lld in %d tensors (A14B expert, LoRA r%d)\n", (long long)total, (int)n, RANK);

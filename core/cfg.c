@@ -16,24 +16,27 @@
 
 /* ---- handles and locations ---------------------------------------------------------------- */
 
+/* "data.datasets[1].path": the names joined by dots, an element of a list as [i]. */
 static char *setting_path(config_setting_t *s)
 {
-    const char *names[64];
+    config_setting_t *chain[64];
     int n = 0;
     size_t len = 1;
     for (config_setting_t *p = s; p && config_setting_parent(p) && n < 64; p = config_setting_parent(p)) {
         const char *nm = config_setting_name(p);
-        names[n++] = nm ? nm : "[]";
-        len += strlen(names[n - 1]) + 1;
+        chain[n++] = p;
+        len += nm ? strlen(nm) + 1 : 14;   /* "[-2147483648]" */
     }
     char *path = malloc(len);
     if (!path)
         return NULL;
+    size_t at = 0;
     path[0] = '\0';
     for (int i = n - 1; i >= 0; i--) {
-        strcat(path, names[i]);
-        if (i)
-            strcat(path, ".");
+        const char *nm = config_setting_name(chain[i]);
+        int w = nm ? snprintf(path + at, len - at, "%s%s", at ? "." : "", nm)
+                   : snprintf(path + at, len - at, "[%d]", config_setting_index(chain[i]));
+        at += w > 0 ? (size_t)w : 0;
     }
     return path;
 }
@@ -514,6 +517,27 @@ int ghc_cfg_list_float(ghc_cfg_t *cfg, const char *key, int i, double *out)
     return 0;
 }
 
+int ghc_cfg_list_group(ghc_cfg_t *cfg, const char *key, int i, const struct ghc_cfg_key *keys, ghc_cfg_t **out)
+{
+    char where[4352], q[256];
+    config_setting_t *e;
+    *out = NULL;
+    int rc = list_elem(cfg, key, i, &e);
+    if (rc < 0)
+        return rc;
+    if (config_setting_type(e) != CONFIG_TYPE_GROUP)
+        return ghc_error_set(cfg->core, GHC_ECONFIG, "%s: %s[%d]: expected a group { ... }, got %s",
+                             where_setting(cfg->core->config, e, where, sizeof(where)),
+                             qualified(cfg, key, q, sizeof(q)), i, lc_type_name(config_setting_type(e)));
+    ghc_cfg_t *g = ghc_cfg_wrap(cfg->core, e);
+    if (!g)
+        return GHC_ENOMEM;
+    rc = ghc_cfg_check_keys(g, keys, NULL, g->path);
+    if (rc == 0)
+        *out = g;
+    return rc;
+}
+
 int ghc_cfg_get_group(ghc_cfg_t *cfg, const char *key, const struct ghc_cfg_key *keys, ghc_cfg_t **out)
 {
     config_setting_t *s = config_setting_get_member(cfg->s, key);
@@ -692,6 +716,93 @@ static int apply_override(ghc_core_t *core, const char *arg)
         return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
 
     return override_record(core, dst, arg, eq);
+}
+
+/* ---- setters -------------------------------------------------------------------------------- */
+
+/* Drop what points at `s` or into it, which is about to go: handles (freed) and --set marks.
+ * Compares pointers only: a mark may point at a value an earlier --set replaced. */
+static void forget(struct ghc_config *c, config_setting_t *s)
+{
+    for (ghc_cfg_t **hp = &c->handles; *hp;) {
+        ghc_cfg_t *h = *hp;
+        if (h->s == s) {
+            *hp = h->next;
+            free(h->path);
+            free(h);
+        } else {
+            hp = &h->next;
+        }
+    }
+    for (int i = 0; i < c->n_overrides; i++)
+        if (c->overridden[i] == s)
+            c->overridden[i] = NULL;
+    int n = config_setting_is_aggregate(s) ? config_setting_length(s) : 0;
+    for (int i = 0; i < n; i++)
+        forget(c, config_setting_get_elem(s, (unsigned)i));
+}
+
+/* `key` of the section as a setting of `type`: the one there when `keep` and it has that type,
+ * else a new one in place of what was there. */
+static int set_key(ghc_cfg_t *cfg, const char *key, int type, bool keep, config_setting_t **out)
+{
+    char q[256];
+    *out = NULL;
+    if (!valid_key_name(key))
+        return ghc_error_set(cfg->core, GHC_EINVAL, "%s: %s: not a valid key name (a letter or '*' first, then "
+                             "letters, digits, '_', '-', '*')", ghc_cfg_where(cfg, NULL),
+                             qualified(cfg, key, q, sizeof(q)));
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    if (s && keep && config_setting_type(s) == type) {
+        *out = s;
+        return 0;
+    }
+    if (s) {
+        forget(cfg->core->config, s);
+        if (config_setting_remove(cfg->s, key) != CONFIG_TRUE)
+            return ghc_error_set(cfg->core, GHC_EINTERNAL, "%s: %s: cannot replace the value",
+                                 ghc_cfg_where(cfg, NULL), qualified(cfg, key, q, sizeof(q)));
+    }
+    if (!(*out = config_setting_add(cfg->s, key, type)))
+        return ghc_error_set(cfg->core, GHC_ENOMEM, "config: out of memory");
+    return 0;
+}
+
+int ghc_cfg_set_string(ghc_cfg_t *cfg, const char *key, const char *value)
+{
+    config_setting_t *s;
+    int rc = set_key(cfg, key, CONFIG_TYPE_STRING, true, &s);
+    if (rc == 0 && !config_setting_set_string(s, value))
+        rc = ghc_error_set(cfg->core, GHC_ENOMEM, "config: out of memory");
+    return rc;
+}
+
+int ghc_cfg_set_group(ghc_cfg_t *cfg, const char *key, ghc_cfg_t **out)
+{
+    config_setting_t *s;
+    *out = NULL;
+    int rc = set_key(cfg, key, CONFIG_TYPE_GROUP, true, &s);
+    if (rc < 0)
+        return rc;
+    return (*out = ghc_cfg_wrap(cfg->core, s)) ? 0 : GHC_ENOMEM;
+}
+
+int ghc_cfg_set_group_list(ghc_cfg_t *cfg, const char *key, int n, ghc_cfg_t **out)
+{
+    char q[256];
+    config_setting_t *list;
+    if (n < 0)
+        return ghc_error_set(cfg->core, GHC_EINVAL, "config: %s: a list of %d groups",
+                             qualified(cfg, key, q, sizeof(q)), n);
+    int rc = set_key(cfg, key, CONFIG_TYPE_LIST, false, &list);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        config_setting_t *g = config_setting_add(list, NULL, CONFIG_TYPE_GROUP);
+        if (!g)
+            rc = ghc_error_set(cfg->core, GHC_ENOMEM, "config: out of memory");
+        else if (!(out[i] = ghc_cfg_wrap(cfg->core, g)))
+            rc = GHC_ENOMEM;
+    }
+    return rc;
 }
 
 /* ---- loading -------------------------------------------------------------------------------- */
@@ -899,6 +1010,10 @@ ghc_cfg_t *ghc_config_section(ghc_core_t *core, const char *name)
         return NULL;
     return ghc_cfg_wrap(core, s);
 }
+
+ghc_cfg_t *ghc_config_root(ghc_core_t *core) { return core->config ? core->config->root : NULL; }
+
+const char *ghc_config_dir(ghc_core_t *core) { return core->config ? core->config->dir : NULL; }
 
 const char *ghc_config_output_dir(ghc_core_t *core)
 {

@@ -7,7 +7,7 @@
 
 #include <gh200core/gh200core.h>
 
-#define GHC_ERRMSG_MAX 1024
+#define GHC_ERRMSG_MAX GHC_ERROR_MAX
 
 /* ---- plugins and the registry ------------------------------------------------------------- */
 

@@ -502,7 +502,7 @@ int ghc_aitk_pair(ghc_dataset_t *ds, struct data_listing *ls, const struct data_
         }
     }
     if (blank != SIZE_MAX && !set->blank_file &&
-        (!(set->blank_file = ghc_strdup(ls->f[blank].name)) || !(set->blank_caption = ghc_strdup(dropout))))
+        (!(set->blank_file = strdup(ls->f[blank].name)) || !(set->blank_caption = strdup(dropout))))
         rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
 out:
     free(caption);

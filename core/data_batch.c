@@ -1,13 +1,15 @@
 /* data_batch.c: batches: each sample's tensors from the cache (or decoded now), checked against
  * what its header said, stacked into one batch (f16 served as f32, texts padded to the longest
  * with a mask, a dropped text replaced by the empty prompt's embedding), copied to a CUDA
- * device through the copy function, and the next batch's samples prefetched. */
+ * device (ghc_op_copy), and the next batch's samples prefetched. */
 #include <config.h>
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <gh200core/ops.h>     /* defines: ghc_op_copy */
 
 #include "dataset_impl.h"
 
@@ -165,7 +167,7 @@ static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, struct ghc_dat
         if (r == 0 && s->file[GHC_SAMPLE_TIMESTEP] && (r = get_tensor(ds, idx, GHC_SAMPLE_TIMESTEP, &tim[m])) == 0)
             r = check_decoded(ds, idx, GHC_SAMPLE_TIMESTEP, tim[m]);
         if (r < 0) {
-            char msg[GHC_ERRMSG_MAX];
+            char msg[GHC_ERROR_MAX];
             snprintf(msg, sizeof(msg), "%s", ghc_error_message(ds->core));
             put_tensor(ds, idx, GHC_SAMPLE_LATENT, lat[m]);
             put_tensor(ds, idx, GHC_SAMPLE_TEXT_EMBED, txt[m]);
@@ -288,12 +290,9 @@ struct host_side {
     ghc_tensor_t *t[5];
 };
 
-/* Move a batch's tensors to `device` through the copy function. */
+/* Move a batch's tensors to `device` (ghc_op_copy, queued on `stream`). */
 static int to_device(ghc_dataset_t *ds, struct ghc_data_batch *b, int device, void *stream)
 {
-    if (!ds->copy)
-        return ghc_error_set(ds->core, GHC_EUNSUPPORTED, "data: batches on CUDA device %d need a copy function "
-                             "(ghc_dataset_set_copy(ds, ghc_op_copy))", device);
     struct host_side *hs = calloc(1, sizeof(*hs));
     if (!hs)
         return ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
@@ -307,7 +306,7 @@ static int to_device(ghc_dataset_t *ds, struct ghc_data_batch *b, int device, vo
                                           device, ghc_tensor_role(h));
         if (!d)
             return ghc_error_code(ds->core) ? ghc_error_code(ds->core) : GHC_ENOMEM;
-        int rc = ds->copy(d, h, stream);
+        int rc = ghc_op_copy(d, h, stream);
         if (rc < 0) {
             ghc_tensor_free(d);
             return rc;

@@ -234,7 +234,7 @@ static int visit_entry(void *user, const char *name, uint64_t size)
         ls->f = nf;
         ls->cap = cap;
     }
-    if (!(f.name = ghc_strdup(name))) {
+    if (!(f.name = strdup(name))) {
         free(f.stem);
         ls->oom = true;
         return GHC_ENOMEM;
@@ -382,7 +382,7 @@ static int check_latent(ghc_dataset_t *ds, const struct data_format *fmt, struct
         goto out;
     s->lat_dtype = info.dtype;
     memcpy(s->lat_shape, info.shape, sizeof(s->lat_shape));
-    if (!(s->key[GHC_SAMPLE_LATENT] = ghc_strdup(key))) {
+    if (!(s->key[GHC_SAMPLE_LATENT] = strdup(key))) {
         rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
         goto out;
     }
@@ -393,8 +393,8 @@ static int check_latent(ghc_dataset_t *ds, const struct data_format *fmt, struct
                                      disk, ghc_dtype_name(info.dtype));
             goto out;
         }
-        if (!(s->file[GHC_SAMPLE_NOISE] = ghc_strdup(s->file[GHC_SAMPLE_LATENT])) ||
-            !(s->key[GHC_SAMPLE_NOISE] = ghc_strdup("noise"))) {
+        if (!(s->file[GHC_SAMPLE_NOISE] = strdup(s->file[GHC_SAMPLE_LATENT])) ||
+            !(s->key[GHC_SAMPLE_NOISE] = strdup("noise"))) {
             rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
             goto out;
         }
@@ -408,8 +408,8 @@ static int check_latent(ghc_dataset_t *ds, const struct data_format *fmt, struct
                                      disk, (long long)numel, ghc_dtype_name(ni.dtype));
             goto out;
         }
-        if (!(s->file[GHC_SAMPLE_TIMESTEP] = ghc_strdup(s->file[GHC_SAMPLE_LATENT])) ||
-            !(s->key[GHC_SAMPLE_TIMESTEP] = ghc_strdup("timestep"))) {
+        if (!(s->file[GHC_SAMPLE_TIMESTEP] = strdup(s->file[GHC_SAMPLE_LATENT])) ||
+            !(s->key[GHC_SAMPLE_TIMESTEP] = strdup("timestep"))) {
             rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
             goto out;
         }
@@ -444,7 +444,7 @@ static int check_text(ghc_dataset_t *ds, const struct data_format *fmt, struct d
     s->txt_dim = info.shape[info.ndim - 1];
     s->txt_dtype = info.dtype;
     s->txt_len = info.shape[info.ndim - 2];
-    if (!(s->key[GHC_SAMPLE_TEXT_EMBED] = ghc_strdup(key)))
+    if (!(s->key[GHC_SAMPLE_TEXT_EMBED] = strdup(key)))
         rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
 out:
     ghc_st_free(st);

@@ -40,7 +40,7 @@ const char *ghc_data_disk_name(const ghc_dataset_t *ds, const char *entry, char 
  * message so far (if any) is kept as the reason. */
 int ghc_data_bad_sample(ghc_dataset_t *ds, int rc, const char *fmt, ...)
 {
-    char msg[GHC_ERRMSG_MAX];
+    char msg[GHC_ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -85,20 +85,19 @@ static char *resolve_path(ghc_core_t *core, const char *p)
     if (p[0] == '/')
         snprintf(buf, sizeof(buf), "%s", p);
     else
-        snprintf(buf, sizeof(buf), "%s/%s", core->config->dir, p);
+        snprintf(buf, sizeof(buf), "%s/%s", ghc_config_dir(core), p);
     char real[PATH_MAX];
-    return ghc_strdup(realpath(buf, real) ? real : buf);
+    return strdup(realpath(buf, real) ? real : buf);
 }
 
 static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
 {
     ghc_core_t *core = ds->core;
+    ghc_cfg_t *top = ghc_config_root(core);
     int rc;
-    if ((rc = ghc_cfg_check_keys(cfg, data_keys, NULL, "data")) < 0)
-        return rc;
     int64_t top_seed = 42, seed, bs;
-    bool has_top = ghc_cfg_has(core->config->root, "seed");
-    if (has_top && (rc = ghc_cfg_get_int(core->config->root, "seed", 42, 0, INT64_MAX, &top_seed)) < 0)
+    bool has_top = ghc_cfg_has(top, "seed");
+    if (has_top && (rc = ghc_cfg_get_int(top, "seed", 42, 0, INT64_MAX, &top_seed)) < 0)
         return rc;
     const char *empty = NULL;
     if ((rc = ghc_cfg_get_int(cfg, "batch_size", 1, 1, 1 << 20, &bs)) < 0 ||
@@ -111,27 +110,20 @@ static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
     ds->batch_size = bs;
     ds->seed = (uint64_t)seed;
 
-    config_setting_t *list = config_setting_get_member(cfg->s, "datasets");
-    int n = list ? config_setting_length(list) : 0;
+    int n;
+    if ((rc = ghc_cfg_list_len(cfg, "datasets", &n)) < 0)
+        return rc;
     if (n == 0)
         return ghc_error_set(core, GHC_ECONFIG, "%s: data: no datasets (datasets = ( { path = \"...\"; } );)",
-                             ghc_cfg_where(cfg, list ? "datasets" : NULL));
+                             ghc_cfg_where(cfg, ghc_cfg_has(cfg, "datasets") ? "datasets" : NULL));
     if (!(ds->sets = calloc((size_t)n, sizeof(*ds->sets))))
         return ghc_error_set(core, GHC_ENOMEM, "data: out of memory");
     ds->n_sets = n;
     for (int i = 0; i < n; i++) {
-        config_setting_t *e = config_setting_get_elem(list, (unsigned)i);
-        char what[64];
-        snprintf(what, sizeof(what), "data.datasets[%d]", i);
-        ghc_cfg_t tmp = { .core = core, .s = e, .path = what };
-        if (config_setting_type(e) != CONFIG_TYPE_GROUP)
-            return ghc_error_set(core, GHC_ECONFIG, "%s: %s: expected a group { path = \"...\"; }",
-                                 ghc_cfg_where(&tmp, NULL), what);
-        ghc_cfg_t *g = ghc_cfg_wrap(core, e);
-        if (!g)
-            return GHC_ENOMEM;
-        if ((rc = ghc_cfg_check_keys(g, set_keys, NULL, what)) < 0)
+        ghc_cfg_t *g;
+        if ((rc = ghc_cfg_list_group(cfg, "datasets", i, set_keys, &g)) < 0)
             return rc;
+        const char *what = ghc_cfg_path(g);   /* "data.datasets[1]" */
         const char *path, *comp, *trigger, *defcap;
         struct data_set *d = &ds->sets[i];
         if (!ghc_cfg_has(g, "path"))
@@ -151,8 +143,8 @@ static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
             return ghc_error_set(core, GHC_ECONFIG, "%s: %s.default_caption is not UTF-8",
                                  ghc_cfg_where(g, "default_caption"), what);
         /* "" is no trigger word to ai-toolkit either */
-        if ((trigger && *trigger && !(d->trigger_word = ghc_strdup(trigger))) ||
-            (defcap && !(d->default_caption = ghc_strdup(defcap))))
+        if ((trigger && *trigger && !(d->trigger_word = strdup(trigger))) ||
+            (defcap && !(d->default_caption = strdup(defcap))))
             return ghc_error_set(core, GHC_ENOMEM, "data: out of memory");
         if (!*path)
             return ghc_error_set(core, GHC_ECONFIG, "%s: %s.path must not be empty", ghc_cfg_where(g, "path"), what);
@@ -299,9 +291,9 @@ static int discover(ghc_dataset_t *ds, int32_t d)
         s->ds = d;
         s->format = f->format;
         const struct data_found *cap = ghc_data_listing_find(&ls, GHC_DATA_CLASS_CAPTION, f->stem);
-        if (!(s->file[GHC_SAMPLE_LATENT] = ghc_strdup(f->name)) ||
-            !(s->file[GHC_SAMPLE_TEXT_EMBED] = ghc_strdup(t->name)) ||
-            (cap && !(s->caption = ghc_strdup(cap->name)))) {
+        if (!(s->file[GHC_SAMPLE_LATENT] = strdup(f->name)) ||
+            !(s->file[GHC_SAMPLE_TEXT_EMBED] = strdup(t->name)) ||
+            (cap && !(s->caption = strdup(cap->name)))) {
             sample_clear(s);
             rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
             goto out;
@@ -394,16 +386,18 @@ int ghc_dataset_open_section(ghc_core_t *core, const char *section, ghc_dataset_
     /* the run's backend and cache serve the training data; another section (held-out
      * validation data) reads its folders through a local backend of its own, uncached */
     bool main_data = strcmp(section, "data") == 0;
-    ghc_cfg_t *cfg = ghc_config_section(core, section);
+    ghc_cfg_t *top = ghc_config_root(core), *cfg = NULL;
+    int rc = top ? ghc_cfg_get_group(top, section, data_keys, &cfg) : 0;
+    if (rc < 0)
+        return rc;
     if (!cfg)
         return ghc_error_set(core, GHC_ECONFIG, "%s: no `%s` section (%s = { datasets = ( { path = \"...\"; } ); })",
-                             core->config ? core->config->file : "configuration", section, section);
+                             top ? ghc_cfg_where(top, NULL) : "configuration", section, section);
     ghc_dataset_t *ds = calloc(1, sizeof(*ds));
     if (!ds)
         return ghc_error_set(core, GHC_ENOMEM, "data: out of memory");
     ds->core = core;
     ds->order_epoch = -1;
-    int rc;
     if ((rc = read_config(ds, cfg)) < 0)
         goto fail;
     if (ds->empty)
@@ -506,8 +500,6 @@ void ghc_dataset_free(ghc_dataset_t *ds)
 int64_t ghc_dataset_size(ghc_dataset_t *ds) { return ds->epoch_size; }
 
 int64_t ghc_dataset_samples(ghc_dataset_t *ds) { return ds->n_samples; }
-
-void ghc_dataset_set_copy(ghc_dataset_t *ds, ghc_tensor_copy_fn copy) { ds->copy = copy; }
 
 bool ghc_dataset_sample_at(ghc_dataset_t *ds, int64_t i, struct ghc_data_sample_info *out)
 {

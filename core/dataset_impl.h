@@ -8,9 +8,8 @@
 #include <string.h>
 
 #include <gh200core/dataset.h>
+#include <gh200core/gh200core.h>
 #include <gh200core/safetensors.h>     /* defines: struct ghc_st_info */
-
-#include "core_impl.h"                 /* defines: GHC_ERRMSG_MAX, ghc_strdup */
 
 /* ---- the dataset ----------------------------------------------------------------------------- */
 
@@ -56,7 +55,6 @@ struct ghc_dataset {
     ghc_backend_t     *backend;      /* the run's, or own_backend */
     ghc_backend_t     *own_backend;
     ghc_cache_t       *cache;        /* the run's, or NULL: decode on each use */
-    ghc_tensor_copy_fn copy;
 
     int64_t            batch_size;
     uint64_t           seed;

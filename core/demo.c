@@ -21,7 +21,6 @@
 #include <gh200core/safetensors.h>
 #include <gh200core/tensor.h>
 
-#include "core_impl.h"
 #include "train_impl.h"
 
 const struct ghc_cfg_key ghc_demo_keys[] = {
@@ -175,18 +174,12 @@ out:
 /* Points data.datasets at `dir` (one dataset), creating the `data` section when absent. */
 static int point_data_at(ghc_core_t *core, const char *dir)
 {
-    config_setting_t *root = config_root_setting(&core->config->lc);
-    config_setting_t *data = config_setting_get_member(root, "data");
-    if (!data && !(data = config_setting_add(root, "data", CONFIG_TYPE_GROUP)))
-        return ghc_error_set(core, GHC_ENOMEM, "demo: out of memory");
-    if (config_setting_get_member(data, "datasets"))
-        config_setting_remove(data, "datasets");
-    config_setting_t *list = config_setting_add(data, "datasets", CONFIG_TYPE_LIST);
-    config_setting_t *g = list ? config_setting_add(list, NULL, CONFIG_TYPE_GROUP) : NULL;
-    config_setting_t *p = g ? config_setting_add(g, "path", CONFIG_TYPE_STRING) : NULL;
-    if (!p || !config_setting_set_string(p, dir))
-        return ghc_error_set(core, GHC_ENOMEM, "demo: out of memory");
-    return 0;
+    ghc_cfg_t *data, *set;
+    int rc;
+    if ((rc = ghc_cfg_set_group(ghc_config_root(core), "data", &data)) < 0 ||
+        (rc = ghc_cfg_set_group_list(data, "datasets", 1, &set)) < 0)
+        return rc;
+    return ghc_cfg_set_string(set, "path", dir);
 }
 
 int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o)
@@ -218,7 +211,7 @@ int ghc_demo_generate(ghc_core_t *core)
 {
     ghc_cfg_t *s;
     struct ghc_demo_opts opt;
-    int rc = ghc_cfg_get_group(core->config->root, "demo", ghc_demo_keys, &s);
+    int rc = ghc_cfg_get_group(ghc_config_root(core), "demo", ghc_demo_keys, &s);
     if (rc < 0 || !s)
         return rc;
     if ((rc = ghc_demo_read(s, &opt)) < 0)
@@ -230,7 +223,7 @@ int ghc_demo_generate(ghc_core_t *core)
     if (!model)
         return ghc_error_set(core, GHC_ECONFIG, "demo: the configuration needs a `model` section");
     int64_t seed = 42;
-    if ((rc = ghc_cfg_get_int(core->config->root, "seed", 42, 0, INT64_MAX, &seed)) < 0)
+    if ((rc = ghc_cfg_get_int(ghc_config_root(core), "seed", 42, 0, INT64_MAX, &seed)) < 0)
         return rc;
 
     char dir[8192];

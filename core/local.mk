@@ -4,9 +4,9 @@
 lib_LTLIBRARIES += libgh200core.la
 libgh200core_la_SOURCES = core/core.c core/cfg.c core/loader.c core/run.c core/core_impl.h \
 	core/tensor.c core/safetensors.c core/safetensors_write.c core/elem.h core/model.c core/schedule.c
-# data: backend and cache wrappers, the `local` backend, the dataset
-libgh200core_la_SOURCES += core/backend.c core/cache.c core/dataset.c core/dataset_impl.h \
-	core/data_formats.c core/data_aitk.c core/data_order.c core/data_batch.c
+# data: backend and cache wrappers, the `local` backend (the dataset is in libgh200core_train,
+# core/train.mk)
+libgh200core_la_SOURCES += core/backend.c core/cache.c
 
 # optimizer wrappers
 libgh200core_la_SOURCES += core/optimizer.c

@@ -16,7 +16,6 @@
 #include <gh200core/gh200core.h>
 #include <gh200core/train.h>
 
-#include "core_impl.h"     /* defines: GHC_ERRMSG_MAX */
 #include "train_impl.h"
 
 /* ---- files ---------------------------------------------------------------------------------- */
@@ -173,7 +172,7 @@ int ghc_outdir_create(struct ghc_trainer *tr)
 void ghc_outdir_undo(struct ghc_trainer *tr)
 {
     ghc_core_t *core = tr->core;
-    char msg[GHC_ERRMSG_MAX], p[8400];
+    char msg[GHC_ERROR_MAX], p[8400];
     int code = ghc_error_code(core);
     bool any = tr->made_metrics || *tr->tb_path || tr->made_demo || tr->made_resolved || *tr->made_out;
     if (!any)

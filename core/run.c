@@ -146,20 +146,18 @@ int ghc_cfg_resolve_path(ghc_cfg_t *cfg, const char *key, const char *value, cha
 
 int ghc_config_resolve_output_dir(ghc_core_t *core)
 {
-    if (!core->config)
+    ghc_cfg_t *root = ghc_config_root(core);
+    if (!root)
         return ghc_error_set(core, GHC_EINVAL, "run: no configuration loaded");
     const char *out;
     char abs[4096];
     int rc;
-    if ((rc = ghc_cfg_get_string(core->config->root, "output_dir", "output", &out)) < 0 ||
-        (rc = ghc_cfg_resolve_path(core->config->root, "output_dir", out, abs, sizeof(abs))) < 0)
+    if ((rc = ghc_cfg_get_string(root, "output_dir", "output", &out)) < 0 ||
+        (rc = ghc_cfg_resolve_path(root, "output_dir", out, abs, sizeof(abs))) < 0)
         return rc;
     if (!strcmp(abs, out))
         return 0;
-    config_setting_t *s = config_setting_get_member(config_root_setting(&core->config->lc), "output_dir");
-    if (!s || !config_setting_set_string(s, abs))
-        return ghc_error_set(core, GHC_ENOMEM, "run: out of memory");
-    return 0;
+    return ghc_cfg_set_string(root, "output_dir", abs);   /* a string: keeps its place */
 }
 
 /* ---- typed handles -------------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
  * checkpoint a run resumes from. */
 #include <config.h>
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@
 #include <gh200core/tensor.h>
 #include <gh200core/train.h>
 
-#include "core_impl.h"
 #include "train_impl.h"
 
 /* ---- configuration -------------------------------------------------------------------------- */
@@ -228,17 +228,18 @@ static const char *sample_file(ghc_core_t *core, const char *section, const char
 {
     char *end;
     long d = strtol(entry, &end, 10);
-    config_setting_t *sec = config_setting_get_member(config_root_setting(&core->config->lc), section);
-    config_setting_t *sets = sec ? config_setting_get_member(sec, "datasets") : NULL;
-    config_setting_t *set = sets && end != entry && *end == '/' && d >= 0 ? config_setting_get_elem(sets, (unsigned)d)
-                                                                           : NULL;
-    const char *root = NULL;
-    if (!set || !config_setting_lookup_string(set, "path", &root))
+    ghc_cfg_t *sec = ghc_config_section(core, section), *set = NULL;
+    const char *root = NULL, *dir = ghc_config_dir(core);
+    /* the dataset is open: each entry is a group with a path, so these reads cannot fail */
+    if (sec && end != entry && *end == '/' && d >= 0 && d < INT_MAX &&
+        ghc_cfg_list_group(sec, "datasets", (int)d, ghc_dataset_keys(true), &set) == 0 && set)
+        ghc_cfg_get_string(set, "path", NULL, &root);
+    if (!root)
         snprintf(buf, len, "%s", entry);
-    else if (root[0] == '/' || !strcmp(core->config->dir, "."))
+    else if (root[0] == '/' || !strcmp(dir, "."))
         snprintf(buf, len, "%s/%s", root, end + 1);
     else
-        snprintf(buf, len, "%s/%s/%s", core->config->dir, root, end + 1);
+        snprintf(buf, len, "%s/%s/%s", dir, root, end + 1);
     return buf;
 }
 
@@ -255,10 +256,10 @@ static int check_samples(struct ghc_trainer *tr, ghc_dataset_t *ds, const char *
     if (!tr->have_in)
         return 0;
     int64_t n = ghc_dataset_samples(ds), bad = 0;
-    char first[GHC_ERRMSG_MAX] = "", f[4096];
+    char first[GHC_ERROR_MAX] = "", f[4096];
     for (int64_t i = 0; i < n; i++) {
         struct ghc_data_sample_info si;
-        char msg[GHC_ERRMSG_MAX];
+        char msg[GHC_ERROR_MAX];
         if (!ghc_dataset_sample_at(ds, i, &si))
             continue;
         const int64_t *ls = si.latent_shape;
@@ -348,12 +349,10 @@ int ghc_train_open_data(struct ghc_trainer *tr)
     int rc;
     if ((rc = ghc_dataset_open(core, &tr->ds)) < 0 || (rc = check_samples(tr, tr->ds, "data")) < 0)
         return rc;
-    ghc_dataset_set_copy(tr->ds, ghc_op_copy);
     if (tr->c.validate_every && ghc_config_section(core, "validation")) {
         if ((rc = ghc_dataset_open_section(core, "validation", &tr->vds)) < 0 ||
             (rc = check_samples(tr, tr->vds, "validation")) < 0)
             return rc;
-        ghc_dataset_set_copy(tr->vds, ghc_op_copy);
     }
     if (tr->resumed && (rc = ghc_dataset_seek(tr->ds, tr->resume_epoch, tr->resume_cursor)) < 0)
         return rc;
@@ -363,6 +362,7 @@ int ghc_train_open_data(struct ghc_trainer *tr)
 int ghc_train_prepare(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
 {
     ghc_core_t *core = tr->core;
+    ghc_cfg_t *top = ghc_config_root(core);
     int rc;
     tr->model = ghc_model_get(core);
     tr->net = ghc_network_get(core);
@@ -373,14 +373,14 @@ int ghc_train_prepare(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
         (rc = need(core, tr->opt, "optimizer")) < 0)
         return rc;
     ghc_cfg_t *s;
-    if ((rc = ghc_cfg_get_group(core->config->root, "train", train_keys, &s)) < 0)
+    if ((rc = ghc_cfg_get_group(top, "train", train_keys, &s)) < 0)
         return rc;
     if (!s)
         return ghc_error_set(core, GHC_ECONFIG, "train: the configuration has no `train` section (at least `train = { steps = N; };`)");
     if ((rc = read_cfg(core, s, &tr->c, &tr->sampler)) < 0)
         return rc;
     int64_t seed = 42;
-    if ((rc = ghc_cfg_get_int(core->config->root, "seed", 42, 0, INT64_MAX, &seed)) < 0 ||
+    if ((rc = ghc_cfg_get_int(top, "seed", 42, 0, INT64_MAX, &seed)) < 0 ||
         (rc = ghc_train_check_output(core, opts)) < 0)
         return rc;
     tr->sampler.seed = (uint64_t)seed ^ 0x243f6a8885a308d3ull;
@@ -394,16 +394,16 @@ int ghc_train_prepare(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
         tr->boundary = find_boundary(tr->model);
         ghc_log(core, GHC_LOG_INFO, "train: two experts, boundary sigma %.6g (high noise at and above)", tr->boundary);
     }
-    if ((rc = model_input(tr)) < 0 || (rc = ghc_cfg_get_group(core->config->root, "demo", ghc_demo_keys, &s)) < 0)
+    if ((rc = model_input(tr)) < 0 || (rc = ghc_cfg_get_group(top, "demo", ghc_demo_keys, &s)) < 0)
         return rc;
     tr->demo = s != NULL;
     if (tr->demo) {
         /* the data's folders are the demo's, written by the run: check what exists now */
         ghc_cfg_t *g;
         if ((rc = check_demo(tr, s)) < 0 ||
-            (rc = ghc_cfg_get_group(core->config->root, "data", ghc_dataset_keys(false), &g)) < 0 ||
+            (rc = ghc_cfg_get_group(top, "data", ghc_dataset_keys(false), &g)) < 0 ||
             (tr->c.validate_every &&
-             (rc = ghc_cfg_get_group(core->config->root, "validation", ghc_dataset_keys(false), &g)) < 0))
+             (rc = ghc_cfg_get_group(top, "validation", ghc_dataset_keys(false), &g)) < 0))
             return rc;
     }
     if ((rc = setup_adapters(tr)) < 0 || (!tr->demo && (rc = ghc_train_open_data(tr)) < 0))

@@ -197,14 +197,13 @@ EXTRA_DIST += tests/fixtures/make_wan22_fixtures.py \
 	tests/fixtures/wan22/case.safetensors
 
 # ---- wan22 model plugin ----
-# The suite loads plugins/.libs/ghc_wan22.so through a run and also links the plugin's sources
-# to reach config detection and intermediates; its GPU case runs only with a CUDA device.
+# The suite loads plugins/.libs/ghc_wan22.so through a run and also links the plugin's
+# convenience library (plugins/wan22/local.mk) to reach config detection and intermediates;
+# its GPU case runs only with a CUDA device.
 check_PROGRAMS += tests/test_wan22
-tests_test_wan22_SOURCES = tests/test_wan22.c tests/testutil.h \
-	plugins/wan22/detect.c plugins/wan22/load.c plugins/wan22/forward.c plugins/wan22/backward.c \
-	plugins/wan22/wan22_impl.h
+tests_test_wan22_SOURCES = tests/test_wan22.c tests/testutil.h
 tests_test_wan22_CFLAGS = $(TEST_CFLAGS)
-tests_test_wan22_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+tests_test_wan22_LDADD = plugins/wan22/libwan22_impl.la libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_wan22
 # ---- end wan22 ----
 

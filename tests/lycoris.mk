@@ -1,22 +1,21 @@
 # ---- lycoris network plugin ----
 # test_lycoris loads plugins/.libs/ghc_lycoris.so through a run and also links the plugin's
-# sources for the factorization and key names. Golden cases come from
-# tests/fixtures/make_lycoris_fixtures.py (Python LyCORIS + peft, pinned); the C tests read
-# them, Python is not needed. test_lycoris_cuda runs the golden cases and the wan22 checks on
-# GPU 0 (exit 77 without one).
-LYCORIS_TEST_SOURCES = tests/testutil.h plugins/lycoris/lycoris.c plugins/lycoris/algo.c plugins/lycoris/algo_lora.c \
-	plugins/lycoris/algo_loha.c plugins/lycoris/algo_lokr.c plugins/lycoris/algo_dora.c plugins/lycoris/file.c \
-	plugins/lycoris/merge.c plugins/lycoris/estimate.c plugins/lycoris/lycoris_impl.h
+# convenience library (plugins/lycoris/local.mk) for the factorization and key names. Golden
+# cases come from tests/fixtures/make_lycoris_fixtures.py (Python LyCORIS + peft, pinned); the
+# C tests read them, Python is not needed. test_lycoris_cuda runs the golden cases and the
+# wan22 checks (tests/lycoris_cases.h) on GPU 0 (exit 77 without one).
+LYCORIS_TEST_SOURCES = tests/lycoris_cases.h tests/testutil.h
+LYCORIS_TEST_LIBS = plugins/lycoris/liblycoris_impl.la libgh200core_ops.la $(TEST_LIBS) -lm
 check_PROGRAMS += tests/test_lycoris
 tests_test_lycoris_SOURCES = tests/test_lycoris.c $(LYCORIS_TEST_SOURCES)
 tests_test_lycoris_CFLAGS = $(TEST_CFLAGS)
-tests_test_lycoris_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+tests_test_lycoris_LDADD = $(LYCORIS_TEST_LIBS)
 TESTS += tests/test_lycoris
 if HAVE_CUDA
 check_PROGRAMS += tests/test_lycoris_cuda
 tests_test_lycoris_cuda_SOURCES = tests/test_lycoris_cuda.c $(LYCORIS_TEST_SOURCES)
 tests_test_lycoris_cuda_CFLAGS = $(TEST_CFLAGS)
-tests_test_lycoris_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+tests_test_lycoris_cuda_LDADD = $(LYCORIS_TEST_LIBS)
 TESTS += tests/test_lycoris_cuda
 endif
 EXTRA_DIST += tests/test_lycoris.c tests/test_lycoris_cuda.c tests/fixtures/make_lycoris_fixtures.py \

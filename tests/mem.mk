@@ -1,17 +1,13 @@
 # tests/mem.mk: the memory policies. test_mem (CPU) links the pure state machine of
-# gh200_uvm and the saved-activation ring, and loads the policies through runs; test_mem_cuda (GPU suite, exit 77 without a
-# GPU) checks placement per role, the discrete cap and equal losses under device, gh200_uvm
-# and offload on a tiny multi-block wan22 model.
+# gh200_uvm (plugins/gh200_uvm/libgh200_uvm_sm.la) and the saved-activation ring
+# (plugins/offload/libsaved.la), and loads the policies through runs; test_mem_cuda (GPU suite,
+# exit 77 without a GPU) checks placement per role, the discrete cap and equal losses under
+# device, gh200_uvm and offload on a tiny multi-block wan22 model.
 check_PROGRAMS += tests/test_mem
-tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h tests/mem_step.h plugins/gh200_uvm/uvm_sm.c \
-	plugins/gh200_uvm/uvm_sm.h plugins/offload/saved.c plugins/offload/saved.h core/estimate.c core/cli.h
+tests_test_mem_SOURCES = tests/test_mem.c tests/testutil.h tests/mem_step.h core/estimate.c core/cli.h
 tests_test_mem_CFLAGS = $(TEST_CFLAGS)
-tests_test_mem_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+tests_test_mem_LDADD = plugins/gh200_uvm/libgh200_uvm_sm.la plugins/offload/libsaved.la libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_mem
-
-# test_wan22 links the wan22 sources; forward.c and backward.c map block weights through
-# plugins/wan22/stream.c: the model's side of streaming policies
-tests_test_wan22_SOURCES += plugins/wan22/stream.c
 
 if HAVE_CUDA
 check_PROGRAMS += tests/test_mem_cuda

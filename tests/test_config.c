@@ -1,6 +1,7 @@
 /* test_config.c: the configuration: typed getters with defaults and bounds, wrong types,
  * unknown keys with file:line and "did you mean", syntax errors, --set overrides (values,
- * types, new groups, their own locations), @include, and the resolved file written out. */
+ * types, new groups, their own locations), @include, and the resolved file written out; lists
+ * of groups and the setters. */
 #include <gh200core/gh200core.h>
 
 #include "testutil.h"
@@ -317,6 +318,115 @@ START_TEST(override_errors)
 }
 END_TEST
 
+/* ---- lists of groups and the setters --------------------------------------------------------- */
+
+static const struct ghc_cfg_key item_keys[] = {
+    { "path", GHC_CFG_STRING, NULL, NULL, NULL },
+    { "n",    GHC_CFG_INT,    "1",  NULL, NULL },
+    { NULL, 0, NULL, NULL, NULL }
+};
+
+START_TEST(list_of_groups)
+{
+    ghc_core_t *core = load_text("scheduler = {\n plugin = \"x\";\n items = ( { path = \"a\"; },\n"
+                                 "  { path = \"b\"; n = 2; },\n  { paht = \"c\"; },\n  \"d\" );\n};\n", 0, NULL, 0);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler"), *g;
+    const char *str;
+    int64_t i;
+    int n;
+    ck_assert_int_eq(ghc_cfg_list_len(s, "items", &n), 0);
+    ck_assert_int_eq(n, 4);
+    ck_assert_int_eq(ghc_cfg_list_group(s, "items", 1, item_keys, &g), 0);
+    ck_assert_str_eq(ghc_cfg_path(g), "scheduler.items[1]");
+    ck_assert_str_eq(ghc_cfg_where(g, "n"), "t.cfg:4");
+    ck_assert_int_eq(ghc_cfg_get_string(g, "path", NULL, &str), 0);
+    ck_assert_str_eq(str, "b");
+    ck_assert_int_eq(ghc_cfg_get_int(g, "n", 1, 1, 1, &i), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:4: scheduler.items[1].n = 2 is out of range [1, 1]");
+    ck_assert_int_eq(ghc_cfg_list_group(s, "items", 2, item_keys, &g), GHC_ECONFIG);
+    ck_assert_ptr_null(g);
+    expect_msg(core, "t.cfg:5: scheduler.items[2]: unknown key 'paht' (did you mean 'path'?)");
+    ck_assert_int_eq(ghc_cfg_list_group(s, "items", 3, item_keys, &g), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:6: scheduler.items[3]: expected a group { ... }, got a string");
+    ck_assert_int_eq(ghc_cfg_list_group(s, "items", 4, item_keys, &g), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:3: scheduler.items has no element 4");
+    ck_assert_int_eq(ghc_cfg_list_group(s, "plugin", 0, item_keys, &g), GHC_ECONFIG);
+    expect_msg(core, "t.cfg:2: scheduler.plugin: expected a list [ ... ], got a string");
+    ghc_core_free(core);
+}
+END_TEST
+
+START_TEST(setters)
+{
+    ghc_core_t *core = load_text("output_dir = \"o\";\nscheduler = {\n plugin = \"x\";\n"
+                                 " items = ( { path = \"a\"; } );\n};\n", 0, NULL, 0);
+    ghc_cfg_t *top = ghc_config_root(core), *s, *d, *g[2], *h;
+    const char *str;
+    int n;
+    ck_assert_ptr_nonnull(top);
+    ck_assert_str_eq(ghc_cfg_path(top), "");
+    ck_assert_str_eq(ghc_config_dir(core), ".");
+    /* a string keeps its place */
+    ck_assert_int_eq(ghc_cfg_set_string(top, "output_dir", "p"), 0);
+    ck_assert_str_eq(ghc_config_output_dir(core), "p");
+    ck_assert_str_eq(ghc_cfg_where(top, "output_dir"), "t.cfg:1");
+    /* a group there is kept as it is; an absent one is added */
+    ck_assert_int_eq(ghc_cfg_set_group(top, "scheduler", &s), 0);
+    ck_assert_ptr_eq(s, ghc_config_section(core, "scheduler"));
+    ck_assert(ghc_cfg_has(s, "plugin"));
+    ck_assert_ptr_null(ghc_config_section(core, "data"));
+    ck_assert_int_eq(ghc_cfg_set_group(top, "data", &d), 0);
+    ck_assert_ptr_eq(d, ghc_config_section(core, "data"));
+    /* a list of groups replaces what was there; set values have the line of their section */
+    ck_assert_int_eq(ghc_cfg_list_group(s, "items", 0, item_keys, &h), 0);
+    ck_assert_int_eq(ghc_cfg_set_group_list(s, "items", 2, g), 0);
+    ck_assert_int_eq(ghc_cfg_set_string(g[0], "path", "x"), 0);
+    ck_assert_int_eq(ghc_cfg_set_string(g[1], "path", "y"), 0);
+    ck_assert_int_eq(ghc_cfg_list_len(s, "items", &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(ghc_cfg_list_group(s, "items", 1, item_keys, &h), 0);
+    ck_assert_ptr_eq(h, g[1]);
+    ck_assert_str_eq(ghc_cfg_path(h), "scheduler.items[1]");
+    ck_assert_int_eq(ghc_cfg_get_string(h, "path", NULL, &str), 0);
+    ck_assert_str_eq(str, "y");
+    ck_assert_str_eq(ghc_cfg_where(h, "path"), "t.cfg:2");
+    /* a value of another type is replaced */
+    ck_assert_int_eq(ghc_cfg_set_string(d, "items", "z"), 0);
+    ck_assert_int_eq(ghc_cfg_set_group_list(d, "items", 0, NULL), 0);
+    ck_assert_int_eq(ghc_cfg_list_len(d, "items", &n), 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(ghc_cfg_set_string(s, "items", "z"), 0);
+    ck_assert_int_eq(ghc_cfg_list_len(s, "items", &n), GHC_ECONFIG);
+    ck_assert_int_eq(ghc_cfg_set_string(s, "items", "w"), 0);
+    ck_assert_int_eq(ghc_cfg_get_string(s, "items", NULL, &str), 0);
+    ck_assert_str_eq(str, "w");
+    /* a bad name */
+    ck_assert_int_eq(ghc_cfg_set_string(s, "1x", "v"), GHC_EINVAL);
+    expect_msg(core, "t.cfg:2: scheduler.1x: not a valid key name");
+    ck_assert_int_eq(ghc_cfg_set_group_list(s, "items", -1, NULL), GHC_EINVAL);
+
+    /* the resolved file holds what was set */
+    char *dir = tu_tmpdir(), out[4200];
+    ck_assert_int_eq(ghc_cfg_set_group_list(d, "items", 1, g), 0);
+    ck_assert_int_eq(ghc_cfg_set_string(g[0], "path", "q"), 0);
+    snprintf(out, sizeof(out), "%s/resolved.cfg", dir);
+    ck_assert_int_eq(ghc_config_write(core, out), 0);
+    ghc_core_free(core);
+    core = ghc_core_init();
+    ck_assert_ptr_null(ghc_config_root(core));
+    ck_assert_ptr_null(ghc_config_dir(core));
+    ck_assert_msg(ghc_config_load(core, out, NULL, 0) == 0, "%s", ghc_error_message(core));
+    ck_assert_str_eq(ghc_config_dir(core), dir);
+    ck_assert_str_eq(ghc_config_output_dir(core), "p");
+    ck_assert_int_eq(ghc_cfg_list_group(ghc_config_section(core, "data"), "items", 0, item_keys, &h), 0);
+    ck_assert_int_eq(ghc_cfg_get_string(h, "path", NULL, &str), 0);
+    ck_assert_str_eq(str, "q");
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---- include and the resolved file ---------------------------------------------------------- */
 
 START_TEST(include_and_resolved)
@@ -596,6 +706,10 @@ int main(void)
     tcase_add_test(tc, nested_unknown_key);
     tcase_add_test(tc, syntax_error);
     tcase_add_test(tc, missing_file);
+    tcase_add_test(tc, list_of_groups);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("setters");
+    tcase_add_test(tc, setters);
     suite_add_tcase(s, tc);
     tc = tcase_create("overrides");
     tcase_add_test(tc, overrides);

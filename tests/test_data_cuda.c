@@ -28,7 +28,6 @@ START_TEST(test_device_batches)
     ck_assert_msg(ghc_run_init(core) == 0, "%s", ghc_error_message(core));
     ghc_dataset_t *ds = NULL;
     ck_assert_msg(ghc_dataset_open(core, &ds) == 0, "%s", ghc_error_message(core));
-    ghc_dataset_set_copy(ds, ghc_op_copy);
     for (int i = 0; i < 18; i++) {
         int64_t e, c;
         ghc_dataset_tell(ds, &e, &c);

@@ -1,9 +1,11 @@
 /* test_lycoris_cuda.c: the lycoris golden cases (f32 and bf16 input; DoRA included), the wan22
  * fixture LoRA, the finite-difference checks and the hook's parts before / after the model's
- * GEMMs of tests/test_lycoris.c on GPU 0, through the `device` memory policy: the same code path
- * (the ops) with the CUDA kernels. Exits 77 without a GPU. */
-#define LYC_TEST_GPU 1
-#include "test_lycoris.c"
+ * GEMMs of tests/lycoris_cases.h (which tests/test_lycoris.c runs on the CPU) on GPU 0,
+ * through the `device` memory policy: the same code path (the ops) with the CUDA kernels.
+ * Exits 77 without a GPU. */
+#include <config.h>
+
+#include "lycoris_cases.h"
 
 #include "../kernels/cuda/device.h"   /* defines: ghc_k_device_count */
 

@@ -81,6 +81,9 @@ GHC_API const char *ghc_version(void);
 GHC_API int ghc_error_set(ghc_core_t *core, int code, const char *fmt, ...) GHC_PRINTF(3, 4);
 /* The last message set, or "" when none. Borrowed; valid until the next ghc_error_set(). */
 GHC_API const char *ghc_error_message(const ghc_core_t *core);
+/* (since API 13) The size of the error buffer: a message copied into char[GHC_ERROR_MAX] is
+ * whole. */
+#define GHC_ERROR_MAX 1024
 /* The code of the last ghc_error_set(), or 0. */
 GHC_API int ghc_error_code(const ghc_core_t *core);
 /* Forget the last error. */
@@ -164,6 +167,11 @@ GHC_API int ghc_cfg_list_len(ghc_cfg_t *cfg, const char *key, int *out);
 GHC_API int ghc_cfg_list_string(ghc_cfg_t *cfg, const char *key, int i, const char **out);
 /* Element `i` of a list of numbers, as a double (integers converted). */
 GHC_API int ghc_cfg_list_float(ghc_cfg_t *cfg, const char *key, int i, double *out);
+/* (since API 13) Element `i` of a list of groups (`datasets = ( { path = "a"; }, { ... } );`),
+ * validated against `keys` as ghc_cfg_get_group() does; its path is "data.datasets[1]". An
+ * element that is not a group is GHC_ECONFIG. The handle belongs to the core. */
+GHC_API int ghc_cfg_list_group(ghc_cfg_t *cfg, const char *key, int i, const struct ghc_cfg_key *keys,
+                               ghc_cfg_t **out);
 /* The nested section `key` (a group), validated against `keys` (unknown keys are errors).
  * *out is NULL when the key is absent. The handle belongs to the core. */
 GHC_API int ghc_cfg_get_group(ghc_cfg_t *cfg, const char *key, const struct ghc_cfg_key *keys,

@@ -4,7 +4,9 @@
  * on a device, and a position (epoch, cursor) from which the order resumes exactly.
  *
  * Configured by the top-level `data` section (doc/dataset.md, doc/config.md); reads through
- * the run's backend and cache instances when configured, else straight from the directories. */
+ * the run's backend and cache instances when configured, else straight from the directories.
+ * In libgh200core_train (with the trainer), which links libgh200core_ops: batches go to a CUDA
+ * device through ghc_op_copy. */
 #ifndef GHC_DATASET_H
 #define GHC_DATASET_H
 
@@ -51,13 +53,6 @@ GHC_API const struct ghc_cfg_key *ghc_dataset_keys(bool entry);
 GHC_API void ghc_dataset_free(ghc_dataset_t *ds);
 /* Samples per epoch, repeats and weights included. */
 GHC_API int64_t ghc_dataset_size(ghc_dataset_t *ds);
-
-/* A device copy: dst and src of equal shape and dtype on any devices, asynchronous on
- * `stream`. ghc_op_copy (ops.h) has this signature. */
-typedef int (*ghc_tensor_copy_fn)(ghc_tensor_t *dst, const ghc_tensor_t *src, void *stream);
-/* The copy ghc_dataset_next uses to put batches on a CUDA device (the core links no CUDA):
- * the trainer passes ghc_op_copy. Without it a CUDA `device` is GHC_EUNSUPPORTED. */
-GHC_API void ghc_dataset_set_copy(ghc_dataset_t *ds, ghc_tensor_copy_fn copy);
 
 /* The next batch (batch_size samples of one bucket, fewer at a bucket's end), tensors on
  * `device` (GHC_DEVICE_CPU or a CUDA ordinal; on a device their copies are queued on `stream`

@@ -24,6 +24,13 @@ GHC_API int ghc_config_write(ghc_core_t *core, const char *path);
 /* The section of a top-level key ("optimizer"), or NULL when absent or no config is loaded.
  * Belongs to the core. */
 GHC_API ghc_cfg_t *ghc_config_section(ghc_core_t *core, const char *name);
+/* (since API 13) The top level itself (seed, output_dir, the sections), for the ghc_cfg_*
+ * getters and setters, or NULL when no config is loaded. Belongs to the core. */
+GHC_API ghc_cfg_t *ghc_config_root(ghc_core_t *core);
+/* (since API 13) The folder of the configuration file as given ("configs"; "." for the working
+ * directory; ghc_config_load_string's `dir`), which the file's relative paths are relative to,
+ * or NULL when no config is loaded. Borrowed. */
+GHC_API const char *ghc_config_dir(ghc_core_t *core);
 /* The run's output directory (config key output_dir, default "output"). Borrowed. */
 GHC_API const char *ghc_config_output_dir(ghc_core_t *core);
 /* (since API 11) Where a path of the configuration points: `value`, read from `key` of section
@@ -37,6 +44,20 @@ GHC_API int ghc_cfg_resolve_path(ghc_cfg_t *cfg, const char *key, const char *va
  * and ghc_config_output_dir() name one folder. ghc_train() calls it; a program that looks at
  * the folder first calls it before. Calling it again changes nothing. Returns 0 or GHC_E*. */
 GHC_API int ghc_config_resolve_output_dir(ghc_core_t *core);
+
+/* (since API 13) Setters, for a program that fills in the configuration before the run (the
+ * demo points data.datasets at the data it writes): the getters read what is set, and
+ * ghc_config_write() writes it. A value added has no line of its own: ghc_cfg_where() names
+ * the nearest section that has one. Each returns 0, GHC_EINVAL (`key` is not a valid key name, the
+ * message says where) or GHC_ENOMEM. */
+/* `key` = the string `value`. A string there keeps its place; any other value is replaced. */
+GHC_API int ghc_cfg_set_string(ghc_cfg_t *cfg, const char *key, const char *value);
+/* The nested section `key`, added empty when absent. A group there is kept as it is; any other
+ * value is replaced. The handle belongs to the core. */
+GHC_API int ghc_cfg_set_group(ghc_cfg_t *cfg, const char *key, ghc_cfg_t **out);
+/* `key` = a list of `n` empty groups, their handles (the core's) in out[0..n-1], to fill with
+ * the setters. Whatever `key` held is replaced; handles into it are no longer valid. */
+GHC_API int ghc_cfg_set_group_list(ghc_cfg_t *cfg, const char *key, int n, ghc_cfg_t **out);
 
 /* ---- plugins -------------------------------------------------------------------------------- */
 

@@ -67,11 +67,15 @@ int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_aut
  * mask) of the calls since the last call, then resets and turns profiling on or off. */
 void ghc_k_automagic_profile(int on, double ms[3]);
 /* Whether automagic steps thin tensors (LoRA's A and B) in one thread-block cluster each
- * (k_am_fused; on = 1, the default where the device has clusters; off with
- * GHC_AUTOMAGIC_FUSED=0) or in the separate passes (on = 0); on = 2: the clusters, taking the
- * new int8 scale after the update always (their fallback). For benchmarks and tests comparing
- * them; later calls make new plans. */
+ * (k_am_fused; on = 1, the default where the device has clusters) or in the separate passes
+ * (on = 0); on = 2: the clusters, taking the new int8 scale after the update always (their
+ * fallback). For benchmarks and tests comparing them (bench_optim: GHC_AUTOMAGIC_FUSED=0);
+ * later calls make new plans. */
 void ghc_k_automagic_fused(int on);
+/* Whether k_am_fused's launches (one per group of tensors) run one after another on the
+ * caller's stream (on = 1) or on streams of their own beside each other (on = 0, the default).
+ * A measurement aid (bench_optim: GHC_AUTOMAGIC_SERIAL=1). */
+void ghc_k_automagic_serial(int on);
 
 GHC_END_DECLS
 

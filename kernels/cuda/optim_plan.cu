@@ -4,8 +4,6 @@
  * tensors that the cluster kernel (optim_am_fused.cu) takes, grouped by kind into launches
  * on streams of their own; then the launches of a step, no host synchronisation in the
  * steady state. */
-#include <stdlib.h>
-
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -24,8 +22,9 @@ static struct {
     double      ms[3];
     int64_t     calls;
 } g_am_prof;   /* ghc_k_automagic_profile */
-static bool g_af_off;   /* ghc_k_automagic_fused(0) */
-static int  g_af_late;  /* ghc_k_automagic_fused(2): the new scale always after the update */
+static bool g_af_off;     /* ghc_k_automagic_fused(0) */
+static int  g_af_late;    /* ghc_k_automagic_fused(2): the new scale always after the update */
+static bool g_af_serial;  /* ghc_k_automagic_serial(1) */
 
 extern "C" void ghc_k_automagic_profile(int on, double ms[3])
 {
@@ -44,21 +43,10 @@ extern "C" void ghc_k_automagic_fused(int on)
     g_af_late = on == 2;
 }
 
-/* The environment's switches (measurement aids), read once, at the first step that asks:
- * GHC_AUTOMAGIC_FUSED=0 keeps every tensor out of k_am_fused on every device (as
- * ghc_k_automagic_fused(0), but for the process's life); GHC_AUTOMAGIC_SERIAL launches
- * k_am_fused's groups one after another on the caller's stream. */
-struct am_env {
-    bool fused_off, serial;
-};
-
-static const am_env &am_env_get()
+extern "C" void ghc_k_automagic_serial(int on)
 {
-    static const am_env e = [] {
-        const char *f = getenv("GHC_AUTOMAGIC_FUSED");
-        return am_env{ f != NULL && strcmp(f, "0") == 0, getenv("GHC_AUTOMAGIC_SERIAL") != NULL };
-    }();
-    return e;
+    std::lock_guard<std::mutex> lk(g_am_lock);
+    g_af_serial = on != 0;
 }
 
 /* ---- automagic plans: the device table, made once per (device, stream, tensor list) ---------- */
@@ -146,7 +134,7 @@ static void af_device(int dev)
         return;
     int cl = 0, optin = 0;
     g_af_dev[dev].max_nc = -1;
-    if (am_env_get().fused_off || cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
+    if (cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || !cl ||
         optin < 64 * 1024) {
         cudaGetLastError();
@@ -436,7 +424,7 @@ extern "C" int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const str
      * one group's clusters take the multiprocessors another leaves idle or has finished with */
     const int dev = ghc_tensor_device(ts[0].param);
     const size_t ng = p->fused.size();
-    const bool conc = ng > 1 && ng <= AF_STREAMS + 1 && dev >= 0 && dev < 64 && !am_env_get().serial;
+    const bool conc = ng > 1 && ng <= AF_STREAMS + 1 && dev >= 0 && dev < 64 && !g_af_serial;
     if (conc) {
         GHC_K_TRY(af_streams(dev));
         GHC_K_TRY(cudaEventRecord(g_af_st[dev].fork, s));
