@@ -284,6 +284,23 @@ out:
     return rc < 0 ? rc : 0;
 }
 
+int ghc_linear_restore(ghc_linears_t *l, const struct ghc_linear *lin, const ghc_tensor_t *x, ghc_tensor_t *xp,
+                       void *stream)
+{
+    int rc = check_linear(l, lin);
+    if (rc < 0)
+        return rc;
+    const int32_t t = lin->target;
+    if (t < 0 || !l->has_hook || !l->plan[t].adapted || !xp || !has_room(l, lin))
+        return 0;   /* nothing of the adapter's in xp's spare columns */
+    const int32_t r = l->rank[t];
+    ghc_tensor_t *h = ghc_tensor_view_cols(xp, lin->spare_col, r), *wc = wsub(l, lin->w, 0, lin->out, lin->spare_col, r);
+    rc = !h || !wc ? nomem(l) : l->hook.concat_forward(l->hook.user, t, x, h, wc, true, stream);
+    ghc_tensor_free(h);
+    ghc_tensor_free(wc);
+    return rc < 0 ? rc : 0;
+}
+
 /* ---- backward ---------------------------------------------------------------------------------- */
 
 /* dx (+)= [g | dH] [W ; A], with g = dy cast by the hook into gp's first out columns. Returns 1

@@ -560,9 +560,13 @@ END_TEST
  * gradients read a later block's H; recomputed blocks write theirs again.) */
 START_TEST(test_saved_activations)
 {
-    enum { RUNS = 5 };
+    enum { RUNS = 7 };
     static const char *const sets[RUNS] = {
         "--set model.checkpointing='\"block\"'",
+        /* blocks kept, not recomputed: the shared text context's K-concatenated H written
+         * again before their backward (ghc_linear_restore) */
+        "--set model.checkpointing='\"off\"'",
+        "--set model.checkpointing='\"block\"' --set model.checkpoint_every=2",
         "--set model.checkpointing='\"block\"' --set mempolicy.saved_ring=3",
         "--set model.checkpointing='\"block_attn\"'",
         "--set model.checkpointing='\"block_attn\"' --set mempolicy.saved_ring=2 --set mempolicy.saved_ahead=1",

@@ -77,6 +77,13 @@ GHC_API void ghc_linears_recompute(ghc_linears_t *l, bool again);
  * finite, see struct ghc_linear.spare_col), or NULL (no K-concatenation in this call). */
 GHC_API int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y,
                                const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream);
+/* Write again what the forward of `lin` left in xp's spare columns (K-concatenation's H), as a
+ * recomputation of that forward (the hook's concat_forward with again): for a model whose xp is
+ * shared by several linears' forwards (Wan's text context, one for every block), before the
+ * backward of a linear whose forward is not recomputed right before it. 0 where the target
+ * does not concatenate. */
+GHC_API int ghc_linear_restore(ghc_linears_t *l, const struct ghc_linear *lin, const ghc_tensor_t *x,
+                               ghc_tensor_t *xp, void *stream);
 /* dx (f32, [B, rows, in]) = dy W (accumulate: +=) and the adapter's part, and the adapter's
  * parameter gradients. dx NULL: no input gradient (the adapter's gradients only). x and xp as
  * in the forward (xp holding the forward's H); dy f32.

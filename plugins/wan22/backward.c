@@ -134,6 +134,15 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
                              a->oc, a->lsec, scale, stream));
     TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));
     TRY(LBWD(WAN22_CA_Q, g->du, a->c, a->cp, g->dqp, g->cD, g->gD, false));
+    if (hb && !wan22_recomputed(m, block)) {
+        /* the context's spare columns hold the H of the last block forwarded, not this one's
+         * (kept, not recomputed right before): k's and v's written again */
+        for (int j = WAN22_CA_K; j <= WAN22_CA_V; j++) {
+            struct ghc_linear lin = { .target = t0 + j, .w = bw->w[j], .w_scale = bw->wscale[j] };
+            wan22_linear_room(m, t0 + j, &lin);
+            TRY(ghc_linear_restore(m->lin, &lin, s->ctx, s->ctxp, stream));
+        }
+    }
     if (hb) {   /* the context is a constant: only the adapters of k and v learn from it */
         TRY(ghc_op_rmsnorm_bwd(g->dkcp, g->dkc, a->kcp, a->rkc, bw->cnorm_k, stream));
         TRY(ghc_op_cast(g->dvcp, g->dvc, 1.0f, NULL, stream));
