@@ -19,6 +19,7 @@ struct ghc_estimate_opts {
     int64_t batch;       /* samples per micro-batch (default 1) */
     int64_t tokens;      /* tokens per sample (default 32760: 480x832x81) */
     bool    adapters;    /* count adapters, grads and optimizer state */
+    double  device_gib;  /* the card's memory in GiB for a verdict and a plan; 0: unknown, none */
 };
 struct ghc_estimate {
     uint64_t role[GHC_ROLE_COUNT];
@@ -26,10 +27,22 @@ struct ghc_estimate {
     uint64_t at[4];                   /* totals by location */
     uint64_t activations_full, activations_ckpt, ring;
     uint64_t saved_ring;              /* the saved-activation ring's device buffers (in at[1]) */
+    /* with device_gib: */
+    uint64_t device_total;            /* at[1] plus the allowance (GHC_ESTIMATE_ALLOWANCE_*) */
+    int      fits;                    /* 1 fits, 0 does not, -1 no verdict (device_gib 0) */
+    char     plan[512];               /* when it does not fit: the --set arguments of the first
+                                       * plan that fits ("" when none does) */
+    uint64_t plan_total;              /* that plan's device_total */
 };
+/* What the card needs beyond the estimate (CUDA context, library workspaces, the pool's
+ * slack): a fixed part plus a share of the device total; to be calibrated against nvidia-smi. */
+#define GHC_ESTIMATE_ALLOWANCE_GIB   1.5
+#define GHC_ESTIMATE_ALLOWANCE_SHARE 0.05
 /* `gh200core estimate`: memory by role and location for the loaded configuration, from the
- * checkpoint headers only, through the estimate members of the model and network plugins it
- * names (loaded from the plugin search path); printed to `print` when not NULL. */
+ * checkpoint headers only (or the model's known dims when the files are absent), through the
+ * estimate members of the model and network plugins it names (loaded from the plugin search
+ * path); printed to `print` when not NULL. With o->device_gib: out->fits, and when it does
+ * not fit, the first plan that does (out->plan). Returns 0 whether or not it fits. */
 int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct ghc_estimate *out, FILE *print);
 
 /* `gh200core diag`: the machine probe of the gh200_uvm plugin, printed with pass/fail marks to

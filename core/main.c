@@ -28,6 +28,7 @@ enum {
     EXIT_PLUGIN  = 4,   /* a plugin could not be loaded or registered */
     EXIT_IO      = 5,   /* a file could not be read or written, or is malformed */
     EXIT_EXISTS  = 6,   /* the output exists and would be overwritten */
+    EXIT_NOFIT   = 7,   /* estimate --device-memory: the run does not fit the card */
 };
 
 static int exit_code(int status)
@@ -53,8 +54,10 @@ static const char usage_text[] =
     "                                          (or a sharded checkpoint's .index.json)\n"
     "       gh200core diag [--json FILE] [--oversubscription-scale X] [--skip-allocation]\n"
     "                                          GPU, platform, managed memory and bandwidth checks\n"
-    "       gh200core estimate -c FILE [--batch N] [--tokens N]\n"
-    "                                          memory by role and location, before loading\n"
+    "       gh200core estimate -c FILE [--batch N] [--tokens N] [--device-memory GIB]\n"
+    "                                          memory by role and location, before loading;\n"
+    "                                          with the card's GiB: whether it fits, and if not\n"
+    "                                          the --set arguments of a plan that does\n"
     "       gh200core merge --base CKPT --adapter FILE --out OUT.safetensors\n"
     "                       [--multiplier M] [--dtype keep|bf16|f16|f32]\n"
     "                       [--network NAME] [--model NAME]\n"
@@ -85,8 +88,8 @@ static const char usage_text[] =
     "then " GHC_PLUGINSDIR ".\n"
     "\n"
     "exit status: 0 success, 1 failure, 2 usage, 3 configuration error, 4 plugin error,\n"
-    "5 file error, 6 output exists, 130 / 143 stopped by SIGINT / SIGTERM after writing a\n"
-    "checkpoint.\n"
+    "5 file error, 6 output exists, 7 the run does not fit estimate's --device-memory,\n"
+    "130 / 143 stopped by SIGINT / SIGTERM after writing a checkpoint.\n"
     "\n"
     "See gh200core(1), doc/config.md and doc/plugin-guide.md.\n";
 
@@ -413,6 +416,7 @@ int main(int argc, char **argv)
         { "dtype", required_argument, NULL, 1010 },
         { "network", required_argument, NULL, 1011 },
         { "model", required_argument, NULL, 1012 },
+        { "device-memory", required_argument, NULL, 1013 },
         { NULL, 0, NULL, 0 },
     };
     struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
@@ -450,17 +454,21 @@ int main(int argc, char **argv)
         case 1001: cli.json = optarg; break;
         case 1002:
         case 1004:
-        case 1005: {
+        case 1005:
+        case 1013: {
             char *end;
             double v = strtod(optarg, &end);
             if (*end || !(v > 0) || v > 1e12) {
                 fprintf(stderr, "gh200core: error: --%s '%s': expected a number > 0\n",
-                        opt == 1002 ? "oversubscription-scale" : opt == 1004 ? "batch" : "tokens", optarg);
+                        opt == 1002 ? "oversubscription-scale" : opt == 1004 ? "batch" :
+                        opt == 1005 ? "tokens" : "device-memory", optarg);
                 status = EXIT_USAGE;
                 goto out;
             }
             if (opt == 1002)
                 cli.probe.oversubscription_scale = v;
+            else if (opt == 1013)
+                cli.est.device_gib = v;
             else
                 *(opt == 1004 ? &cli.est.batch : &cli.est.tokens) = (int64_t)v;
             break;
@@ -576,7 +584,7 @@ int main(int argc, char **argv)
     if (cmd && strcmp(cmd, "estimate") == 0) {
         struct ghc_estimate est;
         int rc = ghc_cli_estimate(core, &cli.est, &est, stdout);
-        status = rc < 0 ? fail(core, rc) : EXIT_OK;
+        status = rc < 0 ? fail(core, rc) : est.fits == 0 ? EXIT_NOFIT : EXIT_OK;
         goto out;
     }
     if (cli.keys && (!cmd || strcmp(cmd, "plugins") != 0)) {

@@ -768,6 +768,81 @@ START_TEST(estimate_cli)
 }
 END_TEST
 
+/* The --set arguments on estimate's "plan:" line into buf (empty when there is none). */
+static void plan_args(const char *out, char *buf, size_t len)
+{
+    const char *p = strstr(out, "plan:  --set "), *end = p ? strstr(p, " (") : NULL;
+    buf[0] = 0;
+    if (p && end)
+        snprintf(buf, len, "%.*s", (int)(end - p - 7), p + 7);
+}
+
+/* estimate from the configuration alone (the shipped A14B config, its files absent: the dims
+ * of the variant the names say), and with --device-memory: exit 7 and a plan for a run that
+ * does not fit, a plan that fits when its --set arguments are given. */
+START_TEST(estimate_plan)
+{
+    char *dir = tu_tmpdir(), *out, cmd[8192], base[4096], plan[600];
+    /* the shipped config, its checkpoints pointed at files that are surely absent */
+    snprintf(base, sizeof(base), "'%s' -P '%s' estimate -c '%s/etc/wan22_t2v_a14b.cfg' --tokens 32760 "
+             "--set 'model.checkpoints=[\"%s/Wan2.2-T2V-A14B/high_noise_model/i.safetensors.index.json\", "
+             "\"%s/Wan2.2-T2V-A14B/low_noise_model/i.safetensors.index.json\"]'", tu_env("GHC_CLI"),
+             tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_TOP_SRCDIR"), dir, dir);
+    ck_assert_msg(tu_run(base, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "dims:  from the variant the checkpoint names say: A14B T2V expert (files absent") &&
+                  strstr(out, "2 experts, dim 5120, ffn 13824, 40 blocks") &&
+                  strstr(out, "weights                  27.1") && !strstr(out, "device: "), "%s", out);
+    free(out);
+    /* the shipped config as it is (offload) fits an 80 GiB card */
+    snprintf(cmd, sizeof(cmd), "%s --device-memory 80", base);
+    ck_assert_msg(tu_run(cmd, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "of 80.0 GiB: fits") && !strstr(out, "plan:"), "%s", out);
+    free(out);
+    /* changes that do not fit, the plan named, and the plan's arguments fit */
+    static const struct { const char *set, *plan; } cases[] = {
+        { "--set mempolicy.plugin=device", "--set mempolicy.plugin=offload" },
+        { "--set model.checkpointing=off", "--set model.checkpointing=block_attn" },
+        { "--set model.checkpointing=block_attn --set mempolicy.saved=device", "--set mempolicy.saved=host" },
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        snprintf(cmd, sizeof(cmd), "%s %s --device-memory %s", base, cases[c].set, c == 2 ? "40" : "80");
+        ck_assert_msg(tu_run(cmd, &out) == 7, "%s", out);
+        plan_args(out, plan, sizeof(plan));
+        ck_assert_msg(strstr(out, "does not fit") && strcmp(plan, cases[c].plan) == 0, "%s\n(plan '%s')", out, plan);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "%s %s %s --device-memory %s", base, cases[c].set, plan, c == 2 ? "40" : "80");
+        ck_assert_msg(tu_run(cmd, &out) == 0, "%s", out);
+        ck_assert_msg(strstr(out, ": fits"), "%s", out);
+        free(out);
+    }
+    /* nothing fits: exit 7 all the same, and says so */
+    snprintf(cmd, sizeof(cmd), "%s --device-memory 4", base);
+    ck_assert_msg(tu_run(cmd, &out) == 7, "%s", out);
+    ck_assert_msg(strstr(out, "plan:  none fits"), "%s", out);
+    free(out);
+    /* one file of the 5B by its ComfyUI name; a name that says no variant is an error naming it */
+    char *cfg = tu_write(dir, "5b.cfg", "mempolicy = { plugin = \"device\"; };\n"
+                         "model = { plugin = \"wan22\"; checkpoint = \"models/wan2.2_ti2v_5B_fp16.safetensors\"; };\n");
+    snprintf(cmd, sizeof(cmd), "'%s' -P '%s' estimate -c '%s' --device-memory 80", tu_env("GHC_CLI"),
+             tu_env("GHC_BUILD_PLUGINS"), cfg);
+    ck_assert_msg(tu_run(cmd, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "1 expert, dim 3072, ffn 14336, 30 blocks") && strstr(out, "says: TI2V-5B"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "'%s' -P '%s' estimate -c '%s' --set model.checkpoint=nothing.safetensors",
+             tu_env("GHC_CLI"), tu_env("GHC_BUILD_PLUGINS"), cfg);
+    ck_assert_msg(tu_run(cmd, &out) == 5, "%s", out);
+    ck_assert_msg(strstr(out, "nothing.safetensors: estimate: no such file"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "'%s' -P '%s' estimate -c '%s' --device-memory x", tu_env("GHC_CLI"),
+             tu_env("GHC_BUILD_PLUGINS"), cfg);
+    ck_assert_msg(tu_run(cmd, &out) == 2, "%s", out);
+    free(out);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(diag_cli)
 {
     char *dir = tu_tmpdir(), *out, cmd[8192], json[4200];
@@ -835,6 +910,7 @@ static Suite *mem_suite(void)
     tcase_set_timeout(cli, 120);
     tcase_add_test(cli, estimate_matches_peak);
     tcase_add_test(cli, estimate_cli);
+    tcase_add_test(cli, estimate_plan);
     tcase_add_test(cli, diag_cli);
     suite_add_tcase(s, cli);
     return s;

@@ -142,6 +142,17 @@ struct ghc_target_shape {
 };
 #define GHC_MODEL_MEMORY_SHAPES 16
 
+/* (since API 14) One checkpointing mode of a model (struct ghc_model_memory): the settings of
+ * the model's section that select it and the figures of struct ghc_model_memory that change. */
+struct ghc_model_mode {
+    char     set[96];             /* "key=value" pairs, space-separated: "checkpointing=block" */
+    uint64_t activations;         /* what the forward keeps (saved included): activations_ckpt,
+                                   * or activations_full without checkpointing */
+    uint64_t saved;               /* as saved */
+    uint64_t saved_unit;          /* as saved_unit */
+};
+#define GHC_MODEL_MEMORY_MODES 8
+
 /* What a training run of a model will take (estimate, since API 13), for `gh200core estimate`:
  * bytes as the model allocates them for the batch and tokens asked. The caller sets
  * struct_size = sizeof(struct ghc_model_memory) and zeroes the rest; members are only ever
@@ -168,6 +179,15 @@ struct ghc_model_memory {
     uint64_t saved_unit;          /* the largest unit (a policy's ring buffers are this size) */
     char     checkpointing[64];   /* for people: "per block, attention kept"; "" says it from
                                    * checkpoint_every */
+    /* (since API 14) for people: where the dims came from: "the checkpoint headers", or a
+     * variant's known dims when the files are absent ("" says nothing) */
+    char     dims_from[128];
+    /* (since API 14) the model's checkpointing modes for the run asked, most memory first
+     * (recomputing least), for the plan search of `gh200core estimate --device-memory`; 0: it
+     * offers none. mode: the configured one's index. */
+    int32_t  n_modes;
+    int32_t  mode;
+    struct ghc_model_mode modes[GHC_MODEL_MEMORY_MODES];
 };
 
 struct ghc_model_ops {

@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ctype.h>
+#include <unistd.h>
+
+#include <gh200core/run.h>   /* defines: ghc_cfg_resolve_path */
 #include <gh200core/safetensors.h>
 
 #include "wan22_impl.h"
@@ -23,6 +27,7 @@ struct est_model {
     int      base;                /* bytes per element of the GEMM operand dtype: 2 bf16, 4 f32 */
     int      block_elem;          /* bytes per block-linear element: base, or 1 for fp8 */
     int64_t  pad;                 /* adapter_pad: the block linears' spare rows and columns */
+    char     dims_from[128];      /* for people (struct ghc_model_memory) */
 };
 
 /* Elements of a block linear [out, in] as the model stores it with `pad` spare rows and columns
@@ -71,6 +76,36 @@ static bool find_suffix(const ghc_st_t *st, const char *const *suffixes, struct 
     return false;
 }
 
+/* Bytes of an expert as loaded, counted tensor by tensor (est_count_tensor). */
+struct est_count {
+    int64_t  layers;
+    uint64_t bytes, block0;
+};
+
+/* Count one tensor of a checkpoint (its name as the file spells it) in the precision it loads in. */
+static void est_count_tensor(const struct est_model *m, struct est_count *c, const char *name, int ndim,
+                             const int64_t *shape)
+{
+    const char *b = strstr(name, "blocks.");
+    if (b) {
+        int64_t idx = strtoll(b + 7, NULL, 10);
+        if (idx + 1 > c->layers)
+            c->layers = idx + 1;
+    }
+    if (ends_with(name, "scale_weight") || ends_with(name, "scale_input"))
+        return;   /* ComfyUI fp8 scales: folded into the weights */
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d];
+    int kind = linear_kind(name, ndim);
+    if (kind == 1)
+        numel = padded_numel(name, shape[0], shape[1], m->pad);
+    uint64_t nb = (uint64_t)numel * (uint64_t)(kind == 1 ? m->block_elem : kind == 2 ? m->base : 4);
+    c->bytes += nb;
+    if (b && strncmp(b + 7, "0.", 2) == 0)
+        c->block0 += nb;
+}
+
 /* Dims and bytes of one expert from a checkpoint header (nothing but the header is read). */
 static int est_checkpoint(ghc_core_t *core, const char *path, struct est_model *m, int e)
 {
@@ -98,32 +133,14 @@ static int est_checkpoint(ghc_core_t *core, const char *path, struct est_model *
         m->in_ch = in.shape[1];
     if (find_suffix(st, hd, &in))
         m->out_ch = in.shape[0] / 4;
-    int64_t layers = 0;
-    uint64_t bytes = 0, block0 = 0;
+    struct est_count c = { 0 };
     for (int i = 0; i < ghc_st_count(st); i++) {
         ghc_st_info_at(st, i, &in);
-        const char *b = strstr(in.name, "blocks.");
-        if (b) {
-            int64_t idx = strtoll(b + 7, NULL, 10);
-            if (idx + 1 > layers)
-                layers = idx + 1;
-        }
-        if (ends_with(in.name, "scale_weight") || ends_with(in.name, "scale_input"))
-            continue;   /* ComfyUI fp8 scales: folded into the weights */
-        int64_t numel = 1;
-        for (int d = 0; d < in.ndim; d++)
-            numel *= in.shape[d];
-        int kind = linear_kind(in.name, in.ndim);
-        if (kind == 1)
-            numel = padded_numel(in.name, in.shape[0], in.shape[1], m->pad);
-        uint64_t nb = (uint64_t)numel * (uint64_t)(kind == 1 ? m->block_elem : kind == 2 ? m->base : 4);
-        bytes += nb;
-        if (b && strncmp(b + 7, "0.", 2) == 0)
-            block0 += nb;
+        est_count_tensor(m, &c, in.name, in.ndim, in.shape);
     }
-    m->layers = layers;
-    m->expert_bytes[e] = bytes;
-    m->block_bytes = block0;
+    m->layers = c.layers;
+    m->expert_bytes[e] = c.bytes;
+    m->block_bytes = c.block0;
 out:
     ghc_st_free(st);
     return rc;
@@ -145,6 +162,65 @@ static void est_random_bytes(struct est_model *m)
                   + (2 * D + 4 * (uint64_t)m->out_ch * D + 4 * (uint64_t)m->out_ch) * 4;   /* head */
     m->expert_bytes[0] = m->block_bytes * (uint64_t)m->layers + rest;
     m->expert_bytes[1] = m->experts > 1 ? m->expert_bytes[0] : 0;
+}
+
+/* ---- the released variants (detect.c), for a configuration whose checkpoint files are absent ---- */
+
+/* A variant is recognised when every word is in the checkpoint's path (lower case): the names
+ * the official, diffusers and ComfyUI releases carry ("Wan2.2-T2V-A14B/high_noise_model/...",
+ * "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors", "wan2.2_ti2v_5B_fp16.safetensors"). The
+ * first match wins (TI2V before I2V: "ti2v" holds "i2v"). */
+static const struct est_variant {
+    const char *name;
+    const char *words[3];
+    struct wan22_dims d;   /* dim, ffn, heads, layers, in, out, text, freq: their config.json */
+} est_variants[] = {
+    { "TI2V-5B", { "ti2v", "5b", NULL }, { 3072, 14336, 24, 30, 48, 48, 4096, 256 } },
+    { "A14B I2V expert", { "i2v", "14b", NULL }, { 5120, 13824, 40, 40, 36, 16, 4096, 256 } },
+    { "A14B T2V expert", { "t2v", "14b", NULL }, { 5120, 13824, 40, 40, 16, 16, 4096, 256 } },
+    { "Wan2.1 T2V-1.3B", { "t2v", "1.3b", NULL }, { 1536, 8960, 12, 30, 16, 16, 4096, 256 } },
+    { "Wan2.1 T2V-1.3B", { "t2v", "1_3b", NULL }, { 1536, 8960, 12, 30, 16, 16, 4096, 256 } },
+};
+
+static const struct est_variant *est_variant_of(const char *path)
+{
+    char low[4096];
+    size_t n = 0;
+    for (; path[n] && n + 1 < sizeof(low); n++)
+        low[n] = (char)tolower((unsigned char)path[n]);
+    low[n] = 0;
+    for (size_t v = 0; v < sizeof(est_variants) / sizeof(est_variants[0]); v++) {
+        bool all = true;
+        for (int w = 0; w < 3 && est_variants[v].words[w]; w++)
+            all = all && strstr(low, est_variants[v].words[w]);
+        if (all)
+            return &est_variants[v];
+    }
+    return NULL;
+}
+
+/* Dims and bytes of one expert of a variant: its tensor list (detect.c), counted as a header. */
+static int est_variant_bytes(ghc_core_t *core, const struct est_variant *v, struct est_model *m, int e)
+{
+    struct wan22_tspec *spec = NULL;
+    int n = 0, rc;
+    if ((rc = wan22_tensor_list(core, &v->d, NULL, &spec, &n)) < 0)
+        return rc;
+    struct est_count c = { 0 };
+    for (int i = 0; i < n; i++)
+        est_count_tensor(m, &c, spec[i].name, spec[i].ndim, spec[i].shape);
+    free(spec);
+    m->dim = v->d.dim;
+    m->ffn = v->d.ffn_dim;
+    m->heads = v->d.heads;
+    m->layers = v->d.layers;
+    m->in_ch = v->d.in_ch;
+    m->out_ch = v->d.out_ch;
+    m->text_dim = v->d.text_dim;
+    m->freq_dim = v->d.freq_dim;
+    m->expert_bytes[e] = c.bytes;
+    m->block_bytes = c.block0;
+    return 0;
 }
 
 static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
@@ -182,22 +258,56 @@ static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
             (rc = ghc_cfg_get_int(rnd, "experts", 1, 1, 2, &m->experts)) < 0)
             return rc;
         est_random_bytes(m);
+        snprintf(m->dims_from, sizeof(m->dims_from), "the random model's dims");
         return 0;
     }
+    /* the files that exist are read (headers only); an absent one takes the other expert's
+     * bytes, or, when none exists, the dims of the variant its name says */
     m->experts = nlist == 2 ? 2 : 1;
+    char paths[2][4096];
+    int read = -1, absent = -1;
     for (int e = 0; e < m->experts; e++) {
         if (nlist == 2 && (rc = ghc_cfg_list_string(cfg, "checkpoints", e, &path)) < 0)
             return rc;
         if (!path)
             return ghc_error_set(core, GHC_ECONFIG, "%s: estimate: the model has neither 'checkpoint', 'checkpoints' "
                                  "nor 'random'", ghc_cfg_where(cfg, NULL));
-        if ((rc = est_checkpoint(core, path, m, e)) < 0)
+        if (ghc_cfg_resolve_path(cfg, nlist == 2 ? "checkpoints" : "checkpoint", path, paths[e], sizeof(paths[e])) < 0)
+            snprintf(paths[e], sizeof(paths[e]), "%s", path);
+        if (access(paths[e], F_OK) != 0) {
+            absent = absent < 0 ? e : absent;
+            continue;
+        }
+        if ((rc = est_checkpoint(core, paths[e], m, e)) < 0)
             return rc;
+        read = e;
     }
     int64_t h;
     if ((rc = ghc_cfg_get_int(cfg, "heads", 0, 0, 4096, &h)) < 0)
         return rc;
     m->heads = h ? h : m->dim / 128 ? m->dim / 128 : 1;
+    if (absent < 0) {
+        snprintf(m->dims_from, sizeof(m->dims_from), "the checkpoint header%s", m->experts > 1 ? "s" : "");
+    } else if (read >= 0) {
+        m->expert_bytes[absent] = m->expert_bytes[read];
+        snprintf(m->dims_from, sizeof(m->dims_from), "the %s expert's checkpoint header (the other file is absent)",
+                 read == 0 ? "first" : "second");
+    } else {
+        const struct est_variant *v = est_variant_of(paths[0]);
+        if (!v && m->experts > 1)
+            v = est_variant_of(paths[1]);
+        if (!v)
+            return ghc_error_set(core, GHC_ENOTFOUND, "%s: estimate: no such file, and its name says no known "
+                                 "variant to take the dims from (t2v or i2v with 14b, ti2v with 5b, t2v with 1.3b)",
+                                 paths[0]);
+        for (int e = 0; e < m->experts; e++)
+            if ((rc = est_variant_bytes(core, v, m, e)) < 0)
+                return rc;
+        if (h)
+            m->heads = h;
+        snprintf(m->dims_from, sizeof(m->dims_from), "the variant the checkpoint name%s: %s (files absent, "
+                 "no header read)", m->experts > 1 ? "s say" : " says", v->name);
+    }
     return 0;
 }
 
@@ -230,23 +340,38 @@ static uint64_t act_grad(const struct est_model *m, uint64_t B, uint64_t L)
 
 /* ---- the member ------------------------------------------------------------------------------- */
 
+/* One checkpointing mode's figures (struct ghc_model_mode): ck 0 off, 1 "block", 2 "block_attn";
+ * every k: block i recomputed iff i % k == 0. */
+static void est_mode(const struct est_model *m, uint64_t B, uint64_t L, int ck, uint64_t every,
+                     struct ghc_model_mode *out)
+{
+    const uint64_t N = (uint64_t)m->layers, D = (uint64_t)m->dim;
+    uint64_t n_rec = (N + every - 1) / every, slots_ck = 1 + N - n_rec;
+    uint64_t blk = act_block(m, B, L), resid = B * L * D * 4, state = act_state(m, B, L);
+    /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn */
+    uint64_t attn = ck == 2 ? B * L * D * (uint64_t)m->base + B * (uint64_t)m->heads * L * 4 : 0;
+    out->activations = ck ? slots_ck * blk + (N + 1) * resid + state + n_rec * attn : N * blk + (N + 1) * resid + state;
+    /* saved-activation units: each block's input, with block_attn the recomputed blocks'
+     * attention output too (stream.c) */
+    out->saved = N * resid + n_rec * attn;
+    out->saved_unit = resid + attn;
+}
+
 int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t tokens, struct ghc_model_memory *out)
 {
-    int rc;
+    static const char *const ckpts[] = { "off", "block", "block_attn", NULL };
+    int rc, ck = 1;
     struct est_model m = { 0 };
-    const char *ckpt = "off";
     int64_t every = 1;
+    /* the defaults of wan22.c: checkpointing "block", every block */
     if ((rc = est_model_read(core, cfg, &m)) < 0 ||
-        (rc = ghc_cfg_get_string(cfg, "checkpointing", "off", &ckpt)) < 0 ||
+        (rc = ghc_cfg_get_choice(cfg, "checkpointing", 1, ckpts, &ck)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "checkpoint_every", 1, 1, 1000, &every)) < 0)
         return rc;
     const uint64_t B = (uint64_t)batch, L = (uint64_t)tokens;
-    const uint64_t N = (uint64_t)m.layers, D = (uint64_t)m.dim;
-    bool ck = strcmp(ckpt, "block") == 0 || strcmp(ckpt, "block_attn") == 0, ck_attn = strcmp(ckpt, "block_attn") == 0;
-    uint64_t n_rec = (N + (uint64_t)every - 1) / (uint64_t)every, slots_ck = 1 + N - n_rec;
-    uint64_t blk = act_block(&m, B, L), resid = B * L * D * 4;
-    /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn */
-    uint64_t attn = B * L * D * (uint64_t)m.base + B * (uint64_t)m.heads * L * 4;
+    struct ghc_model_mode off, ckpt;
+    est_mode(&m, B, L, 0, 1, &off);
+    est_mode(&m, B, L, ck ? ck : 1, (uint64_t)every, &ckpt);
     struct ghc_model_memory r = {
         .struct_size = out->struct_size,
         .experts = (int32_t)m.experts,
@@ -254,8 +379,8 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         .weights = m.expert_bytes[0],
         .weights_inactive = m.experts > 1 ? m.expert_bytes[1] : 0,
         .block = m.block_bytes,
-        .activations_full = N * blk + (N + 1) * resid + act_state(&m, B, L),
-        .activations_ckpt = slots_ck * blk + (N + 1) * resid + act_state(&m, B, L) + (ck_attn ? n_rec * attn : 0),
+        .activations_full = off.activations,
+        .activations_ckpt = ckpt.activations,
         .backward_scratch = act_grad(&m, B, L),
         .text_embeds = B * WAN22_TEXT_LEN * (uint64_t)m.text_dim * 4,
         /* the batch's own tensors: noisy, model output, its gradient, dnoisy (f32 latents) */
@@ -263,15 +388,43 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         /* the adapter targets per block: 8 linears [D, D], ffn.0 [F, D], ffn.2 [D, F] */
         .n_shapes = 3,
         .shapes = { { m.dim, m.dim, 8 * m.layers }, { m.dim, m.ffn, m.layers }, { m.ffn, m.dim, m.layers } },
-        /* saved-activation units: each block's input, with block_attn the recomputed blocks'
-         * attention output too (stream.c) */
-        .saved = N * resid + (ck_attn ? n_rec * attn : 0),
-        .saved_unit = resid + (ck_attn ? attn : 0),
+        .saved = ck ? ckpt.saved : off.saved,
+        .saved_unit = ck ? ckpt.saved_unit : off.saved_unit,
     };
     snprintf(r.checkpointing, sizeof(r.checkpointing), "%s",
-             ck_attn ? "per block, attention kept" : ck ? "per block" : "off");
+             ck == 2 ? "per block, attention kept" : ck ? "per block" : "off");
     snprintf(r.summary, sizeof(r.summary), "dim %lld, ffn %lld, %lld blocks, %s weights", (long long)m.dim,
              (long long)m.ffn, (long long)m.layers, m.block_elem == 1 ? "fp8 block" : m.base == 2 ? "bf16" : "f32");
+    snprintf(r.dims_from, sizeof(r.dims_from), "%s", m.dims_from);
+    /* the modes for a plan search: off, block_attn and block as configured (every k), and with
+     * k > 1 both every block; most memory first */
+    static const struct { int ck; bool every1; } cand[] = { { 0, true }, { 2, false }, { 1, false },
+                                                            { 2, true }, { 1, true } };
+    struct est_tag { int ck; int64_t every; } tag[GHC_MODEL_MEMORY_MODES];
+    int n = 0;
+    for (size_t c = 0; c < sizeof(cand) / sizeof(cand[0]); c++) {
+        if (cand[c].ck && cand[c].every1 && every == 1)
+            continue;   /* as configured already */
+        int64_t k = cand[c].every1 ? 1 : every;
+        est_mode(&m, B, L, cand[c].ck, (uint64_t)k, &r.modes[n]);
+        snprintf(r.modes[n].set, sizeof(r.modes[n].set), "checkpointing=%s%s", ckpts[cand[c].ck],
+                 k != every ? " checkpoint_every=1" : "");
+        tag[n] = (struct est_tag){ cand[c].ck, k };
+        n++;
+    }
+    for (int a = 1; a < n; a++)   /* insertion sort, most memory first */
+        for (int b = a; b > 0 && r.modes[b].activations > r.modes[b - 1].activations; b--) {
+            struct ghc_model_mode t = r.modes[b];
+            r.modes[b] = r.modes[b - 1];
+            r.modes[b - 1] = t;
+            struct est_tag u = tag[b];
+            tag[b] = tag[b - 1];
+            tag[b - 1] = u;
+        }
+    r.n_modes = n;
+    for (int i = 0; i < n; i++)
+        if (tag[i].ck == ck && (ck == 0 || tag[i].every == every))
+            r.mode = i;
     memcpy(out, &r, out->struct_size < sizeof(r) ? out->struct_size : sizeof(r));
     return 0;
 }
