@@ -966,6 +966,47 @@ int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *
                     ghc_k_mse_loss(loss, grad, pred, target, stream));
 }
 
+/* ---- model inputs (since API 14) ------------------------------------------------------------ */
+
+int ghc_op_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period,
+                              void *stream)
+{
+    struct op_ctx c = OP_CTX("timestep_embedding", out, t);
+    NEED(&c, "out", out, DT_F32);
+    NEED(&c, "t", t, DT_FLOAT);
+    if (ghc_tensor_ndim(out) != 2)
+        return bad(&c, "out", out, "2 dimensions [B, dim]");
+    if (ghc_tensor_numel(t) != ghc_tensor_dim(out, 0))
+        return bad(&c, "t", t, "%lld elements (one per row of 'out')", (long long)ghc_tensor_dim(out, 0));
+    if (!(max_period > 0.0) || max_period > 1e300)
+        return ghc_error_set(c.core, GHC_EINVAL, "timestep_embedding: max_period %g is not a positive finite number",
+                             max_period);
+    if (ghc_tensor_numel(out) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_timestep_embedding(out, t, cos_first, max_period),
+                    ghc_k_timestep_embedding(out, t, cos_first, max_period, stream));
+}
+
+int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask, void *stream)
+{
+    struct op_ctx c = OP_CTX("pad_rows", y, x, mask);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_FLOAT);
+    MAYBE(&c, "mask", mask, DT_FLOAT);
+    if (ghc_tensor_ndim(y) != 3)
+        return bad(&c, "y", y, "3 dimensions [B, Ly, D]");
+    if (ghc_tensor_ndim(x) != 3 || ghc_tensor_dim(x, 0) != ghc_tensor_dim(y, 0) ||
+        ghc_tensor_dim(x, 1) > ghc_tensor_dim(y, 1) || ghc_tensor_dim(x, 2) != ghc_tensor_dim(y, 2))
+        return bad(&c, "x", x, "[%lld, <= %lld, %lld] (the rows of 'y')", (long long)ghc_tensor_dim(y, 0),
+                   (long long)ghc_tensor_dim(y, 1), (long long)ghc_tensor_dim(y, 2));
+    if (mask && ghc_tensor_numel(mask) != ghc_tensor_dim(x, 0) * ghc_tensor_dim(x, 1))
+        return bad(&c, "mask", mask, "%lld elements (one per row of 'x')",
+                   (long long)(ghc_tensor_dim(x, 0) * ghc_tensor_dim(x, 1)));
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_pad_rows(y, x, mask), ghc_k_pad_rows(y, x, mask, stream));
+}
+
 /* ==== optimizer updates (the adamw and automagic plugins) ===================================== */
 
 /* The shape a state tensor must have; numel only when ndim < 0. */

@@ -270,6 +270,7 @@ static void run_gcase(int i, bool bf16_x)
     e = rel_err(core, dx, ref);
     printf("%s%s: input gradient rel err %.3g\n", gc->name, bf16_x ? " (bf16 x)" : "", e);
     ck_assert_msg(e < tol, "%s: dx rel err %g", gc->name, e);
+    ghc_tensor_free(ref);
     for (int32_t k = 0; k < np; k++) {
         char nm[160];
         const char *sfx = ps[k].name + strlen(tg[ti].name) + 1;

@@ -1458,6 +1458,96 @@ START_TEST(patches)
 }
 END_TEST
 
+/* ---- model inputs (since API 14) ------------------------------------------------------------ */
+
+/* timestep_embedding against the f64 formula of ops.h written out here, bit for bit (the CPU
+ * op is the reference wan22's host loop was: the same f64 expression, rounded once), for both
+ * orders, an odd dim, another max_period and bf16 timesteps (read as f32). */
+static void timestep_case(enum ghc_dtype tdt, int64_t B, int64_t dim, bool cos_first, double max_period)
+{
+    ghc_tensor_t *t = T(tdt, B), *out = T(F32, B, dim);
+    for (int64_t b = 0; b < B; b++)
+        set(t, b, b == 0 ? 0.0 : b == 1 ? 999.0 : 1000.0 * 0.5 * (urand() + 1.0));
+    fillv(out, 7.0);   /* every element is written */
+    OK(ghc_op_timestep_embedding(out, t, cos_first, max_period, NULL));
+    const int64_t half = dim / 2;
+    const float *o = ghc_tensor_cdata(out);
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t k = 0; k < half; k++) {
+            double a = (double)(float)get(t, b) * pow(max_period, -(double)k / (double)half);
+            float c = (float)cos(a), sn = (float)sin(a);
+            float want0 = cos_first ? c : sn, want1 = cos_first ? sn : c;
+            ck_assert_msg(memcmp(&o[b * dim + k], &want0, 4) == 0 && memcmp(&o[b * dim + half + k], &want1, 4) == 0,
+                          "timestep_embedding[%lld, %lld]: %.9g %.9g vs %.9g %.9g", (long long)b, (long long)k,
+                          o[b * dim + k], o[b * dim + half + k], want0, want1);
+            /* and within 1e-6 of the exact value (an independent check of the formula) */
+            double ea = get(t, b) * exp(-log(max_period) * (double)k / (double)half);
+            ck_assert(fabs(o[b * dim + k] - (cos_first ? cos(ea) : sin(ea))) < 1e-6 + 1e-12 * fabs(ea));
+        }
+        if (dim % 2)
+            ck_assert(o[b * dim + dim - 1] == 0.0f);
+    }
+    /* t = 0: cos 1, sin 0 */
+    ck_assert(o[0] == (cos_first ? 1.0f : 0.0f) && o[half] == (cos_first ? 0.0f : 1.0f));
+}
+
+START_TEST(timestep_embedding)
+{
+    seed(31);
+    timestep_case(F32, 3, 256, true, 10000.0);    /* Wan: freq_dim 256, cos first */
+    timestep_case(F32, 2, 16, false, 10000.0);    /* sin first */
+    timestep_case(BF16, 4, 9, true, 100.0);       /* odd dim, bf16 timesteps */
+}
+END_TEST
+
+/* pad_rows against the host loop wan22 had (zero fill, then each kept row cast): the same bits,
+ * for x f32 / bf16 into y f32 / bf16, with and without a mask (0, -0, 0.5 and NaN entries). */
+START_TEST(pad_rows)
+{
+    seed(37);
+    const int64_t B = 2, Lx = 5, Ly = 8, D = 3;
+    for (int xd = 0; xd < 2; xd++)
+        for (int yd = 0; yd < 2; yd++)
+            for (int with_mask = 0; with_mask < 2; with_mask++) {
+                ghc_tensor_t *x = rnd(T(xd ? BF16 : F32, B, Lx, D), -3, 3), *y = T(yd ? BF16 : F32, B, Ly, D);
+                ghc_tensor_t *ref = like(y, ghc_tensor_dtype(y)), *mask = T(F32, B, Lx);
+                const float mv[2 * 5] = { 1, 0, 0.5f, -0.0f, 1, NAN, 1, 1, 0, 1 };
+                for (int64_t i = 0; i < B * Lx; i++)
+                    set(mask, i, mv[i]);
+                fillv(y, 9.0);
+                OK(ghc_op_pad_rows(y, x, with_mask ? mask : NULL, NULL));
+                OK(ghc_op_fill(ref, 0.0, NULL));
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t r = 0; r < Lx; r++) {
+                        if (with_mask && mv[b * Lx + r] == 0.0f)
+                            continue;
+                        ghc_tensor_t *src = ghc_tensor_wrap(core, ghc_tensor_dtype(x), 1, (const int64_t[]){ D },
+                                                            GHC_DEVICE_CPU, (char *)ghc_tensor_data(x) +
+                                                            (size_t)((b * Lx + r) * D) * ghc_dtype_size(ghc_tensor_dtype(x)));
+                        ghc_tensor_t *dst = ghc_tensor_wrap(core, ghc_tensor_dtype(y), 1, (const int64_t[]){ D },
+                                                            GHC_DEVICE_CPU, (char *)ghc_tensor_data(ref) +
+                                                            (size_t)((b * Ly + r) * D) * ghc_dtype_size(ghc_tensor_dtype(y)));
+                        ck_assert(src && dst);
+                        OK(ghc_op_cast(dst, src, 1.0f, NULL, NULL));
+                        ghc_tensor_free(src);
+                        ghc_tensor_free(dst);
+                    }
+                ck_assert_msg(memcmp(ghc_tensor_cdata(y), ghc_tensor_cdata(ref), ghc_tensor_nbytes(y)) == 0,
+                              "pad_rows: x %s, y %s, mask %d: not the bits of the host loop", xd ? "bf16" : "f32",
+                              yd ? "bf16" : "f32", with_mask);
+                /* spot checks: a kept row, a masked row, a padding row */
+                ck_assert(get(y, (1 * Ly + 0) * D + 1) == rt(ghc_tensor_dtype(y), (float)get(x, (1 * Lx + 0) * D + 1)));
+                ck_assert(get(y, (0 * Ly + 1) * D) == (with_mask ? 0.0 : rt(ghc_tensor_dtype(y), (float)get(x, 1 * D))));
+                ck_assert(get(y, (1 * Ly + 7) * D + 2) == 0.0);
+            }
+    /* Lx = Ly, no mask: a plain cast */
+    ghc_tensor_t *x = rnd(T(F32, 1, 4, 6), -1, 1), *y = T(BF16, 1, 4, 6), *c = like(y, BF16);
+    OK(ghc_op_pad_rows(y, x, NULL, NULL));
+    OK(ghc_op_cast(c, x, 1.0f, NULL, NULL));
+    ck_assert(memcmp(ghc_tensor_cdata(y), ghc_tensor_cdata(c), ghc_tensor_nbytes(y)) == 0);
+}
+END_TEST
+
 /* ---- activations -------------------------------------------------------------------------- */
 
 static double silu_d(double z) { return z / (1.0 + exp(-z)); }
@@ -1668,6 +1758,12 @@ START_TEST(validation)
     pool[npool++] = gpu;
 
     expect_einval(ghc_op_add(y, a, bad5, 1, 1, NULL), "add", "tensor 'b' is [5] F32 cpu");
+    expect_einval(ghc_op_timestep_embedding(T(F32, 2, 8), bad5, true, 1e4, NULL), "timestep_embedding", "'t'");
+    expect_einval(ghc_op_timestep_embedding(T(BF16, 2, 8), T(F32, 2), true, 1e4, NULL), "timestep_embedding", "'out'");
+    expect_einval(ghc_op_timestep_embedding(T(F32, 2, 8), T(F32, 2), true, 0.0, NULL), "timestep_embedding",
+                  "max_period");
+    expect_einval(ghc_op_pad_rows(T(F32, 2, 2, 4), a, NULL, NULL), "pad_rows", "'x'");   /* Lx 3 > Ly 2 */
+    expect_einval(ghc_op_pad_rows(T(F32, 2, 5, 4), a, bad5, NULL), "pad_rows", "'mask'");
     expect_einval(ghc_op_add(y, a, gpu, 1, 1, NULL), "add", "cuda:0");
     expect_einval(ghc_op_mul(y, a, T(BF16, 3, 4), NULL), "mul", "'b'");       /* [L, D] is not a rule */
     expect_einval(ghc_op_mul(y, a, T(GHC_DTYPE_F16, 4), NULL), "mul", "F32 or BF16");
@@ -1741,6 +1837,8 @@ int main(void)
     tcase_add_test(tc, rmsnorm_forward);
     tcase_add_test(tc, rope_forward);
     tcase_add_test(tc, patches);
+    tcase_add_test(tc, timestep_embedding);
+    tcase_add_test(tc, pad_rows);
     tcase_add_test(tc, activations_forward);
     tcase_add_test(tc, elementwise_broadcast);
     tcase_add_test(tc, reductions);

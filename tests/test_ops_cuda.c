@@ -25,6 +25,9 @@
  * within tolerance of it) and the sentinel must survive. GEMM with A and B views and an
  * epilogue is checked against the CPU reference.
  *
+ * Model inputs (since API 14; group model_inputs): timestep_embedding within 1 ulp of the CPU
+ * op (f64 pow/sin/cos on the device), pad_rows bit for bit.
+ *
  * Exits 77 (automake SKIP) without a device; runs with CK_NOFORK (CUDA does not survive fork). */
 #include <check.h>
 #include <inttypes.h>
@@ -1060,6 +1063,69 @@ START_TEST(patches_wan)
 }
 END_TEST
 
+/* ---- model inputs (since API 14) ------------------------------------------------------------ */
+
+/* timestep_embedding: f64 angles and CUDA's f64 pow/sincos against the C library's, so within
+ * 1 ulp of the CPU op's f32 (rarely off at all); t from 0 to 1000 and a few fixed values. */
+static void timestep_case(enum ghc_dtype tdt, int64_t B, int64_t dim, bool cos_first, double max_period)
+{
+    int mark = npool;
+    ghc_tensor_t *t = mk(tdt, CPUD, SHP(B));
+    struct ghc_rng r = fresh_rng();
+    OK(ghc_op_rand_uniform(t, &r, NULL));
+    static const double fixed[] = { 0.0, 1.0, 999.0, 1000.0, 500.0, 0.5 };
+    for (int64_t b = 0; b < B; b++)
+        set(t, b, b < 6 ? fixed[b] : 1000.0 * get(t, b));
+    ghc_tensor_t *out = mk(F32, CPUD, SHP(B, dim)), *gt = up(t), *gout_ = gout(out, F32, false);
+    OK(ghc_op_timestep_embedding(out, t, cos_first, max_period, NULL));
+    OK(ghc_op_timestep_embedding(gout_, gt, cos_first, max_period, NULL));
+    char what[160];
+    snprintf(what, sizeof(what), "timestep_embedding t %s, %s first, max_period %g", dn(tdt),
+             cos_first ? "cos" : "sin", max_period);
+    expect_ulps(what, gout_, out, 1);
+    pool_release(mark);
+}
+
+/* pad_rows: loads and stores only, so bit for bit; masks with 0, -0, NaN and other values. */
+static void pad_rows_case(enum ghc_dtype xdt, enum ghc_dtype ydt, enum ghc_dtype mdt, int64_t B, int64_t Lx, int64_t Ly,
+                          int64_t D, bool masked)
+{
+    int mark = npool;
+    ghc_tensor_t *x = randn(xdt, 1, 0, SHP(B, Lx, D)), *mask = masked ? mk(mdt, CPUD, SHP(B, Lx)) : NULL;
+    for (int64_t i = 0; masked && i < B * Lx; i++)
+        set(mask, i, i % 7 == 3 ? 0.0 : i % 11 == 5 ? -0.0 : i % 13 == 1 ? NAN : i % 5 == 0 ? 0.25 : 1.0);
+    ghc_tensor_t *y = mk(ydt, CPUD, SHP(B, Ly, D)), *gx = up(x), *gm = mask ? up(mask) : NULL;
+    ghc_tensor_t *gy = gout(y, ydt, false);
+    OK(ghc_op_pad_rows(y, x, mask, NULL));
+    OK(ghc_op_pad_rows(gy, gx, gm, NULL));
+    char what[160];
+    snprintf(what, sizeof(what), "pad_rows %s -> %s, %" PRId64 " of %" PRId64 " rows%s%s", dn(xdt), dn(ydt), Lx, Ly,
+             masked ? ", mask " : "", masked ? dn(mdt) : "");
+    expect_bits(what, gy, y);
+    pool_release(mark);
+}
+
+START_TEST(timestep_embedding_cases)
+{
+    timestep_case(F32, 64, 256, true, 10000.0);    /* Wan: freq_dim 256, cos first */
+    timestep_case(F32, 1, 256, true, 10000.0);     /* the trainer's batch of one */
+    timestep_case(BF16, 9, 33, false, 100.0);      /* odd dim, sin first, bf16 t */
+}
+END_TEST
+
+START_TEST(pad_rows_cases)
+{
+    static const enum ghc_dtype dts[] = { F32, BF16 };
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) {
+            pad_rows_case(dts[a], dts[b], F32, 2, 7, 12, 5, false);
+            pad_rows_case(dts[a], dts[b], dts[a], 3, 9, 9, 6, true);
+            pad_rows_case(dts[a], dts[b], BF16, 2, 5, 16, 3, true);
+        }
+    pad_rows_case(F32, BF16, F32, 1, 300, 512, 4096, true);   /* Wan: umt5 rows into 512 x 4096 */
+}
+END_TEST
+
 /* ---- column views (since API 7) ----------------------------------------------------------- */
 
 #define SENTINEL 12345.0
@@ -1561,6 +1627,7 @@ int main(void)
         { "reduce", { sum_mean, sum_rows, mse_loss } },
         { "column_views", { views_cast, views_copy, views_layernorm, views_gelu, views_attention, views_gemm_epilogue } },
         { "lora", { lora_cast_bwd_cases, lora_fwd_cases } },
+        { "model_inputs", { timestep_embedding_cases, pad_rows_cases } },
     };
     for (size_t g = 0; g < sizeof(groups) / sizeof(*groups); g++) {
         TCase *tc = tcase_create(groups[g].name);

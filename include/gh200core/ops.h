@@ -249,6 +249,27 @@ GHC_API int ghc_op_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stre
 GHC_API int ghc_op_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred,
                             const ghc_tensor_t *target, void *stream);
 
+/* ---- model inputs (since API 14) ------------------------------------------------------------
+ * The small per-step inputs a diffusion model builds from a batch, on the model's device so
+ * that a forward queues them without a host round trip. */
+
+/* The sinusoidal timestep embedding: out [B, dim] f32 from t [B] (any float dtype, read as
+ * f32), with half = floor(dim / 2) and, in f64 (as the official Wan code),
+ *   a = t[b] * pow(max_period, -k / half)   (k < half; t unscaled, no frequency shift)
+ *   cos_first: out[b, k] = cos(a), out[b, half + k] = sin(a); else sin first, then cos;
+ * each rounded to f32 (nearest even); an odd dim's last column is 0. The CPU computes this with
+ * the C library's pow, cos and sin; CUDA's f64 pow, sin and cos may differ from them in the
+ * last bit of the f64 value, so (rarely) an element differs by 1 ulp of f32. */
+GHC_API int ghc_op_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period,
+                                      void *stream);
+/* Rows of x zero-padded to y's length, dropping masked rows: x [B, Lx, D] (any float dtype),
+ * y [B, Ly, D] (f32 or bf16) with Lx <= Ly, mask (optional) B Lx elements of any float dtype
+ * (e.g. [B, Lx]). Row (b, r) of y = row (b, r) of x in y's dtype (nearest even) where r < Lx
+ * and mask (b, r) is not 0 (NaN counts as not 0); every other row is 0. (A text embedding
+ * padded to the model's context length, as a host loop over the mask would.) No operand may
+ * alias another. */
+GHC_API int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask, void *stream);
+
 /* ==== optimizer updates (the adamw and automagic plugins) ========================================
  * Multi-tensor fused updates: one call updates n parameter tensors (each with its gradient and
  * state) in one launch on the GPU (a chunked list of tensors, no host synchronisation), or in

@@ -50,6 +50,9 @@ int ghc_cpu_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows);
 int ghc_cpu_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows);
 int ghc_cpu_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout);
 int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target);
+/* model inputs (since API 14; timestep_embedding in kernels/cpu/rope.c, pad_rows in kernels/cpu/patch.c) */
+int ghc_cpu_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period);
+int ghc_cpu_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask);
 /* optimizer updates (kernels/cpu/optim.c) */
 int ghc_cpu_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args);
 int ghc_cpu_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args);

@@ -56,3 +56,17 @@ int ghc_cpu_unpatchify_bwd(ghc_tensor_t *drows, const ghc_tensor_t *dout)
     permute(dout, drows, 0, true, true);
     return 0;
 }
+
+/* Rows of x, zero-padded and masked (ghc_op_pad_rows): each row of y is written once. */
+int ghc_cpu_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask)
+{
+    const int64_t B = ghc_tensor_dim(y, 0), Ly = ghc_tensor_dim(y, 1), D = ghc_tensor_dim(y, 2);
+    const int64_t Lx = ghc_tensor_dim(x, 1);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t r = 0; r < Ly; r++) {
+            bool keep = r < Lx && !(mask && GHC_CPU_GET(mask, b * Lx + r) == 0.0f);
+            for (int64_t d = 0; d < D; d++)
+                GHC_CPU_SET(y, (b * Ly + r) * D + d, keep ? GHC_CPU_GET(x, (b * Lx + r) * D + d) : 0.0f);
+        }
+    return 0;
+}

@@ -46,3 +46,23 @@ int ghc_cpu_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, i
     free(cs);
     return 0;
 }
+
+/* The sinusoidal timestep embedding (ghc_op_timestep_embedding): the f64 expression the wan22
+ * model computed on the host, term for term (t read as f32, then widened). */
+int ghc_cpu_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period)
+{
+    const int64_t B = ghc_tensor_dim(out, 0), dim = ghc_tensor_dim(out, 1), half = dim / 2;
+    float *o = ghc_tensor_data(out);
+    for (int64_t b = 0; b < B; b++) {
+        float tb = GHC_CPU_GET(t, b);
+        for (int64_t k = 0; k < half; k++) {
+            double a = (double)tb * pow(max_period, -(double)k / (double)half);
+            float c = (float)cos(a), s = (float)sin(a);
+            o[b * dim + k] = cos_first ? c : s;
+            o[b * dim + half + k] = cos_first ? s : c;
+        }
+        if (dim % 2)
+            o[b * dim + dim - 1] = 0.0f;
+    }
+    return 0;
+}

@@ -58,6 +58,9 @@ int ghc_k_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tenso
 int ghc_k_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream);
 int ghc_k_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean, void *stream);
 int ghc_k_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
+/* kernels/cuda/inputs.cu (since API 14) */
+int ghc_k_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period, void *stream);
+int ghc_k_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask, void *stream);
 int ghc_k_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target, void *stream);
 /* optimizer updates (kernels/cuda/optim*.cu) */
 int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args, void *stream);

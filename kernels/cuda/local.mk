@@ -30,3 +30,5 @@ kernels/cuda/optim_am_fused.lo: kernels/cuda/optim_am_cluster.cuh
 endif
 # LoRA's backward at a K-concatenated linear's output (issue 5)
 CUDA_KERNEL_SOURCES += kernels/cuda/lora.cu
+# the model-input ops: timestep embedding, padded text rows (API 14)
+CUDA_KERNEL_SOURCES += kernels/cuda/inputs.cu

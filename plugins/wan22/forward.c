@@ -10,9 +10,10 @@
  * adapter hook sees and adds to; attention runs in the base dtype with f32 statistics.
  * Patchify (with the I2V channel concatenation) and unpatchify are the device ops
  * ghc_op_patchify / ghc_op_unpatchify (backward.c uses their _bwd ops), so they run where the
- * model runs without a host synchronisation. The f64 sinusoid and the text-mask scan are still
- * small host helpers: on a GPU the timesteps and the mask come to the host and the sinusoid
- * goes back (a synchronisation each; doc/wan22.md, "Left for later"). */
+ * model runs without a host synchronisation; so are the f64 sinusoid
+ * (ghc_op_timestep_embedding) and the padded, masked text rows (ghc_op_pad_rows). A forward
+ * whose batch is on the model's device, or whose timesteps only are on the host (the
+ * trainer's), queues its work and returns without waiting for the device. */
 #include <config.h>
 
 #include <math.h>
@@ -469,83 +470,75 @@ static int check_batch(struct wan22 *m, const struct ghc_model_batch *bt, const 
     return 0;
 }
 
-/* The padded text embedding (zero rows past the given rows and where text_mask is 0). */
+/* The padded text embedding (zero rows past the given rows and where text_mask is 0):
+ * ghc_op_pad_rows on the model's device. A text embedding or mask on another device than the
+ * model's (a host batch for a GPU model) is copied over first and synchronised before its copy
+ * dies; batches the core moves to the device (core/data_batch.c) take no synchronisation. */
 static int text_input(struct wan22 *m, const struct ghc_model_batch *bt, void *stream)
 {
     int rc = 0;
     struct wan22_state *s = &m->st;
-    const ghc_tensor_t *te = bt->text_embed;
-    const int64_t B = s->B, Lt = ghc_tensor_dim(te, 1), Dt = m->d.text_dim, Lc = WAN22_TEXT_LEN;
-    float *mask = NULL;
-    ghc_tensor_t *src = NULL, *dst = NULL, *moved = NULL;
-    if (Lt == Lc && !bt->text_mask && ghc_tensor_device(te) == m->device)
+    const ghc_tensor_t *te = bt->text_embed, *mask = bt->text_mask;
+    const int64_t Lt = ghc_tensor_dim(te, 1), Lc = WAN22_TEXT_LEN;
+    ghc_tensor_t *moved[2] = { NULL, NULL };
+    if (Lt == Lc && !mask && ghc_tensor_device(te) == m->device)
         return ghc_op_cast(s->ctx_in, te, 1.0f, NULL, stream);
-    if (ghc_tensor_device(te) != m->device) {   /* a host tensor for a device model: move it over */
-        if (!(moved = wan22_tensor(m, ghc_tensor_dtype(te), 3, ghc_tensor_shape(te), GHC_ROLE_TEXT_EMBEDS))) {
-            rc = ghc_error_code(m->core);
+    const ghc_tensor_t **in[2] = { &te, &mask };
+    for (int i = 0; i < 2; i++) {   /* a host tensor for a device model: move it over */
+        const ghc_tensor_t *t = *in[i];
+        if (!t || ghc_tensor_device(t) == m->device)
+            continue;
+        if (!(moved[i] = wan22_tensor(m, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
+                                      i ? GHC_ROLE_MASKS : GHC_ROLE_TEXT_EMBEDS))) {
+            rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
             goto out;
         }
-        TRY(ghc_op_copy(moved, te, stream));
-        te = moved;
+        TRY(ghc_op_copy(moved[i], t, stream));
+        *in[i] = moved[i];
     }
-    if (bt->text_mask && !(mask = wan22_host_f32(m, bt->text_mask, stream))) {
-        rc = ghc_error_code(m->core);
-        goto out;
-    }
-    TRY(ghc_op_fill(s->ctx_in, 0.0, stream));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t r = 0; r < Lt;) {   /* runs of kept rows */
-            if (mask && mask[b * Lt + r] == 0.0f) {
-                r++;
-                continue;
-            }
-            int64_t e = r + 1;
-            while (e < Lt && !(mask && mask[b * Lt + e] == 0.0f))
-                e++;
-            src = wan22_view(m, (ghc_tensor_t *)te, (b * Lt + r) * Dt, SH(e - r, Dt));
-            dst = wan22_view(m, s->ctx_in, (b * Lc + r) * Dt, SH(e - r, Dt));
-            if (!src || !dst) {
-                rc = GHC_ENOMEM;
-                goto out;
-            }
-            TRY(ghc_op_cast(dst, src, 1.0f, NULL, stream));
-            ghc_tensor_free(src);
-            ghc_tensor_free(dst);
-            src = dst = NULL;
-            r = e;
-        }
-    if (moved)
-        rc = ghc_op_sync(m->core, m->device, stream);
+    TRY(ghc_op_pad_rows(s->ctx_in, te, mask, stream));
+    if (moved[0] || moved[1])
+        rc = ghc_op_sync(m->core, m->device, stream);   /* the copies die next */
 out:
-    ghc_tensor_free(src);
-    ghc_tensor_free(dst);
-    ghc_tensor_free(moved);
-    free(mask);
+    ghc_tensor_free(moved[0]);
+    ghc_tensor_free(moved[1]);
     return rc;
 }
 
 /* The time embedding's sinusoid in f64, as the official code (diffusers: f32): cos half first,
- * t unscaled. */
+ * t unscaled (ghc_op_timestep_embedding). Timesteps on the model's device (or a CPU model's)
+ * are read in place. Host timesteps for a GPU model (the trainer's) go over by value: one
+ * ghc_op_fill per sample into the first B elements of st.th, which is free here (the time MLP
+ * below writes it after the sinusoid has been read), so nothing waits for the host. */
 static int time_input(struct wan22 *m, const ghc_tensor_t *timesteps, void *stream)
 {
     struct wan22_state *s = &m->st;
-    const int64_t half = m->d.freq_dim / 2;
-    float *t = wan22_host_f32(m, timesteps, stream);
-    float *v = malloc((size_t)(s->B * 2 * half) * sizeof(float));
     int rc = 0;
-    if (!t || !v) {
-        rc = t ? ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory") : ghc_error_code(m->core);
+    float *t = NULL;
+    ghc_tensor_t *tv = NULL, *one = NULL;
+    if (ghc_tensor_device(timesteps) == m->device)
+        return ghc_op_timestep_embedding(s->sinus, timesteps, true, 10000.0, stream);
+    if (!(t = wan22_host_f32(m, timesteps, stream))) {   /* a host tensor: no synchronisation */
+        rc = ghc_error_code(m->core);
         goto out;
     }
-    for (int64_t b = 0; b < s->B; b++)
-        for (int64_t k = 0; k < half; k++) {
-            double a = (double)t[b] * pow(10000.0, -(double)k / (double)half);
-            v[b * 2 * half + k] = (float)cos(a);
-            v[b * 2 * half + half + k] = (float)sin(a);
+    if (!(tv = wan22_view(m, s->th, 0, SH(s->B)))) {
+        rc = GHC_ENOMEM;
+        goto out;
+    }
+    for (int64_t b = 0; b < s->B; b++) {
+        if (!(one = wan22_view(m, s->th, b, SH(1)))) {
+            rc = GHC_ENOMEM;
+            goto out;
         }
-    rc = wan22_store_f32(m, s->sinus, v, stream);
+        TRY(ghc_op_fill(one, (double)t[b], stream));
+        ghc_tensor_free(one);
+        one = NULL;
+    }
+    rc = ghc_op_timestep_embedding(s->sinus, tv, true, 10000.0, stream);
 out:
-    free(v);
+    ghc_tensor_free(one);
+    ghc_tensor_free(tv);
     free(t);
     return rc;
 }
