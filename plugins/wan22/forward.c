@@ -271,35 +271,6 @@ fail:
     return NULL;
 }
 
-int wan22_store_f32(struct wan22 *m, ghc_tensor_t *t, const float *v, void *stream)
-{
-    int rc = 0;
-    ghc_tensor_t *w = NULL, *h = NULL;
-    if (!(w = ghc_tensor_wrap(m->core, GHC_DTYPE_F32, ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_DEVICE_CPU,
-                              (void *)v)))
-        return GHC_ENOMEM;
-    if (ghc_tensor_device(t) == GHC_DEVICE_CPU) {
-        rc = ghc_tensor_convert_cpu(t, w, 1.0f);
-        goto out;
-    }
-    const ghc_tensor_t *src = w;
-    if (ghc_tensor_dtype(t) != GHC_DTYPE_F32) {
-        if (!(h = ghc_tensor_init(m->core, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
-                                  GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE))) {
-            rc = ghc_error_code(m->core);
-            goto out;
-        }
-        TRY(ghc_tensor_convert_cpu(h, w, 1.0f));
-        src = h;
-    }
-    TRY(ghc_op_copy(t, src, stream));
-    rc = ghc_op_sync(m->core, ghc_tensor_device(t), stream);   /* the host buffer dies next */
-out:
-    ghc_tensor_free(h);
-    ghc_tensor_free(w);
-    return rc;
-}
-
 int wan22_dev_begin(struct wan22 *m, const ghc_tensor_t *t, ghc_tensor_t **tmp, bool copy_in, void *stream)
 {
     *tmp = NULL;

@@ -378,8 +378,6 @@ int wan22_dev_begin(struct wan22 *m, const ghc_tensor_t *t, ghc_tensor_t **tmp, 
 int wan22_dev_done(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t **tmp, bool copy_out, void *stream);
 /* Copy any-device tensor `t` (float dtype) into a new host f32 array (caller frees). */
 float *wan22_host_f32(struct wan22 *m, const ghc_tensor_t *t, void *stream);
-/* Store host f32 values into tensor `t` (any device, f32 or bf16). Returns 0 or GHC_E*. */
-int wan22_store_f32(struct wan22 *m, ghc_tensor_t *t, const float *v, void *stream);
 
 /* ---- stream.c: weights through the memory policy --------------------------------------------- */
 
