@@ -101,6 +101,9 @@ struct ghc_core {
 const struct ghc_registered *ghc_registry_find(ghc_core_t *core, enum ghc_kind kind, const char *name);
 /* The loaded plugin named `name`, or NULL. */
 struct ghc_loaded *ghc_plugin_find(ghc_core_t *core, const char *name);
+/* The kinds loaded plugin `name` registered, as "model, network" ("nothing") into buf; returns
+ * its path ("?" when not loaded). For "provides ..., not ..." messages. */
+const char *ghc_plugin_kinds_text(ghc_core_t *core, const char *name, char *buf, size_t len);
 /* The ops of kind `kind` that plugin `name` registers under its name, the plugin loaded if
  * needed (the plugin-level members, which need no instance). Returns 0, or GHC_ELOAD / GHC_EABI
  * with a message that starts with the kind. */

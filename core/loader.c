@@ -238,6 +238,20 @@ struct ghc_loaded *ghc_plugin_find(ghc_core_t *core, const char *name)
     return NULL;
 }
 
+const char *ghc_plugin_kinds_text(ghc_core_t *core, const char *name, char *buf, size_t len)
+{
+    struct ghc_loaded *p = ghc_plugin_find(core, name);
+    buf[0] = '\0';
+    for (int k = 0; k < GHC_KIND_COUNT; k++)
+        if (p && (p->registered & GHC_KIND_BIT(k))) {
+            size_t l = strlen(buf);
+            snprintf(buf + l, len - l, "%s%s", l ? ", " : "", ghc_kind_name((enum ghc_kind)k));
+        }
+    if (!buf[0])
+        snprintf(buf, len, "nothing");
+    return p ? p->path : "?";
+}
+
 static bool valid_name(const char *name)
 {
     if (!*name || strlen(name) > 64)
@@ -443,15 +457,10 @@ int ghc_plugin_ops(ghc_core_t *core, enum ghc_kind kind, const char *name, const
     }
     const struct ghc_registered *r = ghc_registry_find(core, kind, name);
     if (!r) {
-        struct ghc_loaded *p = ghc_plugin_find(core, name);
-        char has[256] = "";
-        for (int k = 0; k < GHC_KIND_COUNT; k++)
-            if (p && (p->registered & GHC_KIND_BIT(k))) {
-                size_t l = strlen(has);
-                snprintf(has + l, sizeof(has) - l, "%s%s", l ? ", " : "", ghc_kind_name((enum ghc_kind)k));
-            }
-        return ghc_error_set(core, GHC_ELOAD, "%s: plugin '%s' (%s) provides %s, not %s '%s'", kname, name,
-                             p ? p->path : "?", *has ? has : "nothing", kname, name);
+        char has[256];
+        const char *path = ghc_plugin_kinds_text(core, name, has, sizeof(has));
+        return ghc_error_set(core, GHC_ELOAD, "%s: plugin '%s' (%s) provides %s, not %s '%s'", kname, name, path, has,
+                             kname, name);
     }
     *ops = r->ops;
     return 0;

@@ -47,16 +47,10 @@ static int instance_create(ghc_core_t *core, enum ghc_kind kind, ghc_cfg_t *cfg)
     }
     const struct ghc_registered *r = ghc_registry_find(core, kind, name);
     if (!r) {
-        struct ghc_loaded *p = ghc_plugin_find(core, name);
-        char has[256] = "";
-        for (int k = 0; k < GHC_KIND_COUNT; k++)
-            if (p && (p->registered & GHC_KIND_BIT(k))) {
-                size_t l = strlen(has);
-                snprintf(has + l, sizeof(has) - l, "%s%s", l ? ", " : "", ghc_kind_name((enum ghc_kind)k));
-            }
+        char has[256];
+        const char *path = ghc_plugin_kinds_text(core, name, has, sizeof(has));
         return ghc_error_set(core, GHC_ELOAD, "%s: %s: plugin '%s' (%s) provides %s, not %s '%s'",
-                             ghc_cfg_where(cfg, "plugin"), kname, name, p ? p->path : "?",
-                             *has ? has : "nothing", kname, name);
+                             ghc_cfg_where(cfg, "plugin"), kname, name, path, has, kname, name);
     }
     const struct ghc_ops_head *head = r->ops;
     char what[160];
