@@ -353,7 +353,7 @@ static int local_list(void *self, const char *prefix, ghc_backend_visit_fn visit
             continue;
         rc = walk(l, &ls, l->roots[r], rname, 0);
     }
-    if (rc == 0)
+    if (rc == 0 && ls.n)   /* nothing listed: e is NULL, and qsort(NULL, 0, ...) is undefined */
         qsort(ls.e, ls.n, sizeof(*ls.e), cmp_entry);
     size_t pl = strlen(prefix);
     for (size_t i = 0; i < ls.n && rc == 0; i++)

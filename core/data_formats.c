@@ -259,7 +259,8 @@ int ghc_data_listing_read(ghc_dataset_t *ds, int32_t d, struct data_listing *ls)
         rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory listing %s", ds->sets[d].path);
     if (rc < 0)
         return rc;
-    qsort(ls->f, ls->n, sizeof(*ls->f), cmp_found);
+    if (ls->n)   /* an empty folder: f is NULL, and qsort(NULL, 0, ...) is undefined */
+        qsort(ls->f, ls->n, sizeof(*ls->f), cmp_found);
     return 0;
 }
 

@@ -330,7 +330,8 @@ static int unify_text_dim(ghc_dataset_t *ds)
             return ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
         for (int64_t i = 0; i < ds->n_samples; i++)
             w[i] = ds->samples[i].txt_dim;
-        qsort(w, (size_t)ds->n_samples, sizeof(*w), cmp_i64);
+        if (ds->n_samples)
+            qsort(w, (size_t)ds->n_samples, sizeof(*w), cmp_i64);
         int64_t best = 0, run = 0;
         for (int64_t i = 0; i < ds->n_samples; i++) {
             run = i && w[i] == w[i - 1] ? run + 1 : 1;

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +335,17 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
         const char *e = dlerror();
         rc = ghc_error_set(core, GHC_ELOAD, "%s: symbol %s not found: %s (not a gh200core plugin, or misnamed)",
                            path, sym, e ? e : "NULL");
+        goto out_close;
+    }
+    /* The symbol must be a whole descriptor before any member is read: a 4-byte object under
+     * the descriptor's name would otherwise be read past its end. */
+    Dl_info di;
+    const ElfW(Sym) *es = NULL;
+    if (dladdr1(d, &di, (void **)&es, RTLD_DL_SYMENT) && es && di.dli_saddr == (void *)d &&
+        es->st_size < sizeof(struct ghc_plugin)) {
+        rc = ghc_error_set(core, GHC_EABI, "%s: %s: the symbol is a %llu-byte object, not a plugin descriptor "
+                           "(struct ghc_plugin, %zu bytes)", path, sym, (unsigned long long)es->st_size,
+                           sizeof(struct ghc_plugin));
         goto out_close;
     }
     if ((rc = check_descriptor(core, path, sym, name, d)) < 0)

@@ -143,7 +143,8 @@ static int map_file(ghc_core_t *core, struct st_shard *sh)
 {
     int rc = 0;
     struct stat stb;
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer */
+    int fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", sh->path, strerror(errno));
         goto out;
@@ -644,7 +645,14 @@ ghc_st_t *ghc_st_open(ghc_core_t *core, const char *path)
         return NULL;
     }
     st->core = core;
-    int rc = ends_with(path, ".index.json") ? open_index(st) : open_single(st);
+    /* a FIFO (or a device) would block the reads below: only regular files (the shards are
+     * checked again where they are opened) */
+    struct stat sb;
+    int rc = 0;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        rc = ghc_error_set(core, GHC_EIO, "%s: not a regular file", path);
+    else
+        rc = ends_with(path, ".index.json") ? open_index(st) : open_single(st);
     if (rc < 0) {
         ghc_st_free(st);
         return NULL;

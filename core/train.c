@@ -355,7 +355,13 @@ static int validate(struct ghc_trainer *tr)
             float lh[4096];
             ghc_tensor_t *losses = NULL;
             int64_t n = b.n;
-            for (int64_t i = 0; i < n && i < 4096; i++)
+            if (n > 4096) {
+                /* refused at config check (train_check.c); never overrun the arrays */
+                ghc_data_batch_release(vd, &b);
+                rc = ghc_error_set(core, GHC_EINVAL, "train: validation batches above 4096 samples are not supported");
+                break;
+            }
+            for (int64_t i = 0; i < n; i++)
                 sig[i] = sigma;
             if (!(losses = tensor(tr, GHC_DTYPE_F32, 1, &n, tr->device, GHC_ROLE_WORKSPACE)))
                 rc = ghc_error_code(core);

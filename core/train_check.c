@@ -342,6 +342,25 @@ static int need(ghc_core_t *core, const void *inst, const char *section)
                          "(see doc/config.md)", section);
 }
 
+/* The trainer's per-batch arrays hold 4096 samples (train.c): a larger batch_size in `data` or
+ * `validation` is refused here, naming the key, before anything runs. */
+#define GHC_TRAIN_MAX_BATCH 4096
+
+static int check_batch_size(ghc_core_t *core, const char *section)
+{
+    ghc_cfg_t *g = ghc_config_section(core, section);
+    int64_t bs = 1;
+    int rc;
+    if (!g || !ghc_cfg_has(g, "batch_size"))
+        return 0;
+    if ((rc = ghc_cfg_get_int(g, "batch_size", 1, 1, 1 << 20, &bs)) < 0)
+        return rc;
+    if (bs > GHC_TRAIN_MAX_BATCH)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: %s.batch_size = %lld: training supports batches of at most %d samples",
+                             ghc_cfg_where(g, "batch_size"), section, (long long)bs, GHC_TRAIN_MAX_BATCH);
+    return 0;
+}
+
 /* ghc_train_prepare opens the data; with a demo section, ghc_train does once it has generated it. */
 int ghc_train_open_data(struct ghc_trainer *tr)
 {
@@ -377,7 +396,8 @@ int ghc_train_prepare(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
         return rc;
     if (!s)
         return ghc_error_set(core, GHC_ECONFIG, "train: the configuration has no `train` section (at least `train = { steps = N; };`)");
-    if ((rc = read_cfg(core, s, &tr->c, &tr->sampler)) < 0)
+    if ((rc = read_cfg(core, s, &tr->c, &tr->sampler)) < 0 || (rc = check_batch_size(core, "data")) < 0 ||
+        (tr->c.validate_every && (rc = check_batch_size(core, "validation")) < 0))
         return rc;
     int64_t seed = 42;
     if ((rc = ghc_cfg_get_int(top, "seed", 42, 0, INT64_MAX, &seed)) < 0 ||

@@ -18,3 +18,10 @@ TESTS += tests/test_data_cuda
 endif
 EXTRA_DIST += tests/test_data_cuda.c
 dist_doc_DATA += doc/dataset.md
+# the in_memory backend on hostile .ghz files (sizes checked without overflow)
+check_PROGRAMS += tests/test_in_memory
+tests_test_in_memory_SOURCES = tests/test_in_memory.c tests/testutil.h
+tests_test_in_memory_CFLAGS = $(TEST_CFLAGS)
+tests_test_in_memory_LDADD = plugins/in_memory/libin_memory_impl.la libgh200core_train.la libgh200core_ops.la $(TEST_LIBS) \
+	$(LZ4_LIBS) $(ZLIB_LIBS) $(SNAPPY_LIBS) -lm
+TESTS += tests/test_in_memory

@@ -50,6 +50,14 @@ tests_badplugins_ghc_nosym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
 tests_badplugins_ghc_nosym_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_badplugins_ghc_nosym_la_LIBADD = $(TEST_PLUGIN_LIBS)
 
+check_LTLIBRARIES += tests/badplugins/ghc_tinysym.la
+tests_badplugins_ghc_tinysym_la_SOURCES = tests/plugins/fake.c
+tests_badplugins_ghc_tinysym_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=tinysym -DFAKE_TINY_SYMBOL \
+	-DFAKE_SYMBOL=ghc_plugin_tinysym_desc
+tests_badplugins_ghc_tinysym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_badplugins_ghc_tinysym_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_badplugins_ghc_tinysym_la_LIBADD = $(TEST_PLUGIN_LIBS)
+
 check_LTLIBRARIES += tests/badplugins/ghc_badname.la
 tests_badplugins_ghc_badname_la_SOURCES = tests/plugins/fake.c
 tests_badplugins_ghc_badname_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME=badname -DFAKE_DESC_NAME='"other"'

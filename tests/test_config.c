@@ -2,6 +2,8 @@
  * unknown keys with file:line and "did you mean", syntax errors, --set overrides (values,
  * types, new groups, their own locations), @include, and the resolved file written out; lists
  * of groups and the setters. */
+#include <sys/stat.h>
+
 #include <gh200core/gh200core.h>
 
 #include "testutil.h"
@@ -429,6 +431,54 @@ END_TEST
 
 /* ---- include and the resolved file ---------------------------------------------------------- */
 
+/* @include of a FIFO used to block in libconfig's fopen() (also under --dry-run), and of a
+ * directory to end in "input in flex scanner failed": both are refused before parsing, naming
+ * the including file's line and the path. Nothing here opens the FIFO, and the test case's
+ * timeout ends a hang. */
+START_TEST(include_not_regular)
+{
+    char *dir = tu_tmpdir(), fifo[4200], sub[4200], want[9000];
+    snprintf(fifo, sizeof(fifo), "%s/pipe.cfg", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    char *main_cfg = tu_write(dir, "train.cfg", "# main\n@include \"pipe.cfg\"\noutput_dir = \"o\";\n");
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load(core, main_cfg, NULL, 0), GHC_ECONFIG);
+    snprintf(want, sizeof(want), "%s:2: @include \"pipe.cfg\": %s is not a regular file", main_cfg, fifo);
+    expect_msg(core, want);
+    ghc_core_free(core);
+    /* nested: the included file's line is named */
+    char *mid = tu_write(dir, "mid.cfg", "seed = 3;\n\n  @include \"sub\"\n");
+    free(tu_write(dir, "train.cfg", "@include \"mid.cfg\"\noutput_dir = \"o\";\n"));
+    core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load(core, main_cfg, NULL, 0), GHC_ECONFIG);
+    snprintf(want, sizeof(want), "%s:3: @include \"sub\": %s is not a regular file (a directory)", mid, sub);
+    expect_msg(core, want);
+    ck_assert_msg(!strstr(ghc_error_message(core), "flex"), "%s", ghc_error_message(core));
+    ghc_core_free(core);
+    /* from a string, relative to its folder; an absolute path too */
+    core = ghc_core_init();
+    ck_assert_int_eq(ghc_config_load_string(core, "seed = 1;\n@include \"pipe.cfg\"\n", "s.cfg", dir, NULL, 0), GHC_ECONFIG);
+    snprintf(want, sizeof(want), "s.cfg:2: @include \"pipe.cfg\": %s is not a regular file", fifo);
+    expect_msg(core, want);
+    char text[4400];
+    snprintf(text, sizeof(text), "@include \"%s\"\n", fifo);
+    ck_assert_int_eq(ghc_config_load_string(core, text, "s.cfg", dir, NULL, 0), GHC_ECONFIG);
+    expect_msg(core, "is not a regular file");
+    ghc_core_free(core);
+    /* a regular file still includes, and an absent one is libconfig's error as before */
+    free(tu_write(dir, "mid.cfg", "seed = 3;\n"));
+    core = ghc_core_init();
+    ck_assert_msg(ghc_config_load(core, main_cfg, NULL, 0) == 0, "%s", ghc_error_message(core));
+    ghc_core_free(core);
+    free(mid);
+    free(main_cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(include_and_resolved)
 {
     char *dir = tu_tmpdir();
@@ -718,6 +768,10 @@ int main(void)
     tc = tcase_create("files");
     tcase_add_test(tc, include_and_resolved);
     tcase_add_test(tc, plugin_path_relative_to_config);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("not_regular");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, include_not_regular);
     suite_add_tcase(s, tc);
     tc = tcase_create("declared");
     tcase_set_timeout(tc, 120);

@@ -155,6 +155,9 @@ START_TEST(undefined_symbol)   { expect_fail("undef", GHC_ELOAD, "undefined symb
 END_TEST
 START_TEST(missing_entry)      { expect_fail("nosym", GHC_ELOAD, "not found", true); }
 END_TEST
+/* ghc_plugin_tinysym is a 4-byte object: refused before a member past it is read */
+START_TEST(tiny_symbol)        { expect_fail("tinysym", GHC_EABI, "the symbol is a 4-byte object, not a plugin descriptor", true); }
+END_TEST
 START_TEST(abi_mismatch)       { expect_fail("badabi", GHC_EABI, "plugin ABI 99, this gh200core", true); }
 END_TEST
 START_TEST(api_too_new)        { expect_fail("newapi", GHC_EABI, "built against API 999", true); }
@@ -371,6 +374,7 @@ int main(void)
     tcase_add_test(tc, not_a_shared_object);
     tcase_add_test(tc, undefined_symbol);
     tcase_add_test(tc, missing_entry);
+    tcase_add_test(tc, tiny_symbol);
     tcase_add_test(tc, abi_mismatch);
     tcase_add_test(tc, api_too_new);
     tcase_add_test(tc, name_mismatch);

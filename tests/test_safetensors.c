@@ -804,6 +804,37 @@ START_TEST(inspect_output)
 }
 END_TEST
 
+/* A FIFO as a checkpoint (a single file, an index, or a shard an index names) used to block
+ * in open() or jansson's fopen() until a writer came: refused at once. Nothing here opens the
+ * FIFO, and the test case's timeout ends a hang. */
+START_TEST(fifo_refused)
+{
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir();
+    static const char *const names[] = { "pipe.safetensors", "pipe.safetensors.index.json", "shard.safetensors" };
+    char path[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        ck_assert_int_eq(mkfifo(path, 0600), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        ck_assert_ptr_null(ghc_st_open(core, path));
+        ck_assert_int_eq(ghc_error_code(core), GHC_EIO);
+        char want[4400];
+        snprintf(want, sizeof(want), "%s: not a regular file", path);
+        expect_msg(core, want);
+    }
+    char *idx = tu_write(dir, "m.safetensors.index.json", "{\"weight_map\": {\"a\": \"shard.safetensors\"}}");
+    ck_assert_ptr_null(ghc_st_open(core, idx));
+    expect_msg(core, "shard.safetensors: not a regular file");
+    free(idx);
+    tu_rm_rf(dir);
+    free(dir);
+    ghc_core_free(core);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("safetensors");
@@ -826,6 +857,10 @@ int main(void)
     tcase_add_loop_test(tc, broken_corpus, 0, N_CORPUS);
     tcase_add_test(tc, corpus_complete);
     tcase_add_test(tc, unreadable);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("fifo");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, fifo_refused);
     suite_add_tcase(s, tc);
     tc = tcase_create("inspect");
     tcase_add_test(tc, inspect_output);

@@ -693,6 +693,48 @@ START_TEST(test_shared_and_validation)
 }
 END_TEST
 
+/* A `data` or `validation` batch_size above the trainer's 4096 samples is refused before any
+ * run (also under --dry-run), naming the key and its file:line; it used to overrun fixed
+ * arrays of 4096 in the validation (NaN validation losses, a stack overflow under ASan). */
+START_TEST(test_batch_size_limit)
+{
+    char *dir = tu_tmpdir(), *out, args[8400];
+    static const char *const sec[2] = { "validation", "data" };
+    for (int k = 0; k < 2; k++) {
+        char name[32], more[1024];
+        snprintf(name, sizeof(name), "b%d.cfg", k);
+        snprintf(more, sizeof(more),
+                 "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+                 "data = { batch_size = %d; };\n"
+                 "validation = {\n  batch_size = %d;\n  datasets = ( { path = \"%s.out/demo-data\"; } ); };",
+                 k ? 5000 : 1, k ? 1 : 4097, name);
+        char *cfg = tiny_cfg(dir, name, 1, "steps = 1; validate_every = 1; validation_sigmas = [0.5]; stored_noise = false;", more);
+        for (int dry = 0; dry < 2; dry++) {
+            snprintf(args, sizeof(args), "%s-q -c '%s'", dry ? "--dry-run " : "", cfg);
+            ck_assert_msg(cli(args, &out) != 0, "%s batch_size accepted: %s", sec[k], out);
+            char want[256];
+            snprintf(want, sizeof(want), "%s.batch_size = %d", sec[k], k ? 5000 : 4097);
+            ck_assert_msg(strstr(out, want) && strstr(out, "at most 4096"), "%s", out);
+            snprintf(want, sizeof(want), "%s:%d", name, k ? 12 : 14);
+            ck_assert_msg(strstr(out, want) != NULL, "no %s in: %s", want, out);
+            free(out);
+        }
+        free(cfg);
+    }
+    /* 4096 is fine */
+    char *cfg = tiny_cfg(dir, "ok.cfg", 1, "steps = 1; validate_every = 1; validation_sigmas = [0.5]; stored_noise = false;",
+                         "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+                         "data = { batch_size = 4096; };\n"
+                         "validation = { batch_size = 4096; datasets = ( { path = \"ok.cfg.out/demo-data\"; } ); };");
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* The step of a serialised Event (field 2) and whether it carries `tag`. */
 static int64_t event_step(const uint8_t *p, size_t len)
 {
@@ -822,6 +864,10 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_saved_activations);
     tcase_add_test(tr, test_resume_logs_each_step_once);
     suite_add_tcase(s, tr);
+    TCase *tl = tcase_create("limits");
+    tcase_set_timeout(tl, 120);
+    tcase_add_test(tl, test_batch_size_limit);
+    suite_add_tcase(s, tl);
     return s;
 }
 

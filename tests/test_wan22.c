@@ -737,6 +737,69 @@ START_TEST(load_errors)
 }
 END_TEST
 
+/* A block index no Wan model has (the issue's blocks.9223372036854775807.*: LLONG_MAX + 1 layers,
+ * a signed overflow, then "out of memory for the tensor list" naming no file): refused by
+ * detection and by estimate, naming the file and the tensor. */
+START_TEST(huge_block_index)
+{
+    static const char *const bad_names[] = { "blocks.9223372036854775807.ffn.0.bias",
+                                             "blocks.99999999999999999999999.ffn.0.bias", "blocks.100000.ffn.0.bias" };
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), path[1024];
+    for (size_t k = 0; k < sizeof(bad_names) / sizeof(*bad_names); k++) {
+        const char *bad = bad_names[k];
+        /* detection from a tensor list */
+        struct wan22_dims d = { 1536, 8960, 12, 30, 16, 16, 4096, 256 };
+        struct shapes s;
+        struct wan22_detected det;
+        shapes_make(core, &s, &d, false, "model.diffusion_model.");
+        char full[160];
+        snprintf(full, sizeof(full), "model.diffusion_model.%s", bad);
+        s.desc[s.n - 1].name = full;
+        ck_assert_int_eq(wan22_detect(core, "huge.safetensors", s.desc, s.n, 0, &det), GHC_EFORMAT);
+        const char *msg = ghc_error_message(core);
+        ck_assert_msg(strstr(msg, "huge.safetensors") && strstr(msg, full) && strstr(msg, "not a Wan block index"),
+                      "%s", msg);
+        shapes_free(&s);
+
+        /* a file: the fixture with one more tensor */
+        ghc_st_t *st = ghc_st_open(core, fixture("weights_official.safetensors"));
+        ghc_st_writer_t *w = ghc_st_writer_init(core);
+        for (int i = 0; i < ghc_st_count(st); i++) {
+            struct ghc_st_info info;
+            ghc_st_info_at(st, i, &info);
+            ok(core, ghc_st_writer_add_raw(w, info.name, info.dtype, info.ndim, info.shape, ghc_st_raw(st, info.name)));
+        }
+        float one = 1;
+        ok(core, ghc_st_writer_add_raw(w, bad, GHC_DTYPE_F32, 1, (const int64_t[]){ 1 }, &one));
+        snprintf(path, sizeof(path), "%s/huge%zu.safetensors", dir, k);
+        ok(core, ghc_st_writer_finish(w, path));
+        ghc_st_writer_free(w);
+        ghc_st_free(st);
+        struct wan22 m;
+        direct_init(&m, core, false);
+        ck_assert_int_eq(wan22_load(&m, path, 2, &m.experts[0], GHC_ROLE_WEIGHTS, &det), GHC_EFORMAT);
+        msg = ghc_error_message(core);
+        ck_assert_msg(strstr(msg, path) && strstr(msg, bad) && strstr(msg, "not a Wan block index"), "%s", msg);
+        direct_free(&m);
+
+        /* estimate through the CLI */
+        char cfgtext[2048], *out, cmd[4096];
+        snprintf(cfgtext, sizeof(cfgtext), "model = { plugin = \"wan22\"; checkpoint = \"%s\"; heads = 2; };\n", path);
+        char *cfg = tu_write(dir, "est.cfg", cfgtext);
+        snprintf(cmd, sizeof(cmd), "'%s' -P '%s' estimate -c '%s'", tu_env("GHC_CLI"), tu_env("GHC_BUILD_PLUGINS"), cfg);
+        int rc = tu_run(cmd, &out);
+        ck_assert_msg(rc != 0 && rc < 128, "estimate: exit %d: %s", rc, out);
+        ck_assert_msg(strstr(out, path) && strstr(out, bad) && strstr(out, "not a Wan block index"), "%s", out);
+        free(out);
+        free(cfg);
+    }
+    tu_rm_rf(dir);
+    free(dir);
+    ghc_core_free(core);
+}
+END_TEST
+
 /* ---- forward ----------------------------------------------------------------------------------- */
 
 START_TEST(forward_fixture)
@@ -1604,6 +1667,7 @@ int main(void)
     tc = tcase_create("load");
     tcase_add_test(tc, load_layouts);
     tcase_add_test(tc, load_errors);
+    tcase_add_test(tc, huge_block_index);
     suite_add_tcase(s, tc);
     tc = tcase_create("forward");
     tcase_set_timeout(tc, 60);

@@ -77,6 +77,17 @@ int codec_decompress(enum ghc_compression c, const void *src, size_t n, void *ds
     }
 }
 
+uint64_t codec_max_raw(enum ghc_compression c, uint64_t n)
+{
+    /* n < 2^32 in a .ghz block table: no product below overflows */
+    switch (c) {
+    case GHC_COMPRESSION_LZ4:    return n * 256 + 64;
+    case GHC_COMPRESSION_ZLIB:   return n * 1040 + 64;
+    case GHC_COMPRESSION_SNAPPY: return n * 32 + 64;
+    default:                     return n;
+    }
+}
+
 uint32_t codec_crc(const void *p, size_t n)
 {
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -95,10 +106,12 @@ static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (
 
 int ghz_encode(enum ghc_compression c, uint32_t block, const void *src, size_t n, void **out, size_t *len)
 {
-    if (!block)
+    if (!block || block > GHZ_MAX_BLOCK)
         return -1;
-    size_t nb = (n + block - 1) / block;
-    size_t cap = GHZ_HEAD + nb * 8 + nb * codec_bound(c, block);
+    size_t nb = n / block + (n % block != 0), per = codec_bound(c, block);
+    if (nb > UINT32_MAX || per > (SIZE_MAX - GHZ_HEAD) / 8 - 1 || (nb && nb > (SIZE_MAX - GHZ_HEAD) / (8 + per)))
+        return -1;
+    size_t cap = GHZ_HEAD + nb * 8 + nb * per;
     uint8_t *buf = malloc(cap ? cap : 1);
     if (!buf)
         return -1;

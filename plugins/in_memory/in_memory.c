@@ -187,9 +187,14 @@ static void stage_ghz(struct im_entry *e, uint8_t *f)
     e->block = get32(f + 8);
     e->raw = get64(f + 12);
     e->nb = get32(f + 20);
-    if (!e->block || e->nb != (e->raw + e->block - 1) / e->block || GHZ_HEAD + (uint64_t)e->nb * 8 > fs) {
-        fail(e, GHC_EFORMAT, "%s: inconsistent .ghz header (%" PRIu64 " bytes in %u blocks of %u)", e->path,
-             e->raw, e->nb, e->block);
+    /* every size field checked without overflow: the block count from raw / block rounded up
+     * (never raw + block - 1), the block table against the file before anything is read */
+    uint64_t want_nb = e->block ? e->raw / e->block + (e->raw % e->block != 0) : 0;
+    if (!e->block || e->block > GHZ_MAX_BLOCK || e->raw > SIZE_MAX || (uint64_t)e->nb != want_nb ||
+        (uint64_t)e->nb > (fs - GHZ_HEAD) / 8) {
+        fail(e, GHC_EFORMAT, "%s: inconsistent .ghz header (%" PRIu64 " bytes in %u blocks of %u; blocks of 1 to %u "
+             "bytes, as many as the raw size needs, and a block table inside the file expected)", e->path,
+             e->raw, e->nb, e->block, (unsigned)GHZ_MAX_BLOCK);
         goto out;
     }
     if (!(e->boff = calloc((size_t)e->nb + 1, sizeof(*e->boff)))) {
@@ -198,12 +203,21 @@ static void stage_ghz(struct im_entry *e, uint8_t *f)
     }
     uint64_t at = 0;
     for (uint32_t b = 0; b < e->nb; b++) {
+        uint32_t csz = get32(f + GHZ_HEAD + (uint64_t)b * 8);
+        uint64_t braw = b + 1 < e->nb ? e->block : e->raw - (uint64_t)b * e->block;
+        /* a block cannot decode to more than its codec can expand csz bytes to */
+        if (braw > codec_max_raw(e->codec, csz)) {
+            fail(e, GHC_EFORMAT, "%s: block %u of %u claims %" PRIu64 " raw bytes from %u compressed bytes, more than "
+                 "%s can give (corrupt or hostile .ghz header)", e->path, b, e->nb, braw, csz,
+                 ghc_compression_name(e->codec));
+            goto out;
+        }
         e->boff[b] = at;
-        at += get32(f + GHZ_HEAD + b * 8);
+        at += csz;   /* at most 2^32 blocks of < 2^32 bytes: no overflow */
     }
     e->boff[e->nb] = at;
     uint64_t data_at = GHZ_HEAD + (uint64_t)e->nb * 8;
-    if (data_at + at != fs) {
+    if (at != fs - data_at) {
         fail(e, GHC_EFORMAT, "%s: .ghz blocks cover %" PRIu64 " bytes, the file has %" PRIu64 " after the header (truncated?)",
              e->path, at, fs - data_at);
         goto out;
@@ -234,6 +248,7 @@ static void stage_ghz(struct im_entry *e, uint8_t *f)
     e->stored = at;
     return;
 out:
+    e->raw = 0;   /* a rejected header's sizes are not believed anywhere (stats, reads) */
     free(f);
 }
 
@@ -253,7 +268,13 @@ static void stage_one(struct im *m, struct im_entry *e)
         return;
     }
     e->block = m->block;
-    e->nb = (uint32_t)((e->raw + e->block - 1) / e->block);
+    if (e->raw / e->block >= UINT32_MAX) {
+        fail(e, GHC_EFORMAT, "%s: too large to stage compressed (%" PRIu64 " bytes, over 2^32 blocks of %u)", e->path,
+             e->raw, e->block);
+        free(f);
+        return;
+    }
+    e->nb = (uint32_t)(e->raw / e->block + (e->raw % e->block != 0));
     size_t bound = codec_bound(e->codec, e->block);
     uint8_t *out = malloc((size_t)e->nb * bound + 1);
     e->boff = calloc((size_t)e->nb + 1, sizeof(*e->boff));
@@ -415,7 +436,8 @@ static int im_mount(void *self, const struct ghc_backend_root *roots, int32_t n)
     ghc_backend_free(lb);
     if (rc < 0)
         return rc;
-    qsort(m->e, m->n, sizeof(*m->e), cmp_name);
+    if (m->n > 0)   /* (m->e may be NULL: qsort wants a pointer even for 0) */
+        qsort(m->e, m->n, sizeof(*m->e), cmp_name);
     for (size_t i = 1; i < m->n; i++)
         if (strcmp(m->e[i].name, m->e[i - 1].name) == 0)
             return ghc_error_set(core, GHC_EINVAL, "in_memory: %s and %s.ghz both exist: keep one", m->e[i].path,

@@ -314,6 +314,23 @@ static int missing(ghc_core_t *core, const char *what, const char *prefix, const
     return ghc_error_set(core, GHC_EFORMAT, "%s: missing tensor '%s%s' (%s)", what, prefix, name, why);
 }
 
+int wan22_block_index(const char *s, int64_t *idx, const char **end)
+{
+    int64_t v = 0;
+    const char *p = s;
+    if (*p < '0' || *p > '9')
+        return 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (v < WAN22_MAX_BLOCKS)   /* stops growing at the limit: never overflows */
+            v = v * 10 + (*p - '0');
+    if (end)
+        *end = p;
+    if (v >= WAN22_MAX_BLOCKS)
+        return -1;
+    *idx = v;
+    return 1;
+}
+
 int wan22_detect(ghc_core_t *core, const char *what, const struct wan22_tensor_desc *t, int n, int64_t heads,
                  struct wan22_detected *out)
 {
@@ -350,9 +367,16 @@ int wan22_detect(ghc_core_t *core, const char *what, const struct wan22_tensor_d
             goto out;
         }
         if (starts(s, "blocks.")) {
-            char *end;
-            long long b = strtoll(s + 7, &end, 10);
-            if (end != s + 7 && *end == '.' && b > max_block)
+            const char *end;
+            int64_t b;
+            int k = wan22_block_index(s + 7, &b, &end);
+            if (k < 0) {
+                rc = ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s': '%.*s' is not a Wan block index (0 to %d)",
+                                   what, t[i].name, (int)(end - (s + 7)) > 40 ? 40 : (int)(end - (s + 7)), s + 7,
+                                   WAN22_MAX_BLOCKS - 1);
+                goto out;
+            }
+            if (k > 0 && *end == '.' && b > max_block)
                 max_block = b;
         }
     }

@@ -82,18 +82,25 @@ struct est_count {
     uint64_t bytes, block0;
 };
 
-/* Count one tensor of a checkpoint (its name as the file spells it) in the precision it loads in. */
-static void est_count_tensor(const struct est_model *m, struct est_count *c, const char *name, int ndim,
-                             const int64_t *shape)
+/* Count one tensor of a checkpoint (its name as the file spells it) in the precision it loads in.
+ * `path` names the file in messages. Returns 0, or GHC_EFORMAT for a block index no Wan model has. */
+static int est_count_tensor(ghc_core_t *core, const char *path, const struct est_model *m, struct est_count *c,
+                            const char *name, int ndim, const int64_t *shape)
 {
     const char *b = strstr(name, "blocks.");
     if (b) {
-        int64_t idx = strtoll(b + 7, NULL, 10);
-        if (idx + 1 > c->layers)
+        int64_t idx = 0;
+        const char *end;
+        int k = wan22_block_index(b + 7, &idx, &end);
+        if (k < 0)
+            return ghc_error_set(core, GHC_EFORMAT, "%s: estimate: tensor '%s': '%.*s' is not a Wan block index "
+                                 "(0 to %d)", path, name, (int)(end - (b + 7)) > 40 ? 40 : (int)(end - (b + 7)), b + 7,
+                                 WAN22_MAX_BLOCKS - 1);
+        if (idx + 1 > c->layers)   /* idx < WAN22_MAX_BLOCKS (0 when no digits follow, as before) */
             c->layers = idx + 1;
     }
     if (ends_with(name, "scale_weight") || ends_with(name, "scale_input"))
-        return;   /* ComfyUI fp8 scales: folded into the weights */
+        return 0;   /* ComfyUI fp8 scales: folded into the weights */
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++)
         numel *= shape[d];
@@ -104,6 +111,7 @@ static void est_count_tensor(const struct est_model *m, struct est_count *c, con
     c->bytes += nb;
     if (b && strncmp(b + 7, "0.", 2) == 0)
         c->block0 += nb;
+    return 0;
 }
 
 /* Dims and bytes of one expert from a checkpoint header (nothing but the header is read). */
@@ -134,10 +142,12 @@ static int est_checkpoint(ghc_core_t *core, const char *path, struct est_model *
     if (find_suffix(st, hd, &in))
         m->out_ch = in.shape[0] / 4;
     struct est_count c = { 0 };
-    for (int i = 0; i < ghc_st_count(st); i++) {
+    for (int i = 0; i < ghc_st_count(st) && rc == 0; i++) {
         ghc_st_info_at(st, i, &in);
-        est_count_tensor(m, &c, in.name, in.ndim, in.shape);
+        rc = est_count_tensor(core, path, m, &c, in.name, in.ndim, in.shape);
     }
+    if (rc < 0)
+        goto out;
     m->layers = c.layers;
     m->expert_bytes[e] = c.bytes;
     m->block_bytes = c.block0;
@@ -207,9 +217,11 @@ static int est_variant_bytes(ghc_core_t *core, const struct est_variant *v, stru
     if ((rc = wan22_tensor_list(core, &v->d, NULL, &spec, &n)) < 0)
         return rc;
     struct est_count c = { 0 };
-    for (int i = 0; i < n; i++)
-        est_count_tensor(m, &c, spec[i].name, spec[i].ndim, spec[i].shape);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = est_count_tensor(core, v->name, m, &c, spec[i].name, spec[i].ndim, spec[i].shape);
     free(spec);
+    if (rc < 0)
+        return rc;
     m->dim = v->d.dim;
     m->ffn = v->d.ffn_dim;
     m->heads = v->d.heads;

@@ -318,6 +318,12 @@ const char *wan22_name_official(const char *diffusers, char *buf, size_t len);
 /* The model member merge_names (model.h): the module names an adapter may give a base tensor. */
 int wan22_merge_names(ghc_core_t *core, const char *tensor, int32_t ndim, const int64_t *shape,
                       struct ghc_merge_names *out);
+/* Block indices above this are refused: no Wan model has nearly as many blocks. */
+#define WAN22_MAX_BLOCKS 100000
+/* The block index that `s` (the text after "blocks.") starts with, parsed without overflow:
+ * 1 and *idx when s starts with decimal digits (*end after them), 0 when it starts with none,
+ * -1 when the digits are no Wan block index (WAN22_MAX_BLOCKS or more). */
+int wan22_block_index(const char *s, int64_t *idx, const char **end);
 /* Detect layout, prefix and dimensions from a file's tensor list and check that
  * every expected tensor is present with its expected shape. `what` names the file in
  * messages; `heads` 0 takes D / 128 (D must then be a multiple of 128), else the given head

@@ -162,6 +162,12 @@ static int fake_plugin_init(ghc_core_t *core)
 #endif
 }
 
+#ifdef FAKE_TINY_SYMBOL
+/* a 4-byte object under the descriptor's name (its value the ABI, so that reading on past it
+ * would look plausible); the real descriptor is exported as FAKE_SYMBOL */
+GHC_PLUGIN_EXPORT const uint32_t CAT(ghc_plugin_, FAKE_NAME) = GHC_PLUGIN_ABI;
+#endif
+
 #ifdef FAKE_SYMBOL
 #define SYMBOL FAKE_SYMBOL
 #else
