@@ -215,10 +215,14 @@ static int check_linear(ghc_linears_t *l, const struct ghc_linear *lin)
     if (!lin || !lin->w || ghc_tensor_ndim(lin->w) != 2 || ghc_tensor_dim(lin->w, 0) < lin->out ||
         ghc_tensor_dim(lin->w, 1) < lin->in || lin->out <= 0 || lin->in <= 0 || lin->target >= l->n ||
         (lin->spare > 0 && lin->spare_col < lin->in))
-        return ghc_error_set(l->core, GHC_EINVAL, "linear: a linear [%lld, %lld] of target %d with weight %s%s "
+    {
+        char buf[160];
+        return ghc_error_set(l->core, GHC_EINVAL, "linear: a linear [%lld, %lld] of target %d (of %d) with weight %s "
                              "(expected a 2-D weight of at least [out, in], spare columns from in on)",
                              lin ? (long long)lin->out : 0LL, lin ? (long long)lin->in : 0LL,
-                             lin ? (int)lin->target : -1, lin && lin->w ? "" : "NULL", "");
+                             lin ? (int)lin->target : -1, (int)l->n,
+                             lin && lin->w ? ghc_tensor_describe(lin->w, buf, sizeof(buf)) : "NULL");
+    }
     return 0;
 }
 
