@@ -17,7 +17,8 @@
  * with its saved ring too), and d noisy's largest difference (attention's dQ is summed with
  * atomics: a second device run gives the run-to-run floor). Not a test: figures only (exit 1
  * only when a run failed or the predictions differ).
- *   bench_mem [--layers N] [--tokens T] [--reps R] [--csv FILE] [--saved-only] */
+ * --attention own keeps to our attention kernels (default: cuDNN's where it loads).
+ *   bench_mem [--layers N] [--tokens T] [--reps R] [--csv FILE] [--saved-only] [--attention own|auto] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@
 #include <gh200core/mempolicy.h>
 #include <gh200core/model.h>
 #include <gh200core/ops.h>
+
+#include "../kernels/cuda/kernels.h"
 
 static double now(void)
 {
@@ -278,6 +281,8 @@ int main(int argc, char **argv)
             reps = atoi(v), i++;
         else if (!strcmp(argv[i], "--csv"))
             csv = v, i++;
+        else if (!strcmp(argv[i], "--attention"))
+            ghc_k_attention_impl(!strcmp(v, "own") ? GHC_K_ATTN_OWN : GHC_K_ATTN_AUTO), i++;
     }
     if (reps < 1)
         reps = 1;
@@ -291,6 +296,9 @@ int main(int argc, char **argv)
     int64_t T = frames * 30 * 52;
     double pin = pinned_gbs();
     int rc = 0;
+    printf("attention                       %s (cuDNN %d)\n",
+           ghc_k_attention_impl(-1) == GHC_K_ATTN_OWN ? "ours" : "cuDNN's where it takes the problem",
+           ghc_k_cudnn_version());
     printf("pinned H2D copy                 %8.1f GB/s\n", pin);
     fflush(stdout);
     if (!saved_only) {

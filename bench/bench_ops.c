@@ -20,6 +20,7 @@
 #include <gh200core/ops.h>
 
 #include "../kernels/cuda/device.h"
+#include "../kernels/cuda/kernels.h"
 
 static ghc_core_t *core;
 static int iters = 20;
@@ -260,17 +261,20 @@ static int attn_fwd_bwd_call(void *p)
     return rc ? rc : attn_bwd_call(p);
 }
 
-static void bench_attention(int64_t B, int64_t L, int64_t H, int64_t D)
+/* Self-attention (Lk = Lq) or cross-attention (Lk = 512 text rows) at Wan's heads, on our
+ * kernels and on cuDNN's fused attention where libcudnn.so.9 loads; each row names the path
+ * that ran. */
+static void bench_attention(int64_t B, int64_t L, int64_t Lk, int64_t H, int64_t D)
 {
     struct attn_ctx a;
     a.q = GPU(GHC_DTYPE_BF16, B, L, H, D);
-    a.k = GPU(GHC_DTYPE_BF16, B, L, H, D);
-    a.v = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.k = GPU(GHC_DTYPE_BF16, B, Lk, H, D);
+    a.v = GPU(GHC_DTYPE_BF16, B, Lk, H, D);
     a.o = GPU(GHC_DTYPE_BF16, B, L, H, D);
     a.dout = GPU(GHC_DTYPE_BF16, B, L, H, D);
     a.dq = GPU(GHC_DTYPE_BF16, B, L, H, D);
-    a.dk = GPU(GHC_DTYPE_BF16, B, L, H, D);
-    a.dv = GPU(GHC_DTYPE_BF16, B, L, H, D);
+    a.dk = GPU(GHC_DTYPE_BF16, B, Lk, H, D);
+    a.dv = GPU(GHC_DTYPE_BF16, B, Lk, H, D);
     a.lse = GPU(GHC_DTYPE_F32, B, H, L);
     a.scale = 1.0f / sqrtf((float)D);
     randn(a.q, 1.0f);
@@ -278,15 +282,27 @@ static void bench_attention(int64_t B, int64_t L, int64_t H, int64_t D)
     randn(a.v, 1.0f);
     randn(a.dout, 1.0f);
     int n = L > 8192 ? (iters < 5 ? iters : 5) : iters;
-    double fwd_flops = 4.0 * B * H * (double)L * L * D;
-    char shape[64];
-    snprintf(shape, sizeof(shape), "B%lld L%lld H%lld D%lld", (long long)B, (long long)L, (long long)H, (long long)D);
-    double ms = time_ms(attn_fwd_call, &a, 2, n);
-    row("attention fwd", shape, ms, fwd_flops, 0);
-    ms = time_ms(attn_bwd_call, &a, 1, n);
-    row("attention bwd", shape, ms, 2.5 * fwd_flops, 0);
-    ms = time_ms(attn_fwd_bwd_call, &a, 1, n);
-    row("attention fwd+bwd", shape, ms, 3.5 * fwd_flops, 0);
+    double fwd_flops = 4.0 * B * H * (double)L * Lk * D;
+    char shape[80];
+    snprintf(shape, sizeof(shape), "B%lld L%lld Lk%lld H%lld D%lld", (long long)B, (long long)L, (long long)Lk,
+             (long long)H, (long long)D);
+    const int impls[2] = { GHC_K_ATTN_OWN, GHC_K_ATTN_CUDNN };
+    for (int i = 0; i < (ghc_k_cudnn_version() > 0 ? 2 : 1); i++) {
+        ghc_k_attention_impl(impls[i]);
+        char name[64];
+        double ms = time_ms(attn_fwd_call, &a, 2, n);
+        snprintf(name, sizeof(name), "attention fwd [%s]", ghc_k_attention_last());
+        row(name, shape, ms, fwd_flops, 0);
+        ms = time_ms(attn_bwd_call, &a, 1, n);
+        snprintf(name, sizeof(name), "attention bwd [%s]", ghc_k_attention_last());
+        row(name, shape, ms, 2.5 * fwd_flops, 0);
+        ms = time_ms(attn_fwd_bwd_call, &a, 1, n);
+        snprintf(name, sizeof(name), "attention fwd+bwd [%s]", ghc_k_attention_last());
+        row(name, shape, ms, 3.5 * fwd_flops, 0);
+    }
+    ghc_k_attention_impl(GHC_K_ATTN_AUTO);
+    if (*ghc_k_cudnn_why())
+        printf("cuDNN declined: %s\n", ghc_k_cudnn_why());
     ghc_tensor_t *all[] = { a.q, a.k, a.v, a.o, a.dout, a.dq, a.dk, a.dv, a.lse };
     for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
         ghc_tensor_free(all[i]);
@@ -490,9 +506,16 @@ int main(int argc, char **argv)
     if (all || !strcmp(only, "memory"))
         bench_memory();
     if (all || !strcmp(only, "attention")) {
-        bench_attention(1, 4096, 40, 128);
-        if (!quick)
-            bench_attention(1, 32760, 40, 128);
+        if (ghc_k_cudnn_version() > 0)
+            printf("cuDNN %d loaded: attention on both paths\n", ghc_k_cudnn_version());
+        else
+            printf("cuDNN (libcudnn.so.9) not loaded: attention on our kernels only\n");
+        bench_attention(1, 4096, 4096, 40, 128);
+        bench_attention(1, 4096, 512, 40, 128);
+        if (!quick) {
+            bench_attention(1, 32760, 32760, 40, 128);
+            bench_attention(1, 32760, 512, 40, 128);
+        }
     }
     if (csv)
         fclose(csv);

@@ -17,6 +17,14 @@ export GHC_BUILD_PLUGINS="$top/plugins/.libs" GHC_TEST_PLUGINS="$top/tests/plugi
 export GHC_TEST_BADPLUGINS="$top/tests/badplugins/.libs" GHC_TEST_DATA="$top/tests/data"
 export GHC_TOP_SRCDIR="$top" GHC_TOP_BUILDDIR="$top" GHC_CLI="$top/.libs/gh200core" GHC_PLUGIN_PATH=
 export CK_FORK=no
+# cuDNN (the attention's second path, loaded at run time): the library PyTorch ships, where the
+# machine has no system cuDNN; GHC_CUDNN=0 leaves it out (our kernels alone)
+if [ "${GHC_CUDNN:-1}" != 0 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.so.9 '; then
+    for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+        f=$(find "$d/nvidia" -name 'libcudnn.so.9' 2>/dev/null | head -n 1)
+        [ -n "$f" ] && { LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$f")"; echo "cuDNN: $f"; break; }
+    done
+fi
 cli="$top/.libs/gh200core"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 failed=0

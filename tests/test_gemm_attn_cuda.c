@@ -1,5 +1,7 @@
-/* test_gemm_attn_cuda.c: the CUDA GEMM (cuBLASLt) and attention (flash-style kernels) against
- * the CPU reference ops on the same inputs, through the public ops of ops.h.
+/* test_gemm_attn_cuda.c: the CUDA GEMM (cuBLASLt) and attention (flash-style kernels, and
+ * cuDNN's fused attention where libcudnn.so.9 loads) against the CPU reference ops on the same
+ * inputs, through the public ops of ops.h. The attention cases run once on our kernels and once
+ * on cuDNN's path, and check which path ran.
  *
  * Every GPU output is poisoned with NaN before the op, so an element left unwritten fails the
  * comparison. The measure is the relative error norm ||gpu - ref|| / ||ref|| with per-dtype
@@ -19,6 +21,7 @@
 #include <gh200core/ops.h>
 
 #include "../kernels/cuda/device.h"
+#include "../kernels/cuda/kernels.h"
 #include "testutil.h"
 
 #define TOL_F32 1e-5
@@ -425,6 +428,37 @@ static void attn_free(struct attn_set *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* The attention path the GPU cases run on (GHC_K_ATTN_OWN or GHC_K_ATTN_CUDNN), and a check
+ * that the last call took it: cuDNN's wherever it loaded and the problem is bf16 with Dh a
+ * multiple of 8 up to 128; ours otherwise. */
+static int attn_impl = GHC_K_ATTN_OWN;
+
+static void expect_path(enum ghc_dtype dt, int64_t Dh, const char *what)
+{
+    const bool cudnn = attn_impl == GHC_K_ATTN_CUDNN && dt == GHC_DTYPE_BF16 && Dh % 8 == 0 && Dh <= 128;
+    const char *last = ghc_k_attention_last();
+    ck_assert_msg(cudnn == !strcmp(last, "cudnn"), "%s: ran on the %s path, expected %s (%s)", what, last,
+                  cudnn ? "cudnn" : "ours", ghc_k_cudnn_why());
+}
+
+/* Runs fn once on our kernels and, where cuDNN loads, once on its path. */
+static void on_each_path(void (*fn)(void))
+{
+    attn_impl = GHC_K_ATTN_OWN;
+    ghc_k_attention_impl(attn_impl);
+    fn();
+    if (ghc_k_cudnn_version() > 0) {
+        printf("  cuDNN %d: the same cases on its fused attention\n", ghc_k_cudnn_version());
+        attn_impl = GHC_K_ATTN_CUDNN;
+        ghc_k_attention_impl(attn_impl);
+        fn();
+    } else {
+        printf("  cuDNN (libcudnn.so.9) not loaded: its path not tested\n");
+    }
+    attn_impl = GHC_K_ATTN_AUTO;
+    ghc_k_attention_impl(attn_impl);
+}
+
 /* Forward and backward at one shape: CPU and GPU from the same inputs; the backward of both
  * runs from the CPU forward's o and lse, so that both see identical inputs. */
 static void attn_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, float amp,
@@ -452,6 +486,7 @@ static void attn_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int6
     char w[160];
     snprintf(w, sizeof(w), "attn fwd %s B%lld Lq%lld Lk%lld H%lld Dh%lld amp%g: o", ghc_dtype_name(dt), (long long)B,
              (long long)Lq, (long long)Lk, (long long)H, (long long)Dh, (double)amp);
+    expect_path(dt, Dh, w);
     expect_close(g.o, c.o, tol_of(dt), w);
     snprintf(w, sizeof(w), "attn fwd %s B%lld Lq%lld Lk%lld H%lld Dh%lld: lse", ghc_dtype_name(dt), (long long)B,
              (long long)Lq, (long long)Lk, (long long)H, (long long)Dh);
@@ -475,6 +510,7 @@ static void attn_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int6
         poison(g.dv);
         ok(ghc_op_attention_bwd(c.dq, c.dk, c.dv, c.dout, c.q, c.k, c.v, c.o, c.lse, scale, NULL));
         ok(ghc_op_attention_bwd(g.dq, g.dk, g.dv, g.dout, g.q, g.k, g.v, g.o, g.lse, scale, NULL));
+        expect_path(dt, Dh, "attn bwd");
         const char *names[3] = { "dq", "dk", "dv" };
         ghc_tensor_t *gg[3] = { g.dq, g.dk, g.dv }, *cc[3] = { c.dq, c.dk, c.dv };
         for (int i = 0; i < 3; i++) {
@@ -486,13 +522,80 @@ static void attn_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int6
         poison(g.dq);
         ok(ghc_op_attention_bwd(g.dq, NULL, NULL, g.dout, g.q, g.k, g.v, g.o, g.lse, scale, NULL));
         snprintf(w, sizeof(w), "attn bwd %s dq only", ghc_dtype_name(dt));
+        expect_path(dt, Dh, w);
         expect_close(g.dq, c.dq, tol_of(dt), w);
     }
     attn_free(&c);
     attn_free(&g);
 }
 
-START_TEST(attention_small_bf16)
+/* o as a column view [B, Lq, W] (W > H Dh, the heads at column c0), as the model writes the
+ * attention output next to other columns: the forward writes only the view, the backward reads
+ * o through it; against the dense CPU result. */
+static void attn_view_case(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t W, int64_t c0)
+{
+    const enum ghc_dtype dt = GHC_DTYPE_BF16;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    struct attn_set c = { 0 }, g = { 0 };
+    c.q = CPU(dt, B, Lq, H, Dh);
+    c.k = CPU(dt, B, Lk, H, Dh);
+    c.v = CPU(dt, B, Lk, H, Dh);
+    c.o = CPU(dt, B, Lq, H, Dh);
+    c.lse = CPU(GHC_DTYPE_F32, B, H, Lq);
+    c.dout = CPU(dt, B, Lq, H, Dh);
+    c.dq = CPU(dt, B, Lq, H, Dh);
+    c.dk = CPU(dt, B, Lk, H, Dh);
+    c.dv = CPU(dt, B, Lk, H, Dh);
+    fill_rand(c.q, 2.0f);
+    fill_rand(c.k, 1.0f);
+    fill_rand(c.v, 1.0f);
+    fill_rand(c.dout, 1.0f);
+    ok(ghc_op_attention_fwd(c.o, c.lse, c.q, c.k, c.v, scale, NULL));
+    ok(ghc_op_attention_bwd(c.dq, c.dk, c.dv, c.dout, c.q, c.k, c.v, c.o, c.lse, scale, NULL));
+    g.q = up(c.q);
+    g.k = up(c.k);
+    g.v = up(c.v);
+    g.dout = up(c.dout);
+    g.lse = GPU(GHC_DTYPE_F32, B, H, Lq);
+    ghc_tensor_t *wide = GPU(dt, B, Lq, W);
+    poison(wide);
+    ghc_tensor_t *ov = ghc_tensor_view_cols(wide, c0, H * Dh);
+    ok(ghc_op_attention_fwd(ov, g.lse, g.q, g.k, g.v, scale, NULL));
+    expect_path(dt, Dh, "attn fwd into a column view");
+    ghc_tensor_t *hw = down(wide);
+    double num = 0, den = 0;
+    for (int64_t r = 0; r < B * Lq; r++)
+        for (int64_t j = 0; j < W; j++) {
+            const double x = getf(hw, r * W + j);
+            if (j < c0 || j >= c0 + H * Dh) {
+                ck_assert_msg(isnan(x), "attn fwd view: column %lld outside the view written", (long long)j);
+                continue;
+            }
+            const double ref = getf(c.o, r * H * Dh + j - c0);
+            num += (x - ref) * (x - ref);
+            den += ref * ref;
+        }
+    printf("  %-58s rel err %.2e (tol %.0e)\n", "attn fwd into a column view: o", sqrt(num / den), TOL_BF16);
+    ck_assert(sqrt(num / den) <= TOL_BF16);
+    g.dq = GPU(dt, B, Lq, H, Dh);
+    g.dk = GPU(dt, B, Lk, H, Dh);
+    g.dv = GPU(dt, B, Lk, H, Dh);
+    poison(g.dq);
+    poison(g.dk);
+    poison(g.dv);
+    ok(ghc_op_attention_bwd(g.dq, g.dk, g.dv, g.dout, g.q, g.k, g.v, ov, g.lse, scale, NULL));
+    expect_path(dt, Dh, "attn bwd from a column view");
+    expect_close(g.dq, c.dq, TOL_BF16, "attn bwd from a column view o: dq");
+    expect_close(g.dk, c.dk, TOL_BF16, "attn bwd from a column view o: dk");
+    expect_close(g.dv, c.dv, TOL_BF16, "attn bwd from a column view o: dv");
+    ghc_tensor_free(ov);
+    ghc_tensor_free(wide);
+    ghc_tensor_free(hw);
+    attn_free(&c);
+    attn_free(&g);
+}
+
+static void small_bf16_cases(void)
 {
     /* tensor-core path: Dh 16 (forward), 32, 64, 128; tails in both Lq and Lk */
     attn_case(GHC_DTYPE_BF16, 2, 33, 33, 2, 16, 2.0f, true);
@@ -505,6 +608,16 @@ START_TEST(attention_small_bf16)
     attn_case(GHC_DTYPE_BF16, 2, 5, 3, 2, 128, 2.0f, true);       /* tiny */
     /* the simple path for bf16: a head dim the tensor-core kernels do not take */
     attn_case(GHC_DTYPE_BF16, 2, 70, 45, 2, 48, 2.0f, true);
+    /* Dh not a multiple of 8 (ours, also when cuDNN is asked) */
+    attn_case(GHC_DTYPE_BF16, 1, 20, 20, 2, 6, 2.0f, true);
+    /* o as a column view: the model's layout */
+    attn_view_case(2, 77, 64, 2, 64, 2 * 64 + 24, 16);
+    attn_view_case(1, 130, 90, 3, 128, 3 * 128 + 64, 32);
+}
+
+START_TEST(attention_small_bf16)
+{
+    on_each_path(small_bf16_cases);
 }
 END_TEST
 
@@ -542,7 +655,7 @@ static void compare_heads(const ghc_tensor_t *gpu_cpu, const ghc_tensor_t *ref, 
     ghc_tensor_free(s);
 }
 
-START_TEST(attention_wan_shape)
+static void wan_shape_case(void)
 {
     const int64_t B = 1, L = 4096, H = 40, D = 128;
     const float scale = 1.0f / sqrtf(128.0f);
@@ -562,7 +675,9 @@ START_TEST(attention_wan_shape)
     poison(gdk);
     poison(gdv);
     ok(ghc_op_attention_fwd(go, glse, gq, gk, gv, scale, NULL));
+    expect_path(GHC_DTYPE_BF16, D, "attn fwd Wan L4096");
     ok(ghc_op_attention_bwd(gdq, gdk, gdv, gdo, gq, gk, gv, go, glse, scale, NULL));
+    expect_path(GHC_DTYPE_BF16, D, "attn bwd Wan L4096");
     ghc_tensor_t *o = down(go), *lse = down(glse), *dq = down(gdq), *dk = down(gdk), *dv = down(gdv);
 
     /* forward: heads 0 and 39 */
@@ -602,6 +717,11 @@ START_TEST(attention_wan_shape)
                             sq, sk, sv, so, slse, bq, bk, bv, bo, bdo, blse, bdq, bdk, bdv };
     for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++)
         ghc_tensor_free(all[i]);
+}
+
+START_TEST(attention_wan_shape)
+{
+    on_each_path(wan_shape_case);
 }
 END_TEST
 

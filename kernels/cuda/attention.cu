@@ -18,6 +18,10 @@
  *    memory).
  *  - everything else (f32, other head sizes, unaligned data): a simple fp32 path
  *    (attention_generic.cu).
+ * Before all of these, where cuDNN's library loads (libcudnn.so.9, at run time) and takes the
+ * problem (bf16, Dh a multiple of 8 up to 128, aligned): cuDNN's fused flash attention
+ * (attention_cudnn.c), faster than ours on Hopper (bench/README.md);
+ * ghc_k_attention_impl(GHC_K_ATTN_OWN) keeps to ours.
  * Figures against FlashAttention-2 and cuDNN: bench/README.md.
  *
  * Scratch (the fp32 dQ accumulator and D) is kept per (device, stream), allocated at first use
@@ -101,6 +105,11 @@ extern "C" int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc
         return dg.err;
     const bool bf = ghc_tensor_dtype(q) == GHC_DTYPE_BF16;
     const int64_t ldo = attn_ldo(o);
+    int rc = ghc_k_cudnn_attention_fwd(o, lse, q, k, v, ldo, scale, stream);
+    if (rc >= 0) {
+        ghc_k_attention_note("cudnn");
+        return rc;
+    }
     const bool tc = bf && Lk > 0 && scale > 0.0f && (D == 16 || D == 32 || D == 64 || D == 128) && aligned16(ghc_tensor_cdata(q)) &&
                     aligned16(ghc_tensor_cdata(k)) && aligned16(ghc_tensor_cdata(v)) && aligned16(ghc_tensor_data(o)) &&
                     ldo % 8 == 0 && fwd_tc_smem(D) <= smem_optin();
@@ -113,10 +122,14 @@ extern "C" int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc
         p.ldo = ldo;
         p.lse = (float *)ghc_tensor_data(lse);
         set_shape(p, B, H, Lq, Lk, scale);
-        if (D == 128 && is_sm90() && fwd_wg_smem() <= smem_optin())
+        if (D == 128 && is_sm90() && fwd_wg_smem() <= smem_optin()) {
+            ghc_k_attention_note("wgmma");
             return fwd_wg_launch(p, st);
+        }
+        ghc_k_attention_note("mma");
         return fwd_tc_launch(p, D, st);
     }
+    ghc_k_attention_note("generic");
     fwd_generic_launch(o, lse, q, k, v, ldo, scale, st);
     return (int)cudaGetLastError();
 }
@@ -144,6 +157,12 @@ extern "C" int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tenso
             return e;
         return 0;
     }
+    const int64_t ldo = attn_ldo(o);
+    int rc = ghc_k_cudnn_attention_bwd(dq, dk, dv, dout, q, k, v, o, ldo, lse, scale, stream);
+    if (rc >= 0) {
+        ghc_k_attention_note("cudnn");
+        return rc;
+    }
     /* tensor-core path: 4 = wgmma (Hopper, Dh 128); 2 = FA2-style, big block; 1 = the older
      * 16-keys-a-warp kernel (Dh 32, or where the big block does not fit); 3 = FA2-style, small
      * block (sm_121's 99 KB); 0 = the fp32 path */
@@ -169,7 +188,7 @@ extern "C" int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tenso
         return e;
     float *dsum = (float *)scr;
     float *acc = (float *)((char *)scr + dsum_bytes);
-    const int64_t ldo = attn_ldo(o);
+    ghc_k_attention_note(tc == 4 ? "wgmma" : tc ? "mma" : "generic");
     if (tc && aligned16(ghc_tensor_cdata(o)) && ldo % 8 == 0) {
         /* D and the zeroed dQ accumulator in one pass, 16-byte loads */
         bwd_prep_launch((const bf16 *)ghc_tensor_cdata(dout), (const bf16 *)ghc_tensor_cdata(o), ldo, dsum,

@@ -36,6 +36,28 @@ int ghc_k_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *
 int ghc_k_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, const ghc_tensor_t *dout,
                           const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
                           const ghc_tensor_t *o, const ghc_tensor_t *lse, float scale, void *stream);
+/* Which attention runs (tests and benches; the default is GHC_K_ATTN_AUTO: cuDNN's fused
+ * attention where the library loads and takes the problem, our kernels otherwise;
+ * GHC_K_ATTN_CUDNN is AUTO that the caller means to check). Returns the previous setting; -1
+ * only reads it. */
+enum { GHC_K_ATTN_AUTO, GHC_K_ATTN_OWN, GHC_K_ATTN_CUDNN };
+int ghc_k_attention_impl(int impl);
+/* The path the last attention call took: "cudnn", "wgmma", "mma", "generic" (or "none"). */
+const char *ghc_k_attention_last(void);
+void ghc_k_attention_note(const char *path);
+/* kernels/cuda/attention_cudnn.c: cuDNN's version (e.g. 91900) once loaded, 0 when absent; the
+ * paths return 0 done, -1 not taken (the caller runs its own), else a cudaError_t. ldo: o's
+ * token stride in elements (dout like q). */
+int ghc_k_cudnn_version(void);
+/* Why cuDNN declined the last problem it declined ("" when none): the problem, cuDNN's status,
+ * the step and its last error message. */
+const char *ghc_k_cudnn_why(void);
+int ghc_k_cudnn_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
+                              const ghc_tensor_t *v, int64_t ldo, float scale, void *stream);
+int ghc_k_cudnn_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *dv, const ghc_tensor_t *dout,
+                              const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                              const ghc_tensor_t *o, int64_t ldo, const ghc_tensor_t *lse, float scale,
+                              void *stream);
 int ghc_k_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const ghc_tensor_t *x, const ghc_tensor_t *weight,
                           const ghc_tensor_t *bias, const ghc_tensor_t *shift, const ghc_tensor_t *scale, float eps, void *stream);
 int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *stats,
