@@ -45,3 +45,6 @@ bench_bench_mem_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
 bench_bench_mem_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS) -lm
 endif
 EXTRA_DIST += bench/bench_mem.c
+
+# ---- e2e: the whole training step through the CLI beside diffusers + peft (issue 23) ----
+EXTRA_DIST += bench/e2e.sh bench/e2e_torch.py
