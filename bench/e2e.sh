@@ -16,8 +16,9 @@
 # E2E_EXPERTS=1, E2E_TORCH=0, E2E_OURS=0, E2E_DEVICE, E2E_DIMS, E2E_TEXT_DIM, E2E_TIMEOUT.
 # A token count is 4096 (latent 1 x 128 x 128, a 1024x1024 image), 32760 (21 x 60 x 104: 81
 # frames at 480x832), a square N (1 x 2 sqrt(N) x 2 sqrt(N)) or a latent FxHxW. A plan is
-# POLICY:CHECKPOINTING[:SAVED] (policy device, offload, gh200_uvm or host; checkpointing off,
-# block or block_attn; saved host or device, for offload and gh200_uvm). --experts adds, per
+# POLICY:CHECKPOINTING[:SAVED[:RESIDENT]] (policy device, offload, gh200_uvm or host;
+# checkpointing off, block or block_attn; saved host or device, for offload and gh200_uvm;
+# RESIDENT: offload's `resident` blocks kept on the device). --experts adds, per
 # plan, the 2-expert model (random.experts = 2) in train.mode "separate" (switch_every = 1: the
 # experts take turns every step) and "shared". --tiny: 2 blocks of dim 256 (2 heads of 128),
 # ffn 704, text width 64, 64 tokens, on the CPU (--device -1, where `device` and `offload` plans
@@ -226,7 +227,7 @@ table
 # ---- our side: one config per run ----
 ours() {        # lat tok plan experts mode
     lat=$1 tok=$2 plan=$3 nexp=$4 mode=$5
-    IFS=: read -r pol ckpt saved <<EOF
+    IFS=: read -r pol ckpt saved resident <<EOF
 $plan
 EOF
     [ -n "$ckpt" ] || ckpt=block
@@ -235,7 +236,7 @@ EOF
     label="$plan"
     [ "$nexp" = 2 ] && label="$plan, 2 experts $mode"
     case $pol in
-    offload|gh200_uvm) mpol="plugin = \"$pol\"; saved = \"${saved:-host}\";" ;;
+    offload|gh200_uvm) mpol="plugin = \"$pol\"; saved = \"${saved:-host}\";${resident:+ resident = $resident;}" ;;
     *) mpol="plugin = \"$pol\";" ;;
     esac
     if [ "$device" -lt 0 ]; then   # the CPU: the host policy, its ring for saved activations on the host

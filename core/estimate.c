@@ -44,7 +44,7 @@ static int load_named(ghc_core_t *core, ghc_cfg_t *section, const char *kind, co
 struct plan {
     const char *policy;
     bool        saved_device;   /* offload / gh200_uvm: saved = "device" */
-    int64_t     ring, sring;
+    int64_t     ring, sring, resident;   /* offload: resident blocks per expert */
     uint64_t    acts, saved, saved_unit;
 };
 
@@ -82,7 +82,11 @@ static void place(const struct ghc_model_memory *mm, const struct ghc_network_me
         out->where[r] = at;
         out->at[at] += out->role[r];
     }
-    out->ring = offload ? (uint64_t)p->ring * mm->block : 0;   /* the ring of block buffers */
+    /* the ring of block buffers, and offload's resident blocks (each expert's; the model's
+     * blocks counted as its weights over one block's, at most) */
+    uint64_t blocks = mm->block ? mm->weights / mm->block : 0, res = (uint64_t)p->resident;
+    out->ring = offload ? ((uint64_t)p->ring + (res < blocks ? res : blocks) * (uint64_t)(mm->experts > 1 ? mm->experts : 1)) *
+                mm->block : 0;
     out->saved_ring = saved_off ? (uint64_t)p->sring * (p->saved_unit + 256) : 0;   /* the largest unit */
     out->at[AT_DEVICE] += out->ring + out->saved_ring;
     out->device_total = out->at[AT_DEVICE] ? out->at[AT_DEVICE] + (uint64_t)(GHC_ESTIMATE_ALLOWANCE_GIB * GIB +
@@ -177,7 +181,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     if (mem && (rc = ghc_cfg_get_string(mem, "plugin", "host", &policy)) < 0)
         return rc;
     cfg.policy = policy;
-    if (mem && (rc = ghc_cfg_get_int(mem, "ring", 2, 2, 64, &cfg.ring)) < 0)
+    if (mem && ((rc = ghc_cfg_get_int(mem, "ring", 2, 2, 64, &cfg.ring)) < 0 ||
+                (rc = ghc_cfg_get_int(mem, "resident", 0, 0, 100000, &cfg.resident)) < 0))
         return rc;
     const char *saved = "host";
     if (mem && ((rc = ghc_cfg_get_string(mem, "saved", "host", &saved)) < 0 ||
@@ -223,7 +228,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
             fprintf(print, "%-18s %12.3f  %s\n", ghc_mem_role_name((enum ghc_mem_role)r), out->role[r] / GIB,
                     at_names[out->where[r]]);
     if (out->ring)
-        fprintf(print, "%-18s %12.3f  %s\n", "offload ring", out->ring / GIB, at_names[AT_DEVICE]);
+        fprintf(print, "%-18s %12.3f  %s\n", cfg.resident ? "ring + resident" : "offload ring", out->ring / GIB,
+                at_names[AT_DEVICE]);
     if (out->saved_ring)
         fprintf(print, "%-18s %12.3f  %s\n", "saved ring", out->saved_ring / GIB, at_names[AT_DEVICE]);
     fprintf(print, "activations: %.3f GiB with checkpointing per block, %.3f GiB without (plus %.3f GiB backward "

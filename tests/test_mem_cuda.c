@@ -187,7 +187,7 @@ static double max_rel(const float *a, const float *b, int64_t n)
  * 1e-6 of the device policy's with "block". */
 START_TEST(same_losses)
 {
-    enum { RUNS = 7 };
+    enum { RUNS = 8 };
     static const struct { const char *name, *policy, *model; } runs[RUNS] = {
         { "device", "mempolicy = { plugin = \"device\"; };\n", TINY_MODEL },
         { "gh200_uvm", "mempolicy = { plugin = \"gh200_uvm\"; stage1_threshold = 1.0; };\n", TINY_MODEL },
@@ -198,6 +198,7 @@ START_TEST(same_losses)
           TINY_MODEL_CK("block_attn") },
         { "gh200_uvm/block_attn", "mempolicy = { plugin = \"gh200_uvm\"; saved = \"host\"; };\n",
           TINY_MODEL_CK("block_attn") },
+        { "offload/resident=2", "mempolicy = { plugin = \"offload\"; ring = 2; resident = 2; };\n", TINY_MODEL },
     };
     struct mem_step r[RUNS];
     char cfg[2048];
@@ -230,11 +231,16 @@ START_TEST(same_losses)
     uint64_t weights = r[0].stats.bytes_role[GHC_ROLE_WEIGHTS] + r[0].stats.bytes_role[GHC_ROLE_WEIGHTS_INACTIVE];
     ck_assert_msg(r[2].stats.streamed_bytes >= weights / 2, "streamed %llu of %llu weight bytes",
                   (unsigned long long)r[2].stats.streamed_bytes, (unsigned long long)weights);
+    /* resident = 2 of the 4 blocks a expert: those copied once, the others streamed as before;
+     * their buffers on the device */
+    ck_assert_msg(r[7].stats.streamed_bytes < r[2].stats.streamed_bytes, "resident: streamed %llu, all streamed %llu",
+                  (unsigned long long)r[7].stats.streamed_bytes, (unsigned long long)r[2].stats.streamed_bytes);
+    ck_assert_uint_gt(r[7].stats.bytes_device, r[2].stats.bytes_device);
     /* saved activations: in place under device and offload saved=device; else every unit went
      * home in each of the 2 forwards, and some came back (more units than ring buffers) */
     for (int p = 0; p < RUNS; p++) {
         const struct ghc_mem_stats *st = &r[p].stats;
-        bool ring = p == 2 || p == 5 || p == 6 || (p == 1 && st->platform != GHC_PLATFORM_INTEGRATED);   /* auto */
+        bool ring = p == 2 || p == 5 || p == 6 || p == 7 || (p == 1 && st->platform != GHC_PLATFORM_INTEGRATED);   /* auto */
         ck_assert_uint_gt(st->bytes_role[GHC_ROLE_SAVED], 0);
         if (ring) {
             ck_assert_msg(st->saved_out_bytes == 2 * st->bytes_role[GHC_ROLE_SAVED], "%s: %llu bytes home", runs[p].name,

@@ -6,9 +6,12 @@
  * weights once (group(), id expert x blocks + block) and asks map() for the device address of
  * a weight between BLOCK_BEGIN and BLOCK_END; any other weight is read in place from pinned
  * memory (zero-copy), so results never depend on the streaming. mode "direct" reads every
- * weight in place (GH200: over NVLink-C2C). Saved activations (GHC_ROLE_SAVED) live in pinned
- * host memory too (saved = "host"), moved through a ring of device buffers on a copy stream of
- * their own (saved.h): copied home as each block's forward ends, back ahead of its backward. */
+ * weight in place (GH200: over NVLink-C2C). `resident` keeps N blocks of each expert on the
+ * device (copied once, never streamed), spread evenly over the blocks so that the copy of the
+ * next streamed block overlaps the compute of the resident ones before it. Saved activations
+ * (GHC_ROLE_SAVED) live in pinned host memory too (saved = "host"), moved through a ring of
+ * device buffers on a copy stream of their own (saved.h): copied home as each block's forward
+ * ends, back ahead of its backward. */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,6 +44,7 @@ struct off_group {                 /* one block's weights: where they live and t
     int     n;
     size_t  total;
     int     slot;                  /* ring slot holding a copy, or -1 */
+    bool    resident;              /* its slot is its own, past the ring, never evicted */
 };
 
 struct off_slot {
@@ -53,7 +57,7 @@ struct off_slot {
 
 struct off {
     ghc_core_t       *core;
-    int               device, ring;
+    int               device, ring, resident, n_slots;   /* n_slots: the ring's + the resident groups' */
     bool              direct;
     struct devpool    pools;
     pthread_mutex_t   lock;
@@ -78,6 +82,7 @@ struct off {
 static const struct ghc_cfg_key off_keys[] = {
     { "device", GHC_CFG_INT, "0", "0 to 63", NULL },
     { "ring", GHC_CFG_INT, "2", "2 to 64", NULL },                /* device buffers in the ring */
+    { "resident", GHC_CFG_INT, "0", "0 to 100000", NULL },        /* blocks per expert kept on the device */
     { "mode", GHC_CFG_STRING, "copy", "copy, direct", NULL },
     { "saved", GHC_CFG_STRING, "host", "host, device", NULL },    /* where saved activations live */
     { "saved_ring", GHC_CFG_INT, "3", "2 to 64", NULL },          /* their device buffers */
@@ -106,11 +111,12 @@ static void off_buf_free(void *ctx, void *buf)
 
 static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
-    int64_t device, ring, sring, sahead;
+    int64_t device, ring, sring, sahead, resident;
     const char *mode, *saved;
     int rc, n = 0;
     if ((rc = ghc_cfg_get_int(cfg, "device", 0, 0, DEVPOOL_MAX - 1, &device)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "ring", 2, 2, 64, &ring)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "resident", 0, 0, 100000, &resident)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "mode", "copy", &mode)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "saved", "host", &saved)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "saved_ring", 3, 2, 64, &sring)) < 0 ||
@@ -136,8 +142,9 @@ static int off_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     struct off *o = calloc(1, sizeof(*o));
     if (!o)
         return ghc_error_set(core, GHC_ENOMEM, "offload: out of memory");
-    *o = (struct off){ .core = core, .device = (int)device, .ring = (int)ring, .direct = strcmp(mode, "direct") == 0,
-                       .cur = -1, .dir = 1, .saved_host = strcmp(saved, "host") == 0 };
+    *o = (struct off){ .core = core, .device = (int)device, .ring = (int)ring, .resident = (int)resident,
+                       .direct = strcmp(mode, "direct") == 0, .cur = -1, .dir = 1,
+                       .saved_host = strcmp(saved, "host") == 0 };
     pthread_mutex_init(&o->lock, NULL);
     struct saved_io io = { 0 };
     if ((e = cudaSetDevice(o->device)) != cudaSuccess ||
@@ -308,29 +315,52 @@ static int off_group(void *self, int64_t group, void *const *ptrs, const size_t 
     return 0;
 }
 
-/* The ring: `ring` device buffers of the largest group, made when streaming begins. */
+/* Block b of n kept on the device by `resident = r`: r of the n, spread evenly. */
+static bool off_resident_block(int64_t b, int64_t n, int64_t r)
+{
+    return r >= n || (n > 0 && (b * r) / n != ((b + 1) * r) / n);
+}
+
+/* A slot's buffer and events. */
+static int off_slot_make(struct off *o, struct off_slot *sl, size_t bytes)
+{
+    cudaError_t e;
+    sl->group = -1;
+    if ((e = devpool_alloc(&o->pools, o->device, bytes, &sl->buf)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&sl->ready, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming)) != cudaSuccess) {
+        cudaGetLastError();
+        return ghc_error_set(o->core, GHC_ENOMEM, "offload: cannot make a device buffer of %.1f MiB on cuda:%d: %s "
+                             "(fewer buffers: ring, resident)", bytes / 1048576.0, o->device, cudaGetErrorString(e));
+    }
+    o->live_dev += bytes;   /* in bytes_device, not in the per-role counts of allocations */
+    return 0;
+}
+
+static void off_copy_in(struct off *o, struct off_slot *sl, int64_t g);
+
+/* The ring: `ring` device buffers of the largest group, made when streaming begins (the model
+ * has declared its groups and said its blocks per expert); then a buffer of its own for each
+ * resident group, filled once on the copy stream. */
 static int off_ring_make(struct off *o)
 {
     size_t most = 0;
-    for (int64_t i = 0; i < o->n_groups; i++)
+    int n_res = 0;
+    for (int64_t i = 0; i < o->n_groups; i++) {
         if (o->groups[i].total > most)
             most = o->groups[i].total;
+        o->groups[i].resident = o->groups[i].n && o->resident > 0 && o->n_blocks > 0 &&
+                                off_resident_block(i % o->n_blocks, o->n_blocks, o->resident);
+        n_res += o->groups[i].resident;
+    }
     if (!most)
         return 0;
-    if (!(o->slots = calloc((size_t)o->ring, sizeof(*o->slots))))
+    if (!(o->slots = calloc((size_t)(o->ring + n_res), sizeof(*o->slots))))
         return ghc_error_set(o->core, GHC_ENOMEM, "offload: out of memory");
-    for (int s = 0; s < o->ring; s++) {
-        cudaError_t e;
-        o->slots[s].group = -1;
-        if ((e = devpool_alloc(&o->pools, o->device, most, &o->slots[s].buf)) != cudaSuccess ||
-            (e = cudaEventCreateWithFlags(&o->slots[s].ready, cudaEventDisableTiming)) != cudaSuccess ||
-            (e = cudaEventCreateWithFlags(&o->slots[s].done, cudaEventDisableTiming)) != cudaSuccess) {
-            cudaGetLastError();
-            return ghc_error_set(o->core, GHC_ENOMEM, "offload: cannot make ring buffer %d of %.1f MiB on cuda:%d: %s",
-                                 s, most / 1048576.0, o->device, cudaGetErrorString(e));
-        }
-        o->live_dev += most;   /* in bytes_device, not in the per-role counts of allocations */
-    }
+    int rc;
+    for (int s = 0; s < o->ring; s++, o->n_slots++)
+        if ((rc = off_slot_make(o, &o->slots[s], most)) < 0)
+            return rc;
     for (int i = 0; i < OFF_TIMED; i++) {
         cudaError_t e;
         if ((e = cudaEventCreate(&o->t_begin[i])) != cudaSuccess || (e = cudaEventCreate(&o->t_end[i])) != cudaSuccess) {
@@ -340,8 +370,20 @@ static int off_ring_make(struct off *o)
         }
     }
     o->slot_bytes = most;
-    ghc_log(o->core, GHC_LOG_DEBUG, "offload: ring of %d x %.1f MiB for %lld groups", o->ring, most / 1048576.0,
-            (long long)o->n_groups);
+    size_t res_bytes = 0;
+    for (int64_t g = 0; g < o->n_groups; g++) {
+        if (!o->groups[g].resident)
+            continue;
+        struct off_slot *sl = &o->slots[o->n_slots];
+        if ((rc = off_slot_make(o, sl, o->groups[g].total)) < 0)
+            return rc;
+        o->n_slots++;
+        off_copy_in(o, sl, g);
+        o->groups[g].slot = (int)(sl - o->slots);
+        res_bytes += o->groups[g].total;
+    }
+    ghc_log(o->core, GHC_LOG_DEBUG, "offload: ring of %d x %.1f MiB for %lld groups; %d resident (%.1f MiB)", o->ring,
+            most / 1048576.0, (long long)o->n_groups, n_res, res_bytes / 1048576.0);
     return 0;
 }
 
@@ -382,6 +424,14 @@ static void off_fetch(struct off *o, int64_t g)
     struct off_slot *sl = &o->slots[pick];
     if (sl->group >= 0)
         o->groups[sl->group].slot = -1;
+    off_copy_in(o, sl, g);
+    o->groups[g].slot = pick;
+}
+
+/* Copy group g's weights into slot sl on the copy stream, after the compute that last read the
+ * slot, timed; sl->ready when done. */
+static void off_copy_in(struct off *o, struct off_slot *sl, int64_t g)
+{
     cudaStreamWaitEvent(o->copy, sl->done, 0);   /* never recorded: no wait */
     off_timed_read(o, true);
     int t = (o->t_head + o->t_count) % OFF_TIMED;
@@ -394,8 +444,16 @@ static void off_fetch(struct off *o, int64_t g)
     cudaEventRecord(sl->ready, o->copy);
     sl->group = g;
     sl->used = ++o->clock;
-    gr->slot = pick;
     o->streamed += gr->total;
+}
+
+/* The first block from b on, in direction dir, that is streamed (not resident); -1: none. */
+static int64_t off_next_streamed(const struct off *o, int64_t b, int dir)
+{
+    for (; b >= 0 && b < o->n_blocks; b += dir)
+        if (o->base + b >= o->n_groups || !o->groups[o->base + b].resident)
+            return b;
+    return -1;
 }
 
 static int off_phase(void *self, enum ghc_mem_phase phase, int64_t index)
@@ -413,7 +471,9 @@ static int off_phase(void *self, enum ghc_mem_phase phase, int64_t index)
         o->dir = phase == GHC_PHASE_FORWARD_BEGIN ? 1 : -1;
         if (!o->slots && (rc = off_ring_make(o)) < 0)
             break;
-        off_fetch(o, o->base + (o->dir > 0 ? 0 : index - 1));
+        int64_t first = off_next_streamed(o, o->dir > 0 ? 0 : index - 1, o->dir);
+        if (first >= 0)
+            off_fetch(o, o->base + first);
         break;
     case GHC_PHASE_EXPERT_SWITCH:
         o->expert = index;
@@ -427,9 +487,9 @@ static int off_phase(void *self, enum ghc_mem_phase phase, int64_t index)
         cudaStreamWaitEvent(NULL, sl->ready, 0);   /* the compute waits for its weights only */
         sl->used = ++o->clock;
         o->cur = g;
-        int64_t next = index + o->dir;
-        if (next >= 0 && next < o->n_blocks)
-            off_fetch(o, o->base + next);   /* overlaps this block's compute */
+        int64_t next = off_next_streamed(o, index + o->dir, o->dir);
+        if (next >= 0)
+            off_fetch(o, o->base + next);   /* overlaps this block's compute (and the resident ones') */
         break;
     }
     case GHC_PHASE_BLOCK_END:
@@ -526,7 +586,7 @@ static void off_free(void *self)
     cudaDeviceSynchronize();
     saved_ring_free(&o->saved);
     saved_cuda_io_free(&o->saved.io);
-    for (int s = 0; o->slots && s < o->ring; s++) {
+    for (int s = 0; o->slots && s < o->n_slots; s++) {
         if (o->slots[s].buf)
             devpool_release(o->slots[s].buf);
         if (o->slots[s].ready)
