@@ -23,17 +23,42 @@
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
-/* Whether `name` is "checkpoint-N" (N digits only): *step gets N. */
-static bool checkpoint_step(const char *name, int64_t *step)
+bool ghc_checkpoint_name(const char *name, const char *suffix, int64_t *step)
 {
     char *end;
-    if (strncmp(name, "checkpoint-", 11) != 0)
+    if (strncmp(name, "checkpoint-", 11) != 0 || !(name[11] >= '0' && name[11] <= '9'))
         return false;
+    errno = 0;
     long long s = strtoll(name + 11, &end, 10);
-    if (*end != '\0' || end == name + 11)
+    if (errno || strcmp(end, suffix) != 0)
         return false;
     *step = s;
     return true;
+}
+
+static bool checkpoint_step(const char *name, int64_t *step)
+{
+    return ghc_checkpoint_name(name, "", step);
+}
+
+bool ghc_checkpoint_ours(const char *dir, char *run, size_t len)
+{
+    char p[8400];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/trainer.json", dir);
+    if (run)
+        run[0] = '\0';
+    /* a regular file only: json_load_file on a FIFO would wait forever */
+    if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
+        return false;
+    json_t *j = json_load_file(p, 0, NULL);
+    const char *format = json_string_value(json_object_get(j, "format"));
+    const char *id = json_string_value(json_object_get(j, "run"));
+    bool ours = format && !strcmp(format, "gh200core-trainer-state");
+    if (ours && run && id)
+        snprintf(run, len, "%s", id);
+    json_decref(j);
+    return ours;
 }
 
 void ghc_checkpoint_newest(const char *dir, int64_t *step)
@@ -93,6 +118,7 @@ static int write_state(struct ghc_trainer *tr, const char *path)
         json_array_append_new(as, json_integer(tr->adapter_steps[a]));
     json_object_set_new(j, "format", json_string("gh200core-trainer-state"));
     json_object_set_new(j, "version", json_integer(1));
+    json_object_set_new(j, "run", json_string(tr->run_id));
     json_object_set_new(j, "step", json_integer(tr->step));
     json_object_set_new(j, "mode", json_string(ghc_train_mode_names[tr->c.mode]));
     json_object_set_new(j, "adapters", json_integer(tr->n_adapters));
@@ -159,6 +185,9 @@ static int read_state(struct ghc_trainer *tr, const char *path)
     tr->bad_in_row = json_integer_value(json_object_get(j, "bad_in_row"));
     tr->samples_seen = json_integer_value(json_object_get(j, "samples_seen"));
     tr->loss_ema = json_real_value(json_object_get(j, "loss_ema"));
+    /* the run it continues (checkpoints written before run ids have none: a new id is drawn) */
+    const char *run = json_string_value(json_object_get(j, "run"));
+    snprintf(tr->run_id, sizeof(tr->run_id), "%s", run && strlen(run) < sizeof(tr->run_id) ? run : "");
     /* the dataset seeks there once it is open (the demo's only after it is generated) */
     tr->resumed = true;
     tr->resume_epoch = json_integer_value(json_object_get(j, "data_epoch"));
@@ -243,33 +272,65 @@ static int mkdir_one(ghc_core_t *core, const char *path)
     return 0;
 }
 
-/* Removes all but the newest keep_last checkpoint-N folders. */
-static int prune_checkpoints(struct ghc_trainer *tr)
+void ghc_checkpoint_trash(struct ghc_trainer *tr, const char *dir, const char *why)
+{
+    ghc_core_t *core = tr->core;
+    char trash[8400], msg[GHC_ERROR_MAX];
+    snprintf(trash, sizeof(trash), "%s.trash", dir);
+    /* renamed first: a run killed while removing leaves checkpoint-N.trash, never a
+     * half-removed checkpoint-N that looks whole; the next run cleans it */
+    int rc = ghc_outdir_remove(core, trash);
+    if (rc == 0 && rename(dir, trash) != 0)
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot rename to %s: %s", dir, trash, strerror(errno));
+    if (rc == 0)
+        rc = ghc_outdir_remove(core, trash);
+    if (rc == 0) {
+        ghc_log(core, GHC_LOG_INFO, "train: removed %s%s", dir, why);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+    ghc_error_clear(core);
+    ghc_log(core, GHC_LOG_WARN, "train: %s: not removed (%s); the run goes on", dir, msg);
+}
+
+/* Moves aside all but the newest keep_last of this run's own checkpoints (trainer.json with
+ * its id); another run's, and folders this tool did not write, are neither counted nor
+ * touched. */
+static void prune_checkpoints(struct ghc_trainer *tr)
 {
     if (!tr->c.keep_last)
-        return 0;
+        return;
     DIR *d = opendir(tr->out);
     if (!d)
-        return 0;
-    int64_t steps[4096];
-    int n = 0;
+        return;
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 4096)
-        if (checkpoint_step(e->d_name, &steps[n]))
-            n++;
+    char p[8400], run[40];
+    while ((e = readdir(d))) {
+        int64_t s;
+        snprintf(p, sizeof(p), "%s/%s", tr->out, e->d_name);
+        if (!checkpoint_step(e->d_name, &s) || !ghc_checkpoint_ours(p, run, sizeof(run)) || strcmp(run, tr->run_id))
+            continue;
+        if (n == cap) {
+            int64_t *ns = realloc(steps, (cap = cap ? 2 * cap : 64) * sizeof(*ns));
+            if (!ns)
+                break;
+            steps = ns;
+        }
+        steps[n++] = s;
+    }
     closedir(d);
-    int rc = 0;
-    while (n > tr->c.keep_last && rc == 0) {
-        int lo = 0;
-        for (int i = 1; i < n; i++)
+    while (n > (size_t)tr->c.keep_last) {
+        size_t lo = 0;
+        for (size_t i = 1; i < n; i++)
             if (steps[i] < steps[lo])
                 lo = i;
-        char p[8192];
         snprintf(p, sizeof(p), "%s/checkpoint-%lld", tr->out, (long long)steps[lo]);
-        rc = ghc_outdir_remove(tr->core, p);
+        ghc_checkpoint_trash(tr, p, " (keep_last)");
         steps[lo] = steps[--n];
     }
-    return rc;
+    free(steps);
 }
 
 /* output_dir/checkpoint-<step>/: adapters, optimizer state, trainer state, the resolved config;
@@ -296,13 +357,31 @@ int ghc_checkpoint_write(struct ghc_trainer *tr)
     snprintf(p, sizeof(p), "%s/resolved.cfg", tmp);
     if ((rc = ghc_config_write(core, p)) < 0)
         return rc;
-    if ((rc = ghc_outdir_remove(core, dir)) < 0)
-        return rc;
+    /* a checkpoint of the same step (this tool's) is replaced; a folder of that name this
+     * tool did not write stays, and so does the new checkpoint, under its .tmp name */
+    struct stat st;
+    char old[8400] = "";
+    if (lstat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode) || !ghc_checkpoint_ours(dir, NULL, 0))
+            return ghc_error_set(core, GHC_EEXIST, "%s exists and is not a gh200core checkpoint (no trainer.json): "
+                                 "not replaced; this step's checkpoint is in %s", dir, tmp);
+        snprintf(old, sizeof(old), "%s.trash", dir);
+        if ((rc = ghc_outdir_remove(core, old)) < 0)
+            return rc;
+        if (rename(dir, old) != 0)
+            return ghc_error_set(core, GHC_EIO, "%s: cannot rename to %s: %s", dir, old, strerror(errno));
+    }
     if (rename(tmp, dir) != 0)
         return ghc_error_set(core, GHC_EIO, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
     tr->wrote_checkpoint = true;
     ghc_log(core, GHC_LOG_INFO, "train: step %lld: checkpoint %s", (long long)tr->step, dir);
-    return prune_checkpoints(tr);
+    if (*old && ghc_outdir_remove(core, old) < 0) {
+        ghc_log(core, GHC_LOG_WARN, "train: %s: the replaced checkpoint is not removed (%s); the run goes on", old,
+                ghc_error_message(core));
+        ghc_error_clear(core);
+    }
+    prune_checkpoints(tr);
+    return 0;
 }
 
 int ghc_checkpoint_read(struct ghc_trainer *tr, const char *dir)

@@ -79,6 +79,9 @@ static const char usage_text[] =
     "  -n, --dry-run           check the configuration and load its plugins, train nothing,\n"
     "                          write nothing\n"
     "  -r, --resume DIR        continue a run from its checkpoint folder (output_dir/checkpoint-N)\n"
+    "      --overwrite         write into an output_dir that holds files (not the --resume\n"
+    "                          checkpoint's own folder): the run's files of the same names are\n"
+    "                          replaced, nothing else is removed\n"
     "  -v, --verbose           debug messages (and plugin descriptions in `plugins`)\n"
     "  -q, --quiet             errors only\n"
     "  -h, --help              this text\n"
@@ -103,6 +106,7 @@ struct cli {
     int          n_sets;
     const char  *resume;
     bool         dry_run;
+    bool         overwrite;
     bool         keys;
     int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
     struct ghc_merge_opts merge;
@@ -352,7 +356,8 @@ static void resume_command(const struct cli *cli, const char *checkpoint, char *
 static int cmd_train(ghc_core_t *core, const struct cli *cli)
 {
     int rc;
-    struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0 };
+    struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0,
+                                   .overwrite = cli->overwrite };
     /* a folder that holds a run is refused before the plugins load (a model may take minutes) */
     if ((rc = ghc_train_check_output(core, &opts)) < 0 || (rc = ghc_run_init(core)) < 0)
         return fail(core, rc);
@@ -417,6 +422,7 @@ int main(int argc, char **argv)
         { "network", required_argument, NULL, 1011 },
         { "model", required_argument, NULL, 1012 },
         { "device-memory", required_argument, NULL, 1013 },
+        { "overwrite", no_argument, NULL, 1014 },
         { NULL, 0, NULL, 0 },
     };
     struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
@@ -474,6 +480,7 @@ int main(int argc, char **argv)
             break;
         }
         case 1003: cli.probe.skip_allocation = true; break;
+        case 1014: cli.overwrite = true; break;
         case 1006: cli.merge.base = optarg; break;      /* merge */
         case 1007: cli.merge.adapter = optarg; break;
         case 1008: cli.merge.out = optarg; break;

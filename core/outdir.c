@@ -5,12 +5,15 @@
  * event file; a run resumed at step N into a folder that logged beyond N keeps each step once. */
 #include <config.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gh200core/gh200core.h>
@@ -93,6 +96,68 @@ static int read_all(ghc_core_t *core, const char *path, uint8_t **buf, size_t *s
 
 /* ---- whose the folder is -------------------------------------------------------------------- */
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* What dir holds, for a message: "a, b/, c and 3 more" (sorted; folders end in '/').
+ * Returns the number of entries, 0 for an empty or absent folder. */
+static int folder_holds(const char *dir, char *buf, size_t len)
+{
+    DIR *d = opendir(dir);
+    buf[0] = '\0';
+    if (!d)
+        return 0;
+    char **names = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (n == cap) {
+            char **nn = realloc(names, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*nn));
+            if (!nn)
+                break;
+            names = nn;
+        }
+        if (!(names[n] = strdup(e->d_name)))
+            break;
+        n++;
+    }
+    closedir(d);
+    if (n)
+        qsort(names, (size_t)n, sizeof(*names), name_cmp);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        char p[8400];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+        bool folder = lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        if (i < 4 && at < len)
+            at += (size_t)snprintf(buf + at, len - at, "%s%s%s", i ? (i == n - 1 ? " and " : ", ") : "", names[i],
+                                   folder ? "/" : "");
+        free(names[i]);
+    }
+    if (n > 4 && at < len)
+        snprintf(buf + at, len - at, " and %d more", n - 4);
+    free(names);
+    return n;
+}
+
+/* Whether the checkpoint folder `resume` lies directly in output_dir `out` (both existing). */
+static bool resume_inside(const char *resume, const char *out)
+{
+    char r[PATH_MAX], o[PATH_MAX];
+    if (!resume || !realpath(resume, r) || !realpath(out, o))
+        return false;
+    char *slash = strrchr(r, '/');
+    if (!slash)
+        return false;
+    *slash = '\0';
+    return !strcmp(*r ? r : "/", o);
+}
+
 int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts)
 {
     int rc;
@@ -103,10 +168,21 @@ int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts)
     if (resume && stat(resume, &st) != 0)
         return ghc_error_set(core, GHC_ENOTFOUND, "%s: no such checkpoint folder (--resume)", resume);
     const char *out = ghc_config_output_dir(core);
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/resolved.cfg", out);
-    if (resume || stat(path, &st) != 0)
+    char path[4200], held[1024];
+    /* one run owns its folder: an empty or new one, the folder of the checkpoint it resumes
+     * from, or (--overwrite) any */
+    if (folder_holds(out, held, sizeof(held)) == 0 || resume_inside(resume, out) || (opts && opts->overwrite))
         return 0;
+    snprintf(path, sizeof(path), "%s/resolved.cfg", out);
+    bool run = stat(path, &st) == 0;
+    if (resume)
+        return ghc_error_set(core, GHC_EEXIST, "output_dir '%s' holds %s (%s): --resume %s would write over it; "
+                             "continue into the checkpoint's own folder or a new one (--set output_dir=DIR), or "
+                             "give --overwrite", out, run ? "another run" : "files", held, resume);
+    if (!run)
+        return ghc_error_set(core, GHC_EEXIST, "output_dir '%s' is not empty: it holds %s; choose another folder "
+                             "(--set output_dir=DIR), or give --overwrite to write into it (the run's files of the "
+                             "same names are replaced, nothing else is removed)", out, held);
     int64_t n;
     ghc_checkpoint_newest(out, &n);
     if (n >= 0)
@@ -116,6 +192,86 @@ int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts)
     return ghc_error_set(core, GHC_EEXIST, "%s exists: output_dir '%s' holds an earlier run that left no checkpoint "
                          "(one still going, or one that was killed before its first): nothing to resume; to start "
                          "over remove the folder (rm -r '%s') or choose another (--set output_dir=DIR)", path, out, out);
+}
+
+/* Whether name is a temporary file this tool writes in output_dir: <file>.tmp.XXXXXX of
+ * mkstemp (the adapters, resolved.cfg, run.json) or <log>.tmp of a log's rewrite. */
+static bool our_temporary(const char *name)
+{
+    size_t n = strlen(name);
+    if (n > 11 && !strcmp(name + n - 4, ".tmp"))
+        return !strcmp(name, "metrics.jsonl.tmp") || !strncmp(name, "events.out.tfevents.", 20);
+    if (n < 12 || strncmp(name + n - 11, ".tmp.", 5) != 0)
+        return false;
+    for (size_t i = n - 6; i < n; i++)
+        if (!isalnum((unsigned char)name[i]))
+            return false;
+    size_t base = n - 11;
+    return (base > 12 && !strncmp(name + base - 12, ".safetensors", 12)) ||
+           (base == 12 && !strncmp(name, "resolved.cfg", 12)) || (base == 8 && !strncmp(name, "run.json", 8));
+}
+
+/* What a stopped run of this folder left (only this tool's names), and with a run resumed
+ * from its own folder the checkpoints of its id past its step: what the continuation it
+ * abandons wrote, so that the newest checkpoint is this run's. */
+static void clean_folder(struct ghc_trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    bool inside = tr->resumed && resume_inside(tr->resume, tr->out);
+    DIR *d = opendir(tr->out);
+    struct dirent *e;
+    char p[8400], run[40], why[256];
+    while (d && (e = readdir(d))) {
+        int64_t s;
+        snprintf(p, sizeof(p), "%s/%s", tr->out, e->d_name);
+        if (ghc_checkpoint_name(e->d_name, ".tmp", &s) || ghc_checkpoint_name(e->d_name, ".trash", &s) ||
+            our_temporary(e->d_name)) {
+            if (ghc_outdir_remove(core, p) == 0 || (unlink(p) == 0))
+                ghc_log(core, GHC_LOG_INFO, "train: removed %s (left by a run that was stopped)", p);
+            else
+                ghc_log(core, GHC_LOG_WARN, "train: %s: not removed (%s)", p, ghc_error_message(core));
+            ghc_error_clear(core);
+        } else if (inside && ghc_checkpoint_name(e->d_name, "", &s) && s > tr->step &&
+                   ghc_checkpoint_ours(p, run, sizeof(run)) && !strcmp(run, tr->run_id)) {
+            snprintf(why, sizeof(why), ": newer than checkpoint-%lld, which this run continues from (the abandoned "
+                     "continuation's checkpoint)", (long long)tr->step);
+            ghc_checkpoint_trash(tr, p, why);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* output_dir/run.json: the folder's run (its id, also in each checkpoint's trainer.json). */
+static int write_marker(struct ghc_trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    char p[8400], tmp[8500];
+    struct stat st;
+    if (!*tr->run_id) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(tr->run_id, sizeof(tr->run_id), "%08llx%08lx%06x", (unsigned long long)ts.tv_sec & 0xffffffffull,
+                 (unsigned long)ts.tv_nsec, (unsigned)getpid() & 0xffffffu);
+    }
+    snprintf(p, sizeof(p), "%s/run.json", tr->out);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", p);
+    tr->made_marker = stat(p, &st) != 0;
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", p, strerror(errno));
+    }
+    bool ok = fprintf(f, "{\n  \"format\": \"gh200core-run\",\n  \"run\": \"%s\"\n}\n", tr->run_id) > 0 &&
+              fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, p) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return ghc_error_set(core, GHC_EIO, "%s: cannot write: %s", p, strerror(err));
+    }
+    return 0;
 }
 
 /* Creates `path` with its parents; `made` gets the shallowest folder created ("" when none). */
@@ -156,6 +312,16 @@ int ghc_outdir_create(struct ghc_trainer *tr)
     if ((rc = mkdir_p(core, tr->out, tr->made_out, sizeof(tr->made_out))) < 0)
         return rc;
     tr->made_resolved = stat(p, &st) != 0;
+    if (tr->overwrite && !resume_inside(tr->resume, tr->out)) {
+        char held[1024];
+        if (folder_holds(tr->out, held, sizeof(held)))
+            ghc_log(core, GHC_LOG_INFO, "train: --overwrite: output_dir '%s' holds %s: this run replaces its own files "
+                    "of the same names (resolved.cfg, run.json, metrics.jsonl, %s*.safetensors, the checkpoint-N it "
+                    "saves); nothing else is removed", tr->out, held, tr->c.name);
+    }
+    clean_folder(tr);
+    if ((rc = write_marker(tr)) < 0)
+        return rc;
     if ((rc = ghc_config_write(core, p)) < 0)
         return rc;
     ghc_log(core, GHC_LOG_INFO, "wrote %s", p);
@@ -174,7 +340,8 @@ void ghc_outdir_undo(struct ghc_trainer *tr)
     ghc_core_t *core = tr->core;
     char msg[GHC_ERROR_MAX], p[8400];
     int code = ghc_error_code(core);
-    bool any = tr->made_metrics || *tr->tb_path || tr->made_demo || tr->made_resolved || *tr->made_out;
+    bool any = tr->made_metrics || *tr->tb_path || tr->made_demo || tr->made_resolved || tr->made_marker ||
+               *tr->made_out;
     if (!any)
         return;
     snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
@@ -190,6 +357,9 @@ void ghc_outdir_undo(struct ghc_trainer *tr)
     ghc_outdir_remove(core, p);
     snprintf(p, sizeof(p), "%s/resolved.cfg", tr->out);
     if (tr->made_resolved)
+        unlink(p);
+    snprintf(p, sizeof(p), "%s/run.json", tr->out);
+    if (tr->made_marker)
         unlink(p);
     if (*tr->made_out) {
         /* the folders mkdir made, deepest first, while empty */
@@ -329,7 +499,7 @@ int ghc_outdir_open_logs(struct ghc_trainer *tr)
     if (tr->resumed && (rc = drop_after(tr, tr->step)) < 0)
         return rc;
     snprintf(p, sizeof(p), "%s/metrics.jsonl", tr->out);
-    tr->made_metrics = !tr->resumed || stat(p, &st) != 0;
+    tr->made_metrics = stat(p, &st) != 0;
     if (!(tr->metrics = fopen(p, tr->resumed ? "a" : "w")))
         return ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", p, strerror(errno));
     if (tr->c.tensorboard) {
@@ -349,37 +519,67 @@ void ghc_outdir_close_logs(struct ghc_trainer *tr)
     tr->metrics = NULL;
 }
 
-void ghc_outdir_record_step(struct ghc_trainer *tr, const struct ghc_step_report *r)
+/* After a failed write to a log: the message, and the run stops (train.c). */
+static int log_failed(struct ghc_trainer *tr, const char *path)
+{
+    tr->log_failed = true;
+    return ghc_error_set(tr->core, GHC_EIO, "%s: cannot write: %s", path, strerror(errno ? errno : EIO));
+}
+
+static int tb_scalars(struct ghc_trainer *tr, const char *const *tags, const double *v, int n)
+{
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = ghc_tboard_scalar(tr->tb, tags[i], tr->step, (float)v[i]);
+    if (rc == 0)
+        rc = ghc_tboard_flush(tr->tb);
+    if (rc < 0)
+        tr->log_failed = true;
+    return rc;
+}
+
+int ghc_outdir_record_step(struct ghc_trainer *tr, const struct ghc_step_report *r)
 {
     const struct ghc_mem_stats *ms = &r->mem;
     if (tr->metrics) {
-        fprintf(tr->metrics, "{\"step\":%lld,\"loss\":%.9g,\"loss_avg\":%.9g,\"lr\":%.9g,\"lr_factor\":%.9g,"
-                "\"grad_norm\":%.9g,\"micro_batches\":%d,\"samples\":%d,\"expert\":%d,\"skipped\":%s,"
-                "\"time_step\":%.6f,\"time_data\":%.6f,\"time_fwd_bwd\":%.6f,\"time_optimizer\":%.6f,"
-                "\"mem_host\":%llu,\"mem_device\":%llu,\"mem_managed\":%llu,\"mem_peak\":%llu,\"uvm_stage\":%d}\n",
-                (long long)tr->step, r->loss, tr->loss_ema, r->lr, r->lr_factor, r->grad_norm, r->micro_batches,
-                r->samples, r->expert, r->skipped ? "true" : "false", r->t_step, r->t_data, r->t_fwd_bwd, r->t_opt,
-                (unsigned long long)ms->bytes_host, (unsigned long long)ms->bytes_device,
-                (unsigned long long)ms->bytes_managed, (unsigned long long)ms->bytes_peak, ms->stage);
-        fflush(tr->metrics);
+        errno = 0;
+        if (fprintf(tr->metrics, "{\"step\":%lld,\"loss\":%.9g,\"loss_avg\":%.9g,\"lr\":%.9g,\"lr_factor\":%.9g,"
+                    "\"grad_norm\":%.9g,\"micro_batches\":%d,\"samples\":%d,\"expert\":%d,\"skipped\":%s,"
+                    "\"time_step\":%.6f,\"time_data\":%.6f,\"time_fwd_bwd\":%.6f,\"time_optimizer\":%.6f,"
+                    "\"mem_host\":%llu,\"mem_device\":%llu,\"mem_managed\":%llu,\"mem_peak\":%llu,\"uvm_stage\":%d}\n",
+                    (long long)tr->step, r->loss, tr->loss_ema, r->lr, r->lr_factor, r->grad_norm, r->micro_batches,
+                    r->samples, r->expert, r->skipped ? "true" : "false", r->t_step, r->t_data, r->t_fwd_bwd, r->t_opt,
+                    (unsigned long long)ms->bytes_host, (unsigned long long)ms->bytes_device,
+                    (unsigned long long)ms->bytes_managed, (unsigned long long)ms->bytes_peak, ms->stage) < 0 ||
+            fflush(tr->metrics) != 0) {
+            char p[8400];
+            snprintf(p, sizeof(p), "%s/metrics.jsonl", tr->out);
+            return log_failed(tr, p);
+        }
     }
     if (tr->tb && !r->skipped) {
-        ghc_tboard_scalar(tr->tb, "train/loss", tr->step, (float)r->loss);
-        ghc_tboard_scalar(tr->tb, "train/lr", tr->step, (float)r->lr);
-        ghc_tboard_scalar(tr->tb, "train/grad_norm", tr->step, (float)r->grad_norm);
-        ghc_tboard_scalar(tr->tb, "train/micro_batches", tr->step, (float)r->micro_batches);
-        ghc_tboard_scalar(tr->tb, "time/step", tr->step, (float)r->t_step);
-        ghc_tboard_flush(tr->tb);
+        static const char *const tags[] = { "train/loss", "train/lr", "train/grad_norm", "train/micro_batches",
+                                            "time/step" };
+        const double v[] = { r->loss, r->lr, r->grad_norm, r->micro_batches, r->t_step };
+        return tb_scalars(tr, tags, v, 5);
     }
+    return 0;
 }
 
-void ghc_outdir_record_validation(struct ghc_trainer *tr, double sigma, double loss)
+int ghc_outdir_record_validation(struct ghc_trainer *tr, double sigma, double loss)
 {
     char tag[64];
     snprintf(tag, sizeof(tag), "validation/loss_sigma_%.3f", sigma);
-    if (tr->tb)
-        ghc_tboard_scalar(tr->tb, tag, tr->step, (float)loss);
-    if (tr->metrics)
-        fprintf(tr->metrics, "{\"step\":%lld,\"validation_sigma\":%.6g,\"validation_loss\":%.9g}\n",
-                (long long)tr->step, sigma, loss);
+    const char *tags[] = { tag };
+    int rc = tr->tb ? tb_scalars(tr, tags, &loss, 1) : 0;
+    if (rc == 0 && tr->metrics) {
+        errno = 0;
+        if (fprintf(tr->metrics, "{\"step\":%lld,\"validation_sigma\":%.6g,\"validation_loss\":%.9g}\n",
+                    (long long)tr->step, sigma, loss) < 0 || fflush(tr->metrics) != 0) {
+            char p[8400];
+            snprintf(p, sizeof(p), "%s/metrics.jsonl", tr->out);
+            rc = log_failed(tr, p);
+        }
+    }
+    return rc;
 }

@@ -371,15 +371,20 @@ static int validate(struct ghc_trainer *tr)
             ghc_tensor_free(losses);
             ghc_data_batch_release(vd, &b);
         }
-        if (rc == 0 && count) {
-            ghc_outdir_record_validation(tr, sigma, sum / (double)count);
+        if (rc == 0 && count && (rc = ghc_outdir_record_validation(tr, sigma, sum / (double)count)) == 0) {
             ghc_log(core, GHC_LOG_INFO, "train: step %lld: validation loss at sigma %.3g: %.6g",
                     (long long)tr->step, sigma, sum / (double)count);
         }
     }
     tr->noise_rng = saved;
-    if (rc == 0)
-        rc = ghc_dataset_seek(tr->ds, epoch, cursor);
+    /* the training position back; after a failed log write too, for the checkpoint that
+     * follows (when that fails, its message is the run's and no checkpoint is written) */
+    if (rc == 0 || tr->log_failed) {
+        int seek = ghc_dataset_seek(tr->ds, epoch, cursor);
+        if (seek < 0)
+            tr->log_failed = false;
+        rc = rc ? (seek < 0 ? seek : rc) : seek;
+    }
     return rc;
 }
 
@@ -506,7 +511,8 @@ static int train_step(struct ghc_trainer *tr)
     r.mem = (struct ghc_mem_stats){ .struct_size = sizeof(r.mem) };
     if (tr->mp)
         ghc_mem_stats(tr->mp, &r.mem);
-    ghc_outdir_record_step(tr, &r);
+    if ((rc = ghc_outdir_record_step(tr, &r)) < 0)
+        return rc;
     ghc_progress_step(tr, &r);
     return 0;
 }
@@ -523,6 +529,23 @@ static void trainer_free(struct ghc_trainer *tr)
     ghc_outdir_close_logs(tr);
     tr->ds = tr->vds = NULL;
     tr->sq = tr->norms = NULL;
+}
+
+/* A write to metrics.jsonl or the event file failed (a full disk): stop at once rather than
+ * train on without logs until the final save fails too, with a checkpoint where one can
+ * still be written. Returns the run's status, the message saying which. */
+static int stop_on_log_error(struct ghc_trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    char msg[GHC_ERROR_MAX];
+    snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
+    ghc_outdir_close_logs(tr);
+    if (ghc_checkpoint_write(tr) == 0)
+        return ghc_error_set(core, GHC_EIO, "%s: stopped at step %lld with checkpoint %s/checkpoint-%lld; continue "
+                             "with --resume %s/checkpoint-%lld once the disk has room", msg, (long long)tr->step,
+                             tr->out, (long long)tr->step, tr->out, (long long)tr->step);
+    return ghc_error_set(core, GHC_EIO, "%s: stopped at step %lld; no checkpoint could be written either (%s)", msg,
+                         (long long)tr->step, ghc_error_message(core));
 }
 
 int ghc_train_check(ghc_core_t *core, const struct ghc_train_opts *opts)
@@ -552,10 +575,12 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
     while (tr.step < tr.c.steps) {
         if (stop_signal)
             break;
-        if ((rc = train_step(&tr)) < 0)
+        if ((rc = train_step(&tr)) < 0 ||
+            (tr.c.validate_every && tr.step % tr.c.validate_every == 0 && (rc = validate(&tr)) < 0)) {
+            if (tr.log_failed)
+                rc = stop_on_log_error(&tr);
             goto out;
-        if (tr.c.validate_every && tr.step % tr.c.validate_every == 0 && (rc = validate(&tr)) < 0)
-            goto out;
+        }
         if (tr.c.save_every && tr.step % tr.c.save_every == 0 && tr.step < tr.c.steps &&
             (rc = ghc_checkpoint_write(&tr)) < 0)
             goto out;

@@ -76,6 +76,37 @@ const struct ghc_cfg_key *ghc_train_section_keys(const char *section)
     return NULL;
 }
 
+/* train.name names the adapter files, <name>[_<expert>].safetensors, in output_dir and in
+ * each checkpoint: a plain file name that is none of the files beside them. */
+static int check_name(ghc_core_t *core, ghc_cfg_t *s, const char *name)
+{
+    static const char *const taken[] = { "params", "optimizer", "trainer", "resolved", "metrics", NULL };
+    const char *why = NULL;
+    if (!*name)
+        why = "it must not be empty";
+    else if (strchr(name, '/') || strchr(name, '\\'))
+        why = "it must be a plain file name, without a path separator";
+    else if (name[0] == '.')
+        why = "it must not start with '.' (\".\", \"..\" and hidden files)";
+    else if (!strncmp(name, "events.out.tfevents", 19))
+        why = "it would be taken for a TensorBoard event file (and cut on resume)";
+    for (int i = 0; taken[i] && !why; i++)
+        if (!strcmp(name, taken[i]))
+            why = "a checkpoint's or output_dir's own file of that name would be overwritten";
+    for (const char *c = name; *c && !why; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            why = "it must not hold control characters";
+    if (!why)
+        return 0;
+    char shown[64] = "";
+    size_t n = 0;
+    for (const char *c = name; *c && n + 5 < sizeof(shown); c++)
+        n += (size_t)snprintf(shown + n, sizeof(shown) - n, (unsigned char)*c < 0x20 || *c == 0x7f ? "\\x%02x" : "%c",
+                              (unsigned char)*c);
+    return ghc_error_set(core, GHC_ECONFIG, "%s: train.name = \"%s\": the adapter file's name: %s (e.g. name = "
+                         "\"adapter\")", ghc_cfg_where(s, "name"), shown, why);
+}
+
 static int read_cfg(ghc_core_t *core, ghc_cfg_t *s, struct ghc_train_cfg *c, struct ghc_sampler *smp)
 {
     int rc, fam = GHC_SAMPLER_UNIFORM, base = 0;
@@ -105,8 +136,8 @@ static int read_cfg(ghc_core_t *core, ghc_cfg_t *s, struct ghc_train_cfg *c, str
         (rc = ghc_cfg_get_int(s, "validation_batches", 1, 1, 1 << 20, &c->validation_batches)) < 0 ||
         (rc = ghc_cfg_list_len(s, "validation_sigmas", &c->n_vsig)) < 0)
         return rc;
-    if (!*c->name || strchr(c->name, '/'))
-        return ghc_error_set(core, GHC_ECONFIG, "%s: name must be a plain file name", ghc_cfg_where(s, "name"));
+    if ((rc = check_name(core, s, c->name)) < 0)
+        return rc;
     if (c->n_vsig > 16)
         return ghc_error_set(core, GHC_ECONFIG, "%s: at most 16 validation sigmas", ghc_cfg_where(s, "validation_sigmas"));
     for (int i = 0; i < c->n_vsig; i++) {
@@ -403,6 +434,8 @@ int ghc_train_prepare(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
     if ((rc = ghc_cfg_get_int(top, "seed", 42, 0, INT64_MAX, &seed)) < 0 ||
         (rc = ghc_train_check_output(core, opts)) < 0)
         return rc;
+    tr->resume = opts ? opts->resume : NULL;
+    tr->overwrite = opts && opts->overwrite;
     tr->sampler.seed = (uint64_t)seed ^ 0x243f6a8885a308d3ull;
     tr->noise_rng.seed = (uint64_t)seed ^ 0x13198a2e03707344ull;
     snprintf(tr->out, sizeof(tr->out), "%s", ghc_config_output_dir(core));

@@ -156,8 +156,14 @@ struct ghc_trainer {
     /* What this run wrote into output_dir: a run that fails before its first checkpoint
      * removes it again, so that the folder is as it was and the next run is not refused. */
     char               made_out[4096];           /* the shallowest folder mkdir created, or "" */
-    bool               made_resolved, made_demo, made_metrics, wrote_checkpoint;
+    bool               made_resolved, made_demo, made_metrics, made_marker, wrote_checkpoint;
     char               tb_path[8400];            /* the event file this run opened, or "" */
+    /* Whose output_dir is: the run's id (in run.json and each checkpoint's trainer.json; a
+     * resumed run keeps its checkpoint's), the --resume folder, --overwrite. */
+    char               run_id[40];
+    const char        *resume;                   /* borrowed from ghc_train_opts, or NULL */
+    bool               overwrite;
+    bool               log_failed;               /* a write to metrics.jsonl or the events failed */
 };
 
 /* What one optimizer step did, for metrics.jsonl, TensorBoard and the progress line. */
@@ -182,8 +188,17 @@ int ghc_train_open_data(struct ghc_trainer *tr);
 
 /* ---- checkpoint.c --------------------------------------------------------------------------- */
 
-/* output_dir/checkpoint-<step>/, whole or absent; then the oldest beyond keep_last go. */
+/* output_dir/checkpoint-<step>/, whole or absent; then the oldest of this run's own beyond
+ * keep_last go (moved to checkpoint-N.trash, then removed; a failure there is a warning). */
 int ghc_checkpoint_write(struct ghc_trainer *tr);
+/* Moves the checkpoint folder dir aside (dir.trash) and removes it; `why` ends the log line.
+ * A failure is a warning: the run goes on. */
+void ghc_checkpoint_trash(struct ghc_trainer *tr, const char *dir, const char *why);
+/* Whether dir is a checkpoint this tool wrote (its trainer.json is a gh200core trainer
+ * state); run (may be NULL) gets the id of the run that wrote it ("" for none). */
+bool ghc_checkpoint_ours(const char *dir, char *run, size_t len);
+/* Whether name is "checkpoint-N<suffix>" (N digits only): *step gets N. */
+bool ghc_checkpoint_name(const char *name, const char *suffix, int64_t *step);
 /* Loads the adapters, params, optimizer state and trainer state of the checkpoint folder dir,
  * refusing one made in another mode or with another number of adapters. */
 int ghc_checkpoint_read(struct ghc_trainer *tr, const char *dir);
@@ -195,16 +210,20 @@ void ghc_checkpoint_newest(const char *dir, int64_t *step);
 
 /* ---- outdir.c ------------------------------------------------------------------------------- */
 
-/* Creates output_dir with its parents and writes resolved.cfg, noting what did not exist yet. */
+/* Creates output_dir with its parents, cleans what a stopped run of its own left there
+ * (checkpoint-N.tmp/, checkpoint-N.trash/, *.tmp.XXXXXX), moves aside the checkpoints a
+ * resumed run's abandoned continuation wrote past its step, and writes run.json and
+ * resolved.cfg, noting what did not exist yet. */
 int  ghc_outdir_create(struct ghc_trainer *tr);
 /* metrics.jsonl and the TensorBoard event file, for appending; a resumed run first drops what
  * an earlier continuation logged past its step. */
 int  ghc_outdir_open_logs(struct ghc_trainer *tr);
 void ghc_outdir_close_logs(struct ghc_trainer *tr);
-/* One step's line in metrics.jsonl and its TensorBoard scalars (not for a skipped step). */
-void ghc_outdir_record_step(struct ghc_trainer *tr, const struct ghc_step_report *r);
-/* The mean validation loss at one sigma, in both files. */
-void ghc_outdir_record_validation(struct ghc_trainer *tr, double sigma, double loss);
+/* One step's line in metrics.jsonl and its TensorBoard scalars (not for a skipped step).
+ * GHC_EIO (and tr->log_failed) when a write fails, e.g. the disk is full. */
+int  ghc_outdir_record_step(struct ghc_trainer *tr, const struct ghc_step_report *r);
+/* The mean validation loss at one sigma, in both files; fails as ghc_outdir_record_step. */
+int  ghc_outdir_record_validation(struct ghc_trainer *tr, double sigma, double loss);
 /* After a failure before the run's first checkpoint: removes what the run wrote into
  * output_dir (its files closed). The error message stays. */
 void ghc_outdir_undo(struct ghc_trainer *tr);

@@ -293,20 +293,27 @@ START_TEST(failed_run_leaves_folder)
     expect_one_error(out, "2 non-finite losses in a row");
     free(out);
     ck_assert_int_ne(stat(run, &st), 0);
-    /* the same into a folder that exists: left as it was */
+    /* a folder that holds the user's file is refused, naming it (it used to be written into) */
     ck_assert_int_eq(mkdir(run, 0777), 0);
     char *keep = tu_write(run, "notes.txt", "mine\n"), *before = listing(run), *after;
-    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' " NAN_RUN, tu_env("GHC_BUILD_PLUGINS"), cfg, run), 1);
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' " NAN_RUN, tu_env("GHC_BUILD_PLUGINS"), cfg, run), 6);
+    snprintf(p, sizeof(p), "output_dir '%s' is not empty: it holds notes.txt; choose another folder", run);
+    expect_one_error(out, p);
+    free(out);
+    /* with --overwrite it runs; failing, it leaves the folder as it was */
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' --overwrite " NAN_RUN, tu_env("GHC_BUILD_PLUGINS"),
+                         cfg, run), 1);
     free(out);
     after = listing(run);
     ck_assert_str_eq(after, before);
     free(after);
-    /* and the next run into it is not refused */
-    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' --set train.steps=4",
+    /* and the next run into it with --overwrite is not refused; the user's file stays */
+    ck_assert_int_eq(cli(&out, "-q -P '%s' -c %s --set output_dir='%s' --set train.steps=4 --overwrite",
                          tu_env("GHC_BUILD_PLUGINS"), cfg, run), 0);
     free(out);
     snprintf(p, sizeof(p), "%s/checkpoint-4", run);
     ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_eq(stat(keep, &st), 0);
     /* a folder that holds a run is refused, the message naming a checkpoint that exists */
     snprintf(p, sizeof(p), "%s/checkpoint-2", run);
     ck_assert_int_eq(mkdir(p, 0777), 0);

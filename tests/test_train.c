@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <dirent.h>
 #include <stddef.h>
@@ -809,6 +810,225 @@ START_TEST(test_resume_logs_each_step_once)
 }
 END_TEST
 
+/* ---- whose output_dir is (issue 26: files lost or overwritten without asking) --------------- */
+
+/* Whether the path printf(fmt, ...) exists. */
+static bool exists(const char *fmt, ...) GHC_PRINTF(1, 2);
+static bool exists(const char *fmt, ...)
+{
+    char p[8400];
+    struct stat st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, sizeof(p), fmt, ap);
+    va_end(ap);
+    return lstat(p, &st) == 0;
+}
+
+static void sh(const char *fmt, ...) GHC_PRINTF(1, 2);
+static void sh(const char *fmt, ...)
+{
+    char cmd[8400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+}
+
+/* An error run with -q: one line, "gh200core: error: ...", containing `what`. */
+static void one_error(const char *out, const char *what)
+{
+    ck_assert_msg(!strncmp(out, "gh200core: error: ", 18) && tu_lines(out) == 1, "output: %s", out);
+    ck_assert_msg(strstr(out, what) != NULL, "lacks '%s': %s", what, out);
+}
+
+/* `args` (with -q) and its --dry-run both end with exit `status` and one error line holding `what`. */
+static void both_fail(const char *args, int status, const char *what)
+{
+    char a[8400], *out;
+    for (int dry = 0; dry < 2; dry++) {
+        snprintf(a, sizeof(a), "-q %s%s", dry ? "-n " : "", args);
+        ck_assert_int_eq(cli(a, &out), status);
+        one_error(out, what);
+        free(out);
+    }
+}
+
+#define SMALL_DEMO "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\ndata = { batch_size = 2; };"
+
+/* A tiny run's configuration (SMALL_DEMO's data), written and run once, successfully. */
+static char *run_once(const char *dir, const char *name, const char *train)
+{
+    char *cfg = tiny_cfg(dir, name, 1, train, SMALL_DEMO), *out, args[8400];
+    snprintf(args, sizeof(args), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    return cfg;
+}
+
+/* --resume A/checkpoint-2 with output_dir = another run's folder B is refused, B as it was
+ * (it overwrote B's adapter, resolved.cfg and checkpoints and appended to its metrics, exit 0) */
+START_TEST(test_resume_into_another_run)
+{
+    char *dir = tu_tmpdir(), *out, args[8400];
+    char *a = run_once(dir, "a.cfg", "steps = 4; save_every = 2; tensorboard = false;");
+    char *b = run_once(dir, "b.cfg", "steps = 2; tensorboard = false;");
+    sh("cp -a '%s/b.cfg.out' '%s/b.copy'", dir, dir);
+    char want[8400];
+    snprintf(args, sizeof(args), "-c '%s' --set output_dir='\"%s/b.cfg.out\"' --resume '%s/a.cfg.out/checkpoint-2'", a,
+             dir, dir);
+    snprintf(want, sizeof(want), "output_dir '%s/b.cfg.out' holds another run (adapter.safetensors, checkpoint-2/, "
+             "demo-data/, metrics.jsonl and 2 more): --resume %s/a.cfg.out/checkpoint-2 would write over it", dir, dir);
+    both_fail(args, 6, want);
+    sh("diff -r '%s/b.cfg.out' '%s/b.copy'", dir, dir);
+    /* into a new folder it goes on */
+    snprintf(args, sizeof(args), "-q -c '%s' --set output_dir='\"%s/c.out\"' --resume '%s/a.cfg.out/checkpoint-2'", a, dir, dir);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    free(out);
+    free(a);
+    free(b);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* The user's files in output_dir: refused; with --overwrite, a folder this tool did not write
+ * (checkpoint-0/) and another run's checkpoint-100 stay, and keep_last counts only the run's
+ * own checkpoints (checkpoint-0 was deleted; checkpoint-100 made it prune all of its own) */
+START_TEST(test_user_files_kept)
+{
+    char *dir = tu_tmpdir(), *out, args[8400];
+    char *other = run_once(dir, "o.cfg", "steps = 1; tensorboard = false;");
+    char *cfg = tiny_cfg(dir, "u.cfg", 1, "steps = 4; save_every = 1; keep_last = 2; tensorboard = false;", SMALL_DEMO);
+    sh("mkdir -p '%s/u.cfg.out/checkpoint-0' && echo mine > '%s/u.cfg.out/checkpoint-0/notes.txt' && "
+       "echo mine > '%s/u.cfg.out/adapter.safetensors' && echo mine > '%s/u.cfg.out/metrics.jsonl'", dir, dir, dir, dir);
+    char want[8400];
+    snprintf(args, sizeof(args), "-c '%s'", cfg);
+    snprintf(want, sizeof(want), "output_dir '%s/u.cfg.out' is not empty: it holds adapter.safetensors, checkpoint-0/ "
+             "and metrics.jsonl; choose another folder (--set output_dir=DIR), or give --overwrite", dir);
+    both_fail(args, 6, want);
+    sh("grep -q mine '%s/u.cfg.out/adapter.safetensors' && grep -q mine '%s/u.cfg.out/metrics.jsonl'", dir, dir);
+    sh("cp -a '%s/o.cfg.out/checkpoint-1' '%s/u.cfg.out/checkpoint-100'", dir, dir);
+    snprintf(args, sizeof(args), "-c '%s' --overwrite", cfg);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "--overwrite: output_dir") && strstr(out, "nothing else is removed"), "%s", out);
+    free(out);
+    sh("grep -q mine '%s/u.cfg.out/checkpoint-0/notes.txt'", dir);
+    ck_assert(exists("%s/u.cfg.out/checkpoint-100/trainer.json", dir));
+    ck_assert(exists("%s/u.cfg.out/checkpoint-3/trainer.json", dir));
+    ck_assert(exists("%s/u.cfg.out/checkpoint-4/trainer.json", dir));
+    ck_assert(!exists("%s/u.cfg.out/checkpoint-2", dir) && !exists("%s/u.cfg.out/checkpoint-1", dir));
+    free(other);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Resumed from an older checkpoint into its folder: the newer ones of the abandoned
+ * continuation go (said), the new ones are kept by keep_last (it kept the stale checkpoint-8
+ * and pruned the one just written) */
+START_TEST(test_resume_older_checkpoint)
+{
+    char *dir = tu_tmpdir(), *out, args[8400];
+    char *cfg = run_once(dir, "r.cfg", "steps = 8; save_every = 2; keep_last = 0; tensorboard = false;");
+    snprintf(args, sizeof(args), "-c '%s' --set train.steps=6 --set train.keep_last=1 --resume '%s/r.cfg.out/checkpoint-4'",
+             cfg, dir);
+    ck_assert_msg(cli(args, &out) == 0, "%s", out);
+    char want[8400];
+    snprintf(want, sizeof(want), "train: removed %s/r.cfg.out/checkpoint-8: newer than checkpoint-4, which this run "
+             "continues from", dir);
+    ck_assert_msg(strstr(out, want), "lacks '%s': %s", want, out);
+    free(out);
+    ck_assert(exists("%s/r.cfg.out/checkpoint-6/trainer.json", dir));
+    for (int s = 2; s <= 8; s += 2)
+        ck_assert_msg(s == 6 || !exists("%s/r.cfg.out/checkpoint-%d", dir, s), "checkpoint-%d is left", s);
+    ck_assert(!exists("%s/r.cfg.out/checkpoint-8.trash", dir));
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* train.name is checked against the files beside the adapters: "optimizer" made every
+ * checkpoint's adapter overwrite its optimizer state */
+START_TEST(test_name_collisions)
+{
+    static const char *const bad[] = { "optimizer", "params", "trainer", "metrics", "resolved", "..", ".",
+                                       "events.out.tfevents.x", "a/b", "" };
+    char *dir = tu_tmpdir(), args[8400];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char train[256], want[256];
+        snprintf(train, sizeof(train), "steps = 1; name = \"%s\";", bad[i]);
+        char *cfg = tiny_cfg(dir, "n.cfg", 1, train, SMALL_DEMO);
+        snprintf(args, sizeof(args), "-c '%s'", cfg);
+        snprintf(want, sizeof(want), "n.cfg:10: train.name = \"%s\": the adapter file's name: ", bad[i]);
+        both_fail(args, 3, want);
+        ck_assert(!exists("%s/n.cfg.out", dir));
+        free(cfg);
+    }
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Pruning renames first and a failure to remove is a warning (it aborted the run); what a
+ * stopped run left (checkpoint-N.tmp/, .trash, *.tmp.XXXXXX) is cleaned at the next start,
+ * only this tool's names */
+START_TEST(test_prune_failure_and_leftovers)
+{
+    char *dir = tu_tmpdir(), *out, args[8400];
+    char *cfg = run_once(dir, "p.cfg", "steps = 2; save_every = 1; keep_last = 0; tensorboard = false;");
+    const char *o = "p.cfg.out";
+    sh("cd '%s/%s' && mkdir checkpoint-7.tmp checkpoint-9.trash checkpoint-x.tmp && touch checkpoint-7.tmp/a "
+       "checkpoint-9.trash/b adapter.safetensors.tmp.AbC123 resolved.cfg.tmp.Zz9Zz9 notes.tmp.AbC123", dir, o);
+    /* a path too long to open below checkpoint-1: its removal fails, whoever runs the test */
+    sh("cd '%s/%s/checkpoint-1' && p=$(printf 'd%%.0s' $(seq 250)) && q=$p && for i in $(seq 20); do q=$q/$p; done && "
+       "mkdir -p $q", dir, o);
+    snprintf(args, sizeof(args), "-c '%s' --set train.steps=3 --set train.keep_last=1 --resume '%s/%s/checkpoint-2'", cfg,
+             dir, o);
+    int rc = cli(args, &out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    char want[8400];
+    snprintf(want, sizeof(want), "warn: train: %s/%s/checkpoint-1: not removed (", dir, o);
+    ck_assert_msg(strstr(out, want) && strstr(out, "the run goes on"), "lacks '%s': %s", want, out);
+    snprintf(want, sizeof(want), "train: removed %s/%s/checkpoint-7.tmp (left by a run that was stopped)", dir, o);
+    ck_assert_msg(strstr(out, want), "lacks '%s': %s", want, out);
+    free(out);
+    ck_assert(!exists("%s/%s/checkpoint-1", dir, o) && exists("%s/%s/checkpoint-1.trash", dir, o));
+    ck_assert(!exists("%s/%s/checkpoint-2", dir, o) && exists("%s/%s/checkpoint-3/trainer.json", dir, o));
+    ck_assert(!exists("%s/%s/checkpoint-7.tmp", dir, o) && !exists("%s/%s/checkpoint-9.trash", dir, o));
+    ck_assert(!exists("%s/%s/adapter.safetensors.tmp.AbC123", dir, o) && !exists("%s/%s/resolved.cfg.tmp.Zz9Zz9", dir, o));
+    ck_assert(exists("%s/%s/notes.tmp.AbC123", dir, o) && exists("%s/%s/checkpoint-x.tmp", dir, o));
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* A full disk under metrics.jsonl stops the run at the first failed write, with a checkpoint
+ * and a non-zero exit (the run went on with truncated metrics, exit 0) */
+START_TEST(test_disk_full_stops)
+{
+    char *dir = tu_tmpdir(), *out, args[8400];
+    char *cfg = tiny_cfg(dir, "f.cfg", 1, "steps = 5;", SMALL_DEMO);
+    sh("mkdir '%s/f.cfg.out' && ln -s /dev/full '%s/f.cfg.out/metrics.jsonl'", dir, dir);
+    snprintf(args, sizeof(args), "-q -c '%s' --overwrite", cfg);
+    ck_assert_int_eq(cli(args, &out), 5);
+    char want[8400];
+    snprintf(want, sizeof(want), "%s/f.cfg.out/metrics.jsonl: cannot write: No space left on device: stopped at step 1 "
+             "with checkpoint %s/f.cfg.out/checkpoint-1; continue with --resume %s/f.cfg.out/checkpoint-1", dir, dir, dir);
+    one_error(out, want);
+    free(out);
+    ck_assert(exists("%s/f.cfg.out/checkpoint-1/trainer.json", dir));
+    ck_assert(!exists("%s/f.cfg.out/adapter.safetensors", dir));
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_model_input_spec)
 {
     /* what wan22 says it takes (an I2V-shaped random model), and where each number came from */
@@ -863,10 +1083,16 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_shared_and_validation);
     tcase_add_test(tr, test_saved_activations);
     tcase_add_test(tr, test_resume_logs_each_step_once);
+    tcase_add_test(tr, test_resume_into_another_run);
+    tcase_add_test(tr, test_user_files_kept);
+    tcase_add_test(tr, test_resume_older_checkpoint);
+    tcase_add_test(tr, test_prune_failure_and_leftovers);
+    tcase_add_test(tr, test_disk_full_stops);
     suite_add_tcase(s, tr);
     TCase *tl = tcase_create("limits");
     tcase_set_timeout(tl, 120);
     tcase_add_test(tl, test_batch_size_limit);
+    tcase_add_test(tl, test_name_collisions);
     suite_add_tcase(s, tl);
     return s;
 }

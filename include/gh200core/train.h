@@ -14,6 +14,9 @@ struct ghc_train_opts {
                              * (INFO) starting with '\r' for the sink to redraw in place, and the
                              * line that ends the bar also ends with '\n'; 0: plain lines every
                              * log_every steps */
+    int         overwrite;  /* 1: write into an output_dir that holds files (not the --resume
+                             * checkpoint's own folder): the run's files of the same names are
+                             * replaced, nothing else is removed (appended) */
 };
 
 /* Train as the run's configuration says (the plugins must be initialised: ghc_run_init).
@@ -22,8 +25,12 @@ struct ghc_train_opts {
  * metrics.jsonl, TensorBoard events, checkpoint-N/ folders and the adapters. A run that
  * fails before its first checkpoint removes what it wrote, so output_dir is as it was.
  * Resumed from checkpoint N into a folder that logged past step N, metrics.jsonl and the
- * event files keep their steps up to N. Returns 0 when done, GHC_EINTERRUPTED after a stop
- * request (a checkpoint was written), or GHC_E* with the reason in ghc_error_message(core). */
+ * event files keep their steps up to N, and the run's checkpoints past N are removed.
+ * run.json holds the run's id, which each checkpoint's trainer.json repeats: keep_last prunes
+ * only the run's own checkpoints. A failed write to metrics.jsonl or the event file stops
+ * the run (GHC_EIO) after a checkpoint where one can be written. Returns 0 when done,
+ * GHC_EINTERRUPTED after a stop request (a checkpoint was written), or GHC_E* with the
+ * reason in ghc_error_message(core). */
 GHC_API int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts);
 
 /* (since API 11) What ghc_train checks before it writes anything, writing nothing (the CLI's
@@ -36,10 +43,11 @@ GHC_API int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts);
 GHC_API int ghc_train_check(ghc_core_t *core, const struct ghc_train_opts *opts);
 
 /* (since API 11) Whether the run may write into output_dir (made absolute first,
- * ghc_config_resolve_output_dir): GHC_EEXIST when it holds an earlier run (its resolved.cfg)
- * and opts->resume is NULL, the message naming that run's newest checkpoint to --resume, or
- * saying it has none; GHC_ENOTFOUND when opts->resume names no folder; else 0. Cheap: the
- * CLI asks before it loads the plugins. */
+ * ghc_config_resolve_output_dir). One run owns its folder: it may when the folder is absent or
+ * empty, when opts->resume is a checkpoint folder directly inside it, or with opts->overwrite;
+ * else GHC_EEXIST, the message naming the folder and what it holds (for an earlier run, its
+ * resolved.cfg, the newest checkpoint to --resume, or that it has none). GHC_ENOTFOUND when
+ * opts->resume names no folder. Cheap: the CLI asks before it loads the plugins. */
 GHC_API int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts);
 
 /* The keys the core declares for its own sections "train" and "demo" (doc/config.md), or
