@@ -1109,3 +1109,90 @@ const char *ghc_config_output_dir(ghc_core_t *core)
         ghc_cfg_get_string(core->config->root, "output_dir", "output", &out);
     return out;
 }
+
+/* ---- comparing with a written configuration ------------------------------------------------- */
+
+/* The value of a setting as text: scalars as libconfig writes them, lists, arrays and groups
+ * whole. Into buf (n bytes, cut to fit). */
+static void value_text(const config_setting_t *s, char *buf, size_t n)
+{
+    size_t at = strlen(buf);
+    if (at + 1 >= n)
+        return;
+    int t = config_setting_type(s);
+    switch (t) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        snprintf(buf + at, n - at, "%lld", (long long)config_setting_get_int64(s));
+        return;
+    case CONFIG_TYPE_FLOAT:
+        snprintf(buf + at, n - at, "%.17g", config_setting_get_float(s));
+        return;
+    case CONFIG_TYPE_BOOL:
+        snprintf(buf + at, n - at, "%s", config_setting_get_bool(s) ? "true" : "false");
+        return;
+    case CONFIG_TYPE_STRING:
+        snprintf(buf + at, n - at, "\"%s\"", config_setting_get_string(s));
+        return;
+    default:
+        break;
+    }
+    snprintf(buf + at, n - at, "%s", t == CONFIG_TYPE_GROUP ? "{ " : t == CONFIG_TYPE_LIST ? "( " : "[ ");
+    for (int i = 0; i < config_setting_length(s); i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        at = strlen(buf);
+        if (t == CONFIG_TYPE_GROUP)
+            snprintf(buf + at, n - at, "%s = ", config_setting_name(e));
+        else if (i)
+            snprintf(buf + at, n - at, ", ");
+        value_text(e, buf, n);
+        if (t == CONFIG_TYPE_GROUP) {
+            at = strlen(buf);
+            snprintf(buf + at, n - at, "; ");
+        }
+    }
+    at = strlen(buf);
+    snprintf(buf + at, n - at, "%s", t == CONFIG_TYPE_GROUP ? "}" : t == CONFIG_TYPE_LIST ? " )" : " ]");
+}
+
+/* Each setting that the groups `a` (the configuration in effect) and `b` (the file) both have
+ * and that differs, recursing into groups both have. */
+static int diff_group(const config_setting_t *a, const config_setting_t *b, const char *prefix,
+                      ghc_config_diff_fn visit, void *user)
+{
+    int rc = 0;
+    for (int i = 0; i < config_setting_length(a) && rc == 0; i++) {
+        const config_setting_t *x = config_setting_get_elem(a, (unsigned)i);
+        const config_setting_t *y = config_setting_get_member(b, config_setting_name(x));
+        if (!y)
+            continue;
+        char key[512], va[1024] = "", vb[1024] = "";
+        snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", config_setting_name(x));
+        if (config_setting_type(x) == CONFIG_TYPE_GROUP && config_setting_type(y) == CONFIG_TYPE_GROUP) {
+            rc = diff_group(x, y, key, visit, user);
+            continue;
+        }
+        value_text(x, va, sizeof(va));
+        value_text(y, vb, sizeof(vb));
+        if (strcmp(va, vb) != 0)
+            rc = visit(user, key, va, vb);
+    }
+    return rc;
+}
+
+int ghc_config_diff(ghc_core_t *core, const char *path, ghc_config_diff_fn visit, void *user)
+{
+    if (!core->config)
+        return ghc_error_set(core, GHC_EINVAL, "config: nothing loaded to compare with %s", path);
+    config_t other;
+    config_init(&other);
+    int rc = 0;
+    if (config_read_file(&other, path) != CONFIG_TRUE)
+        rc = config_error_type(&other) == CONFIG_ERR_FILE_IO
+           ? ghc_error_set(core, GHC_EIO, "%s: cannot read", path)
+           : ghc_error_set(core, GHC_ECONFIG, "%s:%d: %s", path, config_error_line(&other), config_error_text(&other));
+    else
+        rc = diff_group(config_root_setting(&core->config->lc), config_root_setting(&other), "", visit, user);
+    config_destroy(&other);
+    return rc;
+}

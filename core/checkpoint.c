@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <gh200core/safetensors.h>
 #include <gh200core/tensor.h>
 
+#include "elem.h"         /* defines: ghc_cpu_load */
 #include "train_impl.h"
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -142,21 +144,53 @@ static int write_state(struct ghc_trainer *tr, const char *path)
     return rc;
 }
 
-static int u64_of(json_t *j, const char *key, uint64_t *out)
+/* trainer.json's key `key` of `j` as an integer in [lo, hi]; else GHC_EFORMAT naming the file,
+ * the key, what it holds and what was expected (`why`: where the bound comes from). */
+static int state_int(ghc_core_t *core, const char *path, json_t *j, const char *key, int64_t lo, int64_t hi,
+                     const char *why, int64_t *out)
 {
     json_t *v = json_object_get(j, key);
-    if (!json_is_string(v))
-        return -1;
+    if (json_is_integer(v) && json_integer_value(v) >= lo && json_integer_value(v) <= hi) {
+        *out = json_integer_value(v);
+        return 0;
+    }
+    char *txt = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    int rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"%s\" is %s: expected an integer from %lld to %lld%s", path, key,
+                           txt ? txt : "missing", (long long)lo, (long long)hi, why);
+    free(txt);
+    return rc;
+}
+
+/* A 64-bit counter, written as a decimal string (JSON numbers lose bits past 2^53). */
+static int state_u64(ghc_core_t *core, const char *path, json_t *j, const char *key, uint64_t *out)
+{
+    const char *v = json_string_value(json_object_get(j, key));
     char *end;
     errno = 0;
-    unsigned long long x = strtoull(json_string_value(v), &end, 10);
-    if (errno || *end)
-        return -1;
+    unsigned long long x = v && *v >= '0' && *v <= '9' ? strtoull(v, &end, 10) : 0;
+    if (!v || *v < '0' || *v > '9' || errno || *end)
+        return ghc_error_set(core, GHC_EFORMAT, "%s: \"%s\" must be a string of decimal digits (a 64-bit counter)%s%s%s",
+                             path, key, v ? ", got \"" : "", v ? v : "", v ? "\"" : "");
     *out = x;
     return 0;
 }
 
-static int read_state(struct ghc_trainer *tr, const char *path)
+/* The step of a folder named checkpoint-N (N digits only), else -1. */
+static int64_t folder_step(const char *dir)
+{
+    char name[8400];
+    snprintf(name, sizeof(name), "%s", dir);
+    size_t n = strlen(name);
+    while (n > 1 && name[n - 1] == '/')
+        name[--n] = '\0';
+    const char *base = strrchr(name, '/');
+    int64_t s;
+    return checkpoint_step(base ? base + 1 : name, &s) ? s : -1;
+}
+
+/* Read and check every field of trainer.json (type, range, agreement with this run and with
+ * the folder's name) before anything of it is used. */
+static int read_state(struct ghc_trainer *tr, const char *dir, const char *path)
 {
     ghc_core_t *core = tr->core;
     json_error_t err;
@@ -164,34 +198,88 @@ static int read_state(struct ghc_trainer *tr, const char *path)
     if (!j)
         return ghc_error_set(core, GHC_EFORMAT, "%s:%d: %s", path, err.line, err.text);
     int rc = 0;
-    json_t *as = json_object_get(j, "adapter_steps");
+    const int64_t big = INT64_C(1) << 62;
+    int64_t version, step, n_ad, active, epoch, cursor, bad_total, bad_in_row, seen;
+    uint64_t sampler_counter, noise_offset;
+    json_t *as = json_object_get(j, "adapter_steps"), *ema = json_object_get(j, "loss_ema");
+    const char *format = json_string_value(json_object_get(j, "format"));
     const char *mode = json_string_value(json_object_get(j, "mode"));
-    if (!json_is_integer(json_object_get(j, "step")) || !json_is_array(as) || !mode ||
-        u64_of(j, "sampler_counter", &tr->sampler.counter) < 0 ||
-        u64_of(j, "noise_offset", &tr->noise_rng.offset) < 0 ||
-        !json_is_integer(json_object_get(j, "data_epoch")) || !json_is_integer(json_object_get(j, "data_cursor"))) {
-        rc = ghc_error_set(core, GHC_EFORMAT, "%s: not a gh200core trainer state (a key is missing or of the wrong type)", path);
+    if (!json_is_object(j) || !format || strcmp(format, "gh200core-trainer-state") != 0) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"format\" is not \"gh200core-trainer-state\" (not a gh200core "
+                           "trainer state)", path);
         goto out;
     }
-    if (strcmp(mode, ghc_train_mode_names[tr->c.mode]) != 0 || (int)json_array_size(as) != tr->n_adapters) {
-        rc = ghc_error_set(core, GHC_ECONFIG, "%s: the checkpoint was made in mode '%s' with %d adapter(s); this configuration trains in mode '%s' with %d",
-                           path, mode, (int)json_array_size(as), ghc_train_mode_names[tr->c.mode], tr->n_adapters);
+    if ((rc = state_int(core, path, j, "version", 1, 1, " (this gh200core writes version 1)", &version)) < 0 ||
+        (rc = state_int(core, path, j, "step", 0, tr->c.steps, " (train.steps)", &step)) < 0)
+        goto out;
+    if (folder_step(dir) >= 0 && folder_step(dir) != step) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"step\" is %lld, but the folder is %s (step %lld)", path,
+                           (long long)step, dir, (long long)folder_step(dir));
         goto out;
     }
-    tr->step = json_integer_value(json_object_get(j, "step"));
+    if (!mode) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"mode\" must be a string (%s, ...)", path,
+                           ghc_train_mode_names[tr->c.mode]);
+        goto out;
+    }
+    if (!json_is_array(as)) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"adapter_steps\" must be an array of integers", path);
+        goto out;
+    }
+    if ((rc = state_int(core, path, j, "adapters", 1, GHC_TRAIN_MAX_ADAPTERS, "", &n_ad)) < 0)
+        goto out;
+    if (strcmp(mode, ghc_train_mode_names[tr->c.mode]) != 0 || n_ad != tr->n_adapters ||
+        (int64_t)json_array_size(as) != n_ad) {
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: the checkpoint was made in mode '%s' with %lld adapter(s) (%d step "
+                           "counts); this configuration trains in mode '%s' with %d", path, mode, (long long)n_ad,
+                           (int)json_array_size(as), ghc_train_mode_names[tr->c.mode], tr->n_adapters);
+        goto out;
+    }
+    for (int a = 0; a < tr->n_adapters; a++) {
+        json_t *e = json_array_get(as, (size_t)a);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > step) {
+            char *txt = json_dumps(e, JSON_ENCODE_ANY | JSON_COMPACT);
+            rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"adapter_steps\"[%d] is %s: expected an integer from 0 to %lld "
+                               "(\"step\")", path, a, txt ? txt : "?", (long long)step);
+            free(txt);
+            goto out;
+        }
+    }
+    if ((rc = state_int(core, path, j, "active_expert", -1, tr->n_experts > 1 ? tr->n_experts - 1 : 0,
+                        " (the model's experts)", &active)) < 0 ||
+        (rc = state_int(core, path, j, "data_epoch", 0, INT64_C(1) << 40, "", &epoch)) < 0 ||
+        (rc = state_int(core, path, j, "data_cursor", 0, big, "", &cursor)) < 0 ||
+        (rc = state_u64(core, path, j, "sampler_counter", &sampler_counter)) < 0 ||
+        (rc = state_u64(core, path, j, "noise_offset", &noise_offset)) < 0 ||
+        (rc = state_int(core, path, j, "bad_total", 0, step, " (\"step\")", &bad_total)) < 0 ||
+        (rc = state_int(core, path, j, "bad_in_row", 0, bad_total, " (\"bad_total\")", &bad_in_row)) < 0 ||
+        (rc = state_int(core, path, j, "samples_seen", 0, big, "", &seen)) < 0)
+        goto out;
+    if (!json_is_number(ema) || !isfinite(json_number_value(ema)) || json_number_value(ema) < 0.0) {
+        char *txt = ema ? json_dumps(ema, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"loss_ema\" is %s: expected a finite number >= 0", path,
+                           txt ? txt : "missing");
+        free(txt);
+        goto out;
+    }
+    (void)version;
+    (void)active;   /* checked; the trainer works it out again from the step */
+    tr->step = step;
     for (int a = 0; a < tr->n_adapters; a++)
         tr->adapter_steps[a] = json_integer_value(json_array_get(as, (size_t)a));
-    tr->bad_total = json_integer_value(json_object_get(j, "bad_total"));
-    tr->bad_in_row = json_integer_value(json_object_get(j, "bad_in_row"));
-    tr->samples_seen = json_integer_value(json_object_get(j, "samples_seen"));
-    tr->loss_ema = json_real_value(json_object_get(j, "loss_ema"));
+    tr->sampler.counter = sampler_counter;
+    tr->noise_rng.offset = noise_offset;
+    tr->bad_total = bad_total;
+    tr->bad_in_row = bad_in_row;
+    tr->samples_seen = seen;
+    tr->loss_ema = json_number_value(ema);
     /* the run it continues (checkpoints written before run ids have none: a new id is drawn) */
     const char *run = json_string_value(json_object_get(j, "run"));
     snprintf(tr->run_id, sizeof(tr->run_id), "%s", run && strlen(run) < sizeof(tr->run_id) ? run : "");
     /* the dataset seeks there once it is open (the demo's only after it is generated) */
     tr->resumed = true;
-    tr->resume_epoch = json_integer_value(json_object_get(j, "data_epoch"));
-    tr->resume_cursor = json_integer_value(json_object_get(j, "data_cursor"));
+    tr->resume_epoch = epoch;
+    tr->resume_cursor = cursor;
 out:
     json_decref(j);
     return rc;
@@ -227,6 +315,38 @@ static int save_params(struct ghc_trainer *tr, const char *path)
     return rc;
 }
 
+/* A tensor read from checkpoint file `path` must be finite: a NaN or an infinity there would
+ * train on into an all-NaN adapter. 0 or GHC_EFORMAT naming the file, the tensor and the element. */
+static int check_finite(ghc_core_t *core, const char *path, const char *name, const ghc_tensor_t *h)
+{
+    int64_t bad = ghc_tensor_find_nonfinite(h);
+    if (bad < 0)
+        return 0;
+    return ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s': element %lld is %g (a non-finite value; the checkpoint "
+                         "is damaged or was written by a run that diverged)", path, name, (long long)bad,
+                         (double)ghc_cpu_load(ghc_tensor_cdata(h), ghc_tensor_dtype(h), bad));
+}
+
+/* Every float tensor of `path` (the optimizer's state, before the optimizer reads it) finite. */
+static int check_file_finite(ghc_core_t *core, const char *path)
+{
+    ghc_st_t *st = ghc_st_open(core, path);
+    if (!st)
+        return ghc_error_code(core) ? ghc_error_code(core) : GHC_EIO;
+    int rc = 0;
+    for (int i = 0; i < ghc_st_count(st) && rc == 0; i++) {
+        struct ghc_st_info info;
+        ghc_st_info_at(st, i, &info);
+        if (!ghc_dtype_is_float(info.dtype))
+            continue;
+        ghc_tensor_t *h = ghc_st_load(st, info.name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+        rc = h ? check_finite(core, path, info.name, h) : ghc_error_code(core);
+        ghc_tensor_free(h);
+    }
+    ghc_st_free(st);
+    return rc;
+}
+
 static int load_params(struct ghc_trainer *tr, const char *path)
 {
     ghc_core_t *core = tr->core;
@@ -251,6 +371,8 @@ static int load_params(struct ghc_trainer *tr, const char *path)
             ghc_tensor_t *h = ghc_st_load(st, tr->params[a][i].name, ghc_tensor_dtype(v), GHC_ROLE_WORKSPACE);
             if (!h) {
                 rc = ghc_error_code(core);
+            } else if ((rc = check_finite(core, path, tr->params[a][i].name, h)) < 0) {
+                /* named */
             } else if (!ghc_tensor_same_shape(h, v)) {
                 rc = ghc_error_set(core, GHC_EFORMAT, "%s: '%s' has another shape than the adapter's param", path,
                                    tr->params[a][i].name);
@@ -384,11 +506,83 @@ int ghc_checkpoint_write(struct ghc_trainer *tr)
     return 0;
 }
 
+/* ---- the configuration of a resumed run ------------------------------------------------------ */
+
+/* What a resumed run may not change: what the adapters, the optimizer's state and the random
+ * streams are made of (a key, or a section's key and everything under it). Every other key
+ * that differs is named in one warning. doc/training.md lists both. */
+static const char *const resume_fixed[] = {
+    "seed", "data.seed",
+    "model.plugin", "model.checkpoint", "model.checkpoints", "model.random",
+    "network.plugin", "network.algo", "network.rank", "network.alpha", "network.rs_lora", "network.factor",
+    "network.decompose_both", "network.full_matrix", "network.dora_wd", "network.preset", "network.include",
+    "network.exclude", "network.overrides",
+    "optimizer.plugin", "train.mode", "train.expert", "train.name",
+};
+
+/* Keys a resumed run changes without a word: where it writes, where plugins come from. */
+static const char *const resume_quiet[] = { "output_dir", "plugin_path" };
+
+static bool key_in(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(list[i]);
+        if (strncmp(key, list[i], l) == 0 && (key[l] == '\0' || key[l] == '.'))
+            return true;
+    }
+    return false;
+}
+
+struct resume_diff {
+    ghc_core_t *core;
+    const char *cfg;              /* the checkpoint's resolved.cfg */
+    char        changed[1024];    /* "train.steps 12 (was 6), ..." */
+    int         n_changed;
+};
+
+static int resume_visit(void *user, const char *key, const char *mine, const char *theirs)
+{
+    struct resume_diff *d = user;
+    if (key_in(key, resume_quiet, sizeof(resume_quiet) / sizeof(resume_quiet[0])))
+        return 0;
+    if (key_in(key, resume_fixed, sizeof(resume_fixed) / sizeof(resume_fixed[0])))
+        return ghc_error_set(d->core, GHC_ECONFIG, "%s: %s = %s, but this configuration has %s = %s: a resumed run "
+                             "cannot change it (doc/training.md, \"Resuming\")", d->cfg, key, theirs, key, mine);
+    size_t at = strlen(d->changed);
+    if (at + 1 < sizeof(d->changed))
+        snprintf(d->changed + at, sizeof(d->changed) - at, "%s%s %s (was %s)", d->n_changed ? ", " : "", key, mine,
+                 theirs);
+    d->n_changed++;
+    return 0;
+}
+
+/* The configuration in effect against the checkpoint's resolved.cfg: GHC_ECONFIG for a key of
+ * resume_fixed, one warning naming the others that differ. */
+static int check_resume_config(struct ghc_trainer *tr, const char *dir)
+{
+    struct resume_diff d = { .core = tr->core };
+    char p[8400];
+    snprintf(p, sizeof(p), "%s/resolved.cfg", dir);
+    d.cfg = p;
+    int rc = ghc_config_diff(tr->core, p, resume_visit, &d);
+    if (rc < 0)
+        return rc;
+    if (d.n_changed)
+        ghc_log(tr->core, GHC_LOG_WARN, "train: resuming %s with %d setting%s changed from its resolved.cfg: %s", dir,
+                d.n_changed, d.n_changed == 1 ? "" : "s", d.changed);
+    return 0;
+}
+
 int ghc_checkpoint_read(struct ghc_trainer *tr, const char *dir)
 {
     ghc_core_t *core = tr->core;
     char p[8400];
     int rc;
+    if ((rc = check_resume_config(tr, dir)) < 0)
+        return rc;
+    snprintf(p, sizeof(p), "%s/trainer.json", dir);
+    if ((rc = read_state(tr, dir, p)) < 0)
+        return rc;
     for (int a = 0; a < tr->n_adapters; a++) {
         adapter_file(tr, dir, a, p, sizeof(p));
         int32_t e = tr->adapter_expert[a] < 0 ? 0 : tr->adapter_expert[a];
@@ -399,10 +593,7 @@ int ghc_checkpoint_read(struct ghc_trainer *tr, const char *dir)
     if ((rc = load_params(tr, p)) < 0)
         return rc;
     snprintf(p, sizeof(p), "%s/optimizer.safetensors", dir);
-    if ((rc = ghc_optimizer_load(tr->opt, p)) < 0)
-        return rc;
-    snprintf(p, sizeof(p), "%s/trainer.json", dir);
-    if ((rc = read_state(tr, p)) < 0)
+    if ((rc = check_file_finite(core, p)) < 0 || (rc = ghc_optimizer_load(tr->opt, p)) < 0)
         return rc;
     ghc_log(core, GHC_LOG_INFO, "train: resumed from %s at step %lld", dir, (long long)tr->step);
     return 0;

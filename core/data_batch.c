@@ -12,6 +12,7 @@
 #include <gh200core/ops.h>     /* defines: ghc_op_copy */
 
 #include "dataset_impl.h"
+#include "elem.h"                /* defines: ghc_cpu_load */
 
 /* ---- a sample's tensors ---------------------------------------------------------------------- */
 
@@ -55,7 +56,10 @@ static int copy_rows(ghc_dataset_t *ds, ghc_tensor_t *dst, int64_t at, const ghc
     return rc;
 }
 
-/* Check a decoded tensor against what the header said (the file may change after open). */
+/* Check a decoded tensor against what the header said (the file may change after open), and
+ * its values: a NaN or an infinity in a latent, noise or text embedding, or a stored timestep
+ * outside (0, 1000], is the sample's file's fault, named here (the caller makes it a bad
+ * sample) rather than a non-finite loss after the forward. */
 static int check_decoded(ghc_dataset_t *ds, int64_t idx, enum ghc_sample_kind kind, const ghc_tensor_t *t)
 {
     const struct data_sample *s = &ds->samples[idx];
@@ -68,11 +72,19 @@ static int check_decoded(ghc_dataset_t *ds, int64_t idx, enum ghc_sample_kind ki
         ok = ghc_tensor_dim(t, -2) == s->txt_len && ghc_tensor_dim(t, -1) == ds->text_dim;
     else
         ok = ghc_tensor_numel(t) == 1;
-    if (ok)
-        return 0;
-    return ghc_error_set(ds->core, GHC_EFORMAT, "%s: \"%s\" is now %s, not what it was when the dataset was opened",
-                         ghc_data_disk_name(ds, s->file[kind], disk, sizeof(disk)), s->key[kind],
-                         ghc_tensor_describe(t, buf, sizeof(buf)));
+    ghc_data_disk_name(ds, s->file[kind], disk, sizeof(disk));
+    if (!ok)
+        return ghc_error_set(ds->core, GHC_EFORMAT, "%s: \"%s\" is now %s, not what it was when the dataset was opened",
+                             disk, s->key[kind], ghc_tensor_describe(t, buf, sizeof(buf)));
+    int64_t bad = ghc_tensor_find_nonfinite(t);
+    float v = ghc_cpu_load(ghc_tensor_cdata(t), ghc_tensor_dtype(t), bad < 0 ? 0 : bad);
+    if (bad >= 0)
+        return ghc_error_set(ds->core, GHC_EFORMAT, "%s: \"%s\": element %lld is %g (a non-finite value)", disk,
+                             s->key[kind], (long long)bad, (double)v);
+    if (kind == GHC_SAMPLE_TIMESTEP && !(v > 0.0f && v <= 1000.0f))
+        return ghc_error_set(ds->core, GHC_EFORMAT, "%s: \"%s\" is %g: a stored timestep is in (0, 1000]", disk,
+                             s->key[kind], (double)v);
+    return 0;
 }
 
 /* ---- the empty prompt ------------------------------------------------------------------------ */

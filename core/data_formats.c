@@ -374,8 +374,10 @@ static int check_latent(ghc_dataset_t *ds, const struct data_format *fmt, struct
     if (rc != 0)
         return rc;
     const char *key = info.name;
-    if (info.ndim != 4 || !servable(info.dtype)) {
-        rc = ghc_data_bad_sample(ds, GHC_EFORMAT, "%s: \"%s\" is [%s] %s, expected [C, F, H, W] of bf16, f16 or f32",
+    if (info.ndim != 4 || !servable(info.dtype) || info.shape[0] < 1 || info.shape[1] < 1 || info.shape[2] < 1 ||
+        info.shape[3] < 1) {
+        rc = ghc_data_bad_sample(ds, GHC_EFORMAT, "%s: \"%s\" is [%s] %s, expected [C, F, H, W] (each at least 1) of "
+                                 "bf16, f16 or f32",
                                  disk, key, shape_str(&info, sh, sizeof(sh)), ghc_dtype_name(info.dtype));
         goto out;
     }

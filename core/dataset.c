@@ -320,6 +320,53 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Keep the samples `judge` keeps (0), drop those it reports (1, already a counted bad sample),
+ * dataset by dataset, in order; a negative result is the error. */
+static int filter_samples(ghc_dataset_t *ds, int (*judge)(ghc_dataset_t *ds, int64_t i, void *user), void *user)
+{
+    int64_t kept = 0;
+    for (int32_t d = 0; d < ds->n_sets; d++) {
+        struct data_set *set = &ds->sets[d];
+        int64_t first = kept;
+        for (int64_t i = set->first; i < set->first + set->n; i++) {
+            int rc = judge(ds, i, user);
+            if (rc < 0) {
+                for (int64_t k = i; k < set->first + set->n; k++)   /* the rest stay, for ghc_dataset_free */
+                    ds->samples[kept++] = ds->samples[k];
+                for (int32_t e = d + 1; e < ds->n_sets; e++)
+                    for (int64_t k = ds->sets[e].first; k < ds->sets[e].first + ds->sets[e].n; k++)
+                        ds->samples[kept++] = ds->samples[k];
+                ds->n_samples = kept;
+                return rc;
+            }
+            if (rc > 0) {
+                sample_clear(&ds->samples[i]);
+                continue;
+            }
+            ds->samples[kept++] = ds->samples[i];
+        }
+        set->first = first;
+        set->n = kept - first;
+    }
+    ds->n_samples = kept;
+    return 0;
+}
+
+/* A sample whose text width is not ds->text_dim is bad, named with a sample that has it. */
+static int judge_text_dim(ghc_dataset_t *ds, int64_t i, void *user)
+{
+    const char *ref = user;
+    const struct data_sample *s = &ds->samples[i];
+    if (s->txt_dim == ds->text_dim)
+        return 0;
+    char a[4400], b[4400];
+    return ghc_data_bad_sample(ds, GHC_EFORMAT, "%s: \"%s\" has width %lld, but %s has %lld",
+                               ghc_data_disk_name(ds, s->file[GHC_SAMPLE_TEXT_EMBED], a, sizeof(a)),
+                               s->key[GHC_SAMPLE_TEXT_EMBED], (long long)s->txt_dim,
+                               ref ? ghc_data_disk_name(ds, ref, b, sizeof(b)) : "data.empty_prompt",
+                               (long long)ds->text_dim);
+}
+
 /* One text width for all: the empty prompt's, else the most common one; other samples are
  * bad (named with a sample that has the width kept). */
 static int unify_text_dim(ghc_dataset_t *ds)
@@ -346,31 +393,44 @@ static int unify_text_dim(ghc_dataset_t *ds)
     for (int64_t i = 0; i < ds->n_samples && !ref; i++)
         if (ds->samples[i].txt_dim == ds->text_dim)
             ref = ds->samples[i].file[GHC_SAMPLE_TEXT_EMBED];
-    int64_t kept = 0;
-    for (int32_t d = 0; d < ds->n_sets; d++) {
-        struct data_set *set = &ds->sets[d];
-        int64_t first = kept;
-        for (int64_t i = set->first; i < set->first + set->n; i++) {
-            struct data_sample *s = &ds->samples[i];
-            if (s->txt_dim != ds->text_dim) {
-                char a[4400], b[4400];
-                int rc = ghc_data_bad_sample(ds, GHC_EFORMAT, "%s: \"%s\" has width %lld, but %s has %lld",
-                                    ghc_data_disk_name(ds, s->file[GHC_SAMPLE_TEXT_EMBED], a, sizeof(a)),
-                                    s->key[GHC_SAMPLE_TEXT_EMBED], (long long)s->txt_dim,
-                                    ref ? ghc_data_disk_name(ds, ref, b, sizeof(b)) : "data.empty_prompt",
-                                    (long long)ds->text_dim);
-                if (rc < 0)
-                    return rc;
-                sample_clear(s);
-                continue;
-            }
-            ds->samples[kept++] = *s;
-        }
-        set->first = first;
-        set->n = kept - first;
-    }
-    ds->n_samples = kept;
+    return filter_samples(ds, judge_text_dim, (void *)ref);
+}
+
+/* ---- what the model takes --------------------------------------------------------------------- */
+
+struct fit_state {
+    ghc_data_fit_fn fit;
+    void           *user;
+    int64_t         misfits;             /* without skip_bad_samples: counted, the first kept */
+    char            first[GHC_ERROR_MAX];
+};
+
+/* A sample the model cannot take: with skip_bad_samples a bad sample (one line, counted), else
+ * counted for one error at the end. */
+static int judge_fit(ghc_dataset_t *ds, int64_t i, void *user)
+{
+    struct fit_state *f = user;
+    struct ghc_data_sample_info si;
+    char why[GHC_ERROR_MAX];
+    if (!ghc_dataset_sample_at(ds, i, &si) || f->fit(f->user, &si, why, sizeof(why)))
+        return 0;
+    if (ds->skip_bad)
+        return ghc_data_bad_sample(ds, GHC_ECONFIG, "%s", why);
+    if (!f->misfits++)
+        snprintf(f->first, sizeof(f->first), "%s", why);
     return 0;
+}
+
+static int fit_samples(ghc_dataset_t *ds, const char *section, ghc_data_fit_fn fit, void *user)
+{
+    struct fit_state f = { .fit = fit, .user = user };
+    int rc = filter_samples(ds, judge_fit, &f);
+    if (rc < 0 || !f.misfits)
+        return rc;
+    if (f.misfits > 1)
+        return ghc_error_set(ds->core, GHC_ECONFIG, "%s: %s; and %lld more sample%s", section, f.first,
+                             (long long)(f.misfits - 1), f.misfits == 2 ? " that does not fit" : "s that do not fit");
+    return ghc_error_set(ds->core, GHC_ECONFIG, "%s: %s", section, f.first);
 }
 
 /* ---- opening --------------------------------------------------------------------------------- */
@@ -381,6 +441,11 @@ int ghc_dataset_open(ghc_core_t *core, ghc_dataset_t **out)
 }
 
 int ghc_dataset_open_section(ghc_core_t *core, const char *section, ghc_dataset_t **out)
+{
+    return ghc_dataset_open_fit(core, section, NULL, NULL, out);
+}
+
+int ghc_dataset_open_fit(ghc_core_t *core, const char *section, ghc_data_fit_fn fit, void *user, ghc_dataset_t **out)
 {
     *out = NULL;
     double t0 = ghc_data_seconds();
@@ -426,6 +491,8 @@ int ghc_dataset_open_section(ghc_core_t *core, const char *section, ghc_dataset_
         if ((rc = discover(ds, d)) < 0)
             goto fail;
     if (ds->n_samples && ((rc = unify_text_dim(ds)) < 0 || (rc = ghc_data_blanks_load(ds)) < 0))
+        goto fail;
+    if (ds->n_samples && fit && (rc = fit_samples(ds, section, fit, user)) < 0)
         goto fail;
     if (ds->n_samples == 0) {
         rc = ghc_error_set(core, GHC_ENOTFOUND, "data: no samples found in %s%s (expected <stem>.latent.safetensors + "

@@ -208,4 +208,14 @@ bool ghc_data_text_dropped(const ghc_dataset_t *ds, int64_t epoch, int64_t curso
  * data.empty_prompt is given). Returns 0 or GHC_ENOMEM; a file that cannot serve is a warning. */
 int  ghc_data_blanks_load(ghc_dataset_t *ds);
 
+/* ---- for the trainer (train_check.c) --------------------------------------------------------- */
+
+/* Whether the model can take sample `si`; when not, the reason (naming the sample's file) in
+ * why (len bytes). */
+typedef bool (*ghc_data_fit_fn)(void *user, const struct ghc_data_sample_info *si, char *why, size_t len);
+/* ghc_dataset_open_section with each sample checked by `fit` (NULL: none) before the buckets
+ * are made: with skip_bad_samples a sample that does not fit is a bad sample (one warning,
+ * counted, left out); without, GHC_ECONFIG "<section>: <the first reason>; and N more ...". */
+int ghc_dataset_open_fit(ghc_core_t *core, const char *section, ghc_data_fit_fn fit, void *user, ghc_dataset_t **out);
+
 #endif /* GHC_DATASET_IMPL_H */

@@ -38,16 +38,30 @@ static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t 
     return buf;
 }
 
-/* The merged tensor: base W as f32, the module merged in, stored as dt. */
-static int merge_one(ghc_core_t *core, ghc_st_t *st, ghc_merge_t *ad, int32_t mi, const struct ghc_st_info *t,
-                     float mult, enum ghc_dtype dt, ghc_st_writer_t *w)
+/* The merged tensor: base W as f32, the module merged in, stored as dt. A non-finite value of
+ * the base weight read here is an error (the weights merged into are the ones read anyway;
+ * tensors copied as they are are not scanned), and so is one the merge makes. */
+static int merge_one(ghc_core_t *core, ghc_st_t *st, const char *base, ghc_merge_t *ad, int32_t mi,
+                     const struct ghc_st_info *t, float mult, enum ghc_dtype dt, ghc_st_writer_t *w)
 {
     int rc;
+    int64_t bad;
     ghc_tensor_t *o = NULL, *f = ghc_st_load(st, t->name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
     if (!f)
         return ghc_error_code(core);
+    if ((bad = ghc_tensor_find_nonfinite(f)) >= 0) {
+        rc = ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s': element %lld is %g (a non-finite base weight)", base,
+                           t->name, (long long)bad, (double)((const float *)ghc_tensor_cdata(f))[bad]);
+        goto out;
+    }
     if ((rc = ghc_merge_apply(ad, mi, f, mult)) < 0)
         goto out;
+    if ((bad = ghc_tensor_find_nonfinite(f)) >= 0) {
+        rc = ghc_error_set(core, GHC_EINVAL, "merge: tensor '%s': element %lld is %g after the merge (multiplier %g); "
+                           "nothing written", t->name, (long long)bad,
+                           (double)((const float *)ghc_tensor_cdata(f))[bad], (double)mult);
+        goto out;
+    }
     if (!(o = ghc_tensor_init(core, dt, t->ndim, t->shape, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE))) {
         rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
         goto out;
@@ -151,7 +165,7 @@ int ghc_cli_merge(ghc_core_t *core, const struct ghc_merge_opts *o, FILE *print)
         struct ghc_st_info t;
         ghc_st_info_at(st, b, &t);
         if (by_base[b] >= 0)
-            rc = merge_one(core, st, ad, by_base[b], &t, (float)o->multiplier,
+            rc = merge_one(core, st, o->base, ad, by_base[b], &t, (float)o->multiplier,
                            o->dtype < 0 ? t.dtype : (enum ghc_dtype)o->dtype, w);
         else
             rc = ghc_st_writer_add_raw(w, t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(st, t.name));

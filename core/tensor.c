@@ -416,3 +416,13 @@ int ghc_tensor_convert_cpu(ghc_tensor_t *dst, const ghc_tensor_t *src, float sca
         ghc_cpu_store(dst->data, dst->dtype, i, ghc_cpu_load(src->data, src->dtype, i) * scale);
     return 0;
 }
+
+int64_t ghc_tensor_find_nonfinite(const ghc_tensor_t *t)
+{
+    if (t->device != GHC_DEVICE_CPU || t->ld || !ghc_dtype_is_float(t->dtype))
+        return -1;
+    for (int64_t i = 0; i < t->numel; i++)
+        if (!isfinite(ghc_cpu_load(t->data, t->dtype, i)))
+            return i;
+    return -1;
+}

@@ -16,6 +16,7 @@
 #include <gh200core/tensor.h>
 #include <gh200core/train.h>
 
+#include "dataset_impl.h"   /* defines: ghc_dataset_open_fit */
 #include "train_impl.h"
 
 /* ---- configuration -------------------------------------------------------------------------- */
@@ -276,55 +277,56 @@ static const char *sample_file(ghc_core_t *core, const char *section, const char
 
 static const char *const patch_dims[3] = { "frames", "height", "width" };
 
-/* Every sample of `ds` (the data of `section`) against what the model takes: the latent's
- * channels, its frames, height and width against the patch, the text embedding's width and
- * rows. The first mismatch is the error (naming the sample's file and where the model's
- * number came from), with the count of the others. */
-static int check_samples(struct ghc_trainer *tr, ghc_dataset_t *ds, const char *section)
+struct fit_ctx {
+    struct ghc_trainer *tr;
+    const char         *section;
+};
+
+/* One sample of the data of `section` against what the model takes (ghc_data_fit_fn): the
+ * latent's channels, its frames, height and width against the patch, the text embedding's
+ * width and rows. The reason names the sample's file and where the model's number came from. */
+static bool sample_fits(void *user, const struct ghc_data_sample_info *si, char *msg, size_t len)
 {
-    ghc_core_t *core = tr->core;
-    const struct ghc_model_input *in = &tr->in;
-    if (!tr->have_in)
-        return 0;
-    int64_t n = ghc_dataset_samples(ds), bad = 0;
-    char first[GHC_ERROR_MAX] = "", f[4096];
-    for (int64_t i = 0; i < n; i++) {
-        struct ghc_data_sample_info si;
-        char msg[GHC_ERROR_MAX];
-        if (!ghc_dataset_sample_at(ds, i, &si))
-            continue;
-        const int64_t *ls = si.latent_shape;
-        int k = 0;
-        while (k < 3 && (in->patch[k] < 2 || ls[1 + k] % in->patch[k] == 0))
-            k++;
-        if (in->channels && ls[0] != in->channels)
-            snprintf(msg, sizeof(msg), "%s: the latent [%lld, %lld, %lld, %lld] has %lld channels; the model takes %lld "
-                     "(%s)", sample_file(core, section, si.latent_file, f, sizeof(f)), (long long)ls[0],
-                     (long long)ls[1], (long long)ls[2], (long long)ls[3], (long long)ls[0], (long long)in->channels,
-                     in->channels_from ? in->channels_from : "the model");
-        else if (k < 3)
-            snprintf(msg, sizeof(msg), "%s: the latent [%lld, %lld, %lld, %lld]: its %s, %lld, is not a multiple of %lld "
-                     "(%s)", sample_file(core, section, si.latent_file, f, sizeof(f)), (long long)ls[0],
-                     (long long)ls[1], (long long)ls[2], (long long)ls[3], patch_dims[k], (long long)ls[1 + k],
-                     (long long)in->patch[k], in->patch_from ? in->patch_from : "the model's patch");
-        else if (in->text_dim && si.text_dim != in->text_dim)
-            snprintf(msg, sizeof(msg), "%s: the text embedding is [%lld, %lld], %lld wide; the model's text width is "
-                     "%lld (%s)", sample_file(core, section, si.text_file, f, sizeof(f)), (long long)si.text_len,
-                     (long long)si.text_dim, (long long)si.text_dim, (long long)in->text_dim,
-                     in->text_dim_from ? in->text_dim_from : "the model");
-        else if (in->text_len && si.text_len > in->text_len)
-            snprintf(msg, sizeof(msg), "%s: the text embedding has %lld rows; the model takes at most %lld (%s)",
-                     sample_file(core, section, si.text_file, f, sizeof(f)), (long long)si.text_len,
-                     (long long)in->text_len, in->text_len_from ? in->text_len_from : "the model");
-        else
-            continue;
-        if (!bad++)
-            snprintf(first, sizeof(first), "%s", msg);
-    }
-    if (bad > 1)
-        return ghc_error_set(core, GHC_ECONFIG, "%s: %s; and %lld more sample%s", section, first,
-                             (long long)(bad - 1), bad == 2 ? " that does not fit" : "s that do not fit");
-    return bad ? ghc_error_set(core, GHC_ECONFIG, "%s: %s", section, first) : 0;
+    const struct fit_ctx *fc = user;
+    ghc_core_t *core = fc->tr->core;
+    const struct ghc_model_input *in = &fc->tr->in;
+    const char *section = fc->section;
+    char f[4096];
+    const int64_t *ls = si->latent_shape;
+    int k = 0;
+    while (k < 3 && (in->patch[k] < 2 || ls[1 + k] % in->patch[k] == 0))
+        k++;
+    if (in->channels && ls[0] != in->channels)
+        snprintf(msg, len, "%s: the latent [%lld, %lld, %lld, %lld] has %lld channels; the model takes %lld "
+                 "(%s)", sample_file(core, section, si->latent_file, f, sizeof(f)), (long long)ls[0],
+                 (long long)ls[1], (long long)ls[2], (long long)ls[3], (long long)ls[0], (long long)in->channels,
+                 in->channels_from ? in->channels_from : "the model");
+    else if (k < 3)
+        snprintf(msg, len, "%s: the latent [%lld, %lld, %lld, %lld]: its %s, %lld, is not a multiple of %lld "
+                 "(%s)", sample_file(core, section, si->latent_file, f, sizeof(f)), (long long)ls[0],
+                 (long long)ls[1], (long long)ls[2], (long long)ls[3], patch_dims[k], (long long)ls[1 + k],
+                 (long long)in->patch[k], in->patch_from ? in->patch_from : "the model's patch");
+    else if (in->text_dim && si->text_dim != in->text_dim)
+        snprintf(msg, len, "%s: the text embedding is [%lld, %lld], %lld wide; the model's text width is "
+                 "%lld (%s)", sample_file(core, section, si->text_file, f, sizeof(f)), (long long)si->text_len,
+                 (long long)si->text_dim, (long long)si->text_dim, (long long)in->text_dim,
+                 in->text_dim_from ? in->text_dim_from : "the model");
+    else if (in->text_len && si->text_len > in->text_len)
+        snprintf(msg, len, "%s: the text embedding has %lld rows; the model takes at most %lld (%s)",
+                 sample_file(core, section, si->text_file, f, sizeof(f)), (long long)si->text_len,
+                 (long long)in->text_len, in->text_len_from ? in->text_len_from : "the model");
+    else
+        return true;
+    return false;
+}
+
+/* Open the data of `section` with every sample checked against what the model takes (when it
+ * says): at open, so that a sample the model cannot take is an error before anything runs, or
+ * with skip_bad_samples left out there with one line. */
+static int open_checked(struct ghc_trainer *tr, const char *section, ghc_dataset_t **out)
+{
+    struct fit_ctx fc = { .tr = tr, .section = section };
+    return ghc_dataset_open_fit(tr->core, section, tr->have_in ? sample_fits : NULL, &fc, out);
 }
 
 /* The demo's keys, and its shapes against what the model takes (its data does not exist
@@ -397,13 +399,11 @@ int ghc_train_open_data(struct ghc_trainer *tr)
 {
     ghc_core_t *core = tr->core;
     int rc;
-    if ((rc = ghc_dataset_open(core, &tr->ds)) < 0 || (rc = check_samples(tr, tr->ds, "data")) < 0)
+    if ((rc = open_checked(tr, "data", &tr->ds)) < 0)
         return rc;
-    if (tr->c.validate_every && ghc_config_section(core, "validation")) {
-        if ((rc = ghc_dataset_open_section(core, "validation", &tr->vds)) < 0 ||
-            (rc = check_samples(tr, tr->vds, "validation")) < 0)
-            return rc;
-    }
+    if (tr->c.validate_every && ghc_config_section(core, "validation") &&
+        (rc = open_checked(tr, "validation", &tr->vds)) < 0)
+        return rc;
     if (tr->resumed && (rc = ghc_dataset_seek(tr->ds, tr->resume_epoch, tr->resume_cursor)) < 0)
         return rc;
     return 0;

@@ -682,6 +682,92 @@ START_TEST(test_bad_corrupt_block)
 }
 END_TEST
 
+/* A sample stem.{latent,text}.safetensors of f32 values with stored noise and timestep: element
+ * 1 of tensor `spoil` (element 0 of "timestep"; NULL: none) is v. */
+static void write_valued(ghc_core_t *w, const char *dir, const char *stem, const char *spoil, float v)
+{
+    static const char *const names[] = { "latent", "noise", "timestep", "text_embed" };
+    static const int64_t shapes[][4] = { { 4, 1, 2, 2 }, { 4, 1, 2, 2 }, { 1 }, { 3, D } };
+    static const int nd[] = { 4, 4, 1, 2 };
+    static const float fill[] = { 1.0f, 0.5f, 500.0f, 0.25f };
+    static float buf[3 * D];
+    char path[4200];
+    ghc_st_writer_t *lw = ghc_st_writer_init(w), *tw = ghc_st_writer_init(w);
+    for (int k = 0; k < 4; k++) {
+        int64_t n = 1;
+        for (int i = 0; i < nd[k]; i++)
+            n *= shapes[k][i];
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = fill[k];
+        if (spoil && !strcmp(spoil, names[k]))
+            buf[n > 1] = v;
+        ck_assert_int_eq(ghc_st_writer_add_raw(k == 3 ? tw : lw, names[k], GHC_DTYPE_F32, nd[k], shapes[k], buf), 0);
+    }
+    snprintf(path, sizeof(path), "%s/%s.latent.safetensors", dir, stem);
+    ck_assert_int_eq(ghc_st_writer_finish(lw, path), 0);
+    snprintf(path, sizeof(path), "%s/%s.text.safetensors", dir, stem);
+    ck_assert_int_eq(ghc_st_writer_finish(tw, path), 0);
+    ghc_st_writer_free(lw);
+    ghc_st_writer_free(tw);
+}
+
+/* A NaN or an infinity in a sample's latent, noise or text embedding, or a stored timestep that
+ * is NaN, negative or huge: the batch that loads it fails naming the file and the tensor, or
+ * with skip_bad_samples leaves the sample out, counted (it used to reach the forward: a
+ * non-finite loss every epoch naming no sample, or exit 5 naming no file). */
+START_TEST(test_bad_values)
+{
+    static const struct { const char *tensor; float v; const char *file, *what; } cases[] = {
+        { "latent", NAN, "bad.latent.safetensors", "\"latent\": element 1 is nan" },
+        { "latent", -INFINITY, "bad.latent.safetensors", "\"latent\": element 1 is -inf" },
+        { "noise", INFINITY, "bad.latent.safetensors", "\"noise\": element 1 is inf" },
+        { "text_embed", NAN, "bad.text.safetensors", "\"text_embed\": element 1 is nan" },
+        { "timestep", NAN, "bad.latent.safetensors", "\"timestep\": element 0 is nan" },
+        { "timestep", -5000.0f, "bad.latent.safetensors", "\"timestep\" is -5000: a stored timestep is in (0, 1000]" },
+        { "timestep", 1e30f, "bad.latent.safetensors", "\"timestep\" is 1e+30" },
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *tmp = tu_tmpdir(), full[4300];
+        ghc_core_t *w = ghc_core_init();
+        write_valued(w, tmp, "g1", NULL, 0.0f);
+        write_valued(w, tmp, "g2", NULL, 0.0f);
+        write_valued(w, tmp, "g3", NULL, 0.0f);
+        write_valued(w, tmp, "bad", cases[c].tensor, cases[c].v);
+        ghc_core_free(w);
+        snprintf(full, sizeof(full), "%s/%s", tmp, cases[c].file);
+        for (int skip = 0; skip < 2; skip++) {
+            char *cfg = cfg_for(skip ? "skip_bad_samples = true; shuffle = false; text_dropout = 0.0;"
+                                     : "shuffle = false; text_dropout = 0.0;", "{ path = \".\"; }");
+            ghc_core_t *core = core_with(cfg, tmp);
+            ghc_dataset_t *ds = open_ok(core);
+            int rc = 0, got = 0;
+            struct ghc_data_stats st = { .struct_size = sizeof(st) };
+            while (got + st.skipped < 4 && rc == 0) {   /* one epoch */
+                struct ghc_data_batch bt;
+                if ((rc = ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt)) == 0) {
+                    got += bt.n;
+                    ghc_data_batch_release(ds, &bt);
+                }
+                ghc_dataset_stats(ds, &st);
+            }
+            if (!skip) {
+                const char *msg = ghc_error_message(core);
+                ck_assert_msg(rc == GHC_EFORMAT && strstr(msg, full) && strstr(msg, cases[c].what),
+                              "case %zu: %d: %s", c, rc, msg);
+            } else {
+                ck_assert_msg(rc == 0 && st.skipped == 1 && got == 3, "case %zu: %d, %lld skipped, %d served: %s", c,
+                              rc, (long long)st.skipped, got, ghc_error_message(core));
+            }
+            ghc_dataset_free(ds);
+            ghc_core_free(core);
+            free(cfg);
+        }
+        tu_rm_rf(tmp);
+        free(tmp);
+    }
+}
+END_TEST
+
 /* ---- the in_memory backend -------------------------------------------------------------------- */
 
 /* All batches of one epoch of the fixtures, unshuffled, as bytes. */
@@ -909,6 +995,49 @@ START_TEST(test_caches)
     free(tmp);
     free(ref);
     free(dir);
+}
+END_TEST
+
+/* The first latent value of one epoch's first batch through a unified_memory cache persisted
+ * in `pc`, of the dataset in `dir`. */
+static float persisted_first(const char *dir, const char *pc)
+{
+    char cfg[8400];
+    snprintf(cfg, sizeof(cfg), "mempolicy = { plugin = \"host\"; };\ncache = { plugin = \"unified_memory\"; "
+             "persistent_cache = \"%s\"; };\ndata = { shuffle = false; datasets = ( { path = \".\"; } ); };", pc);
+    ghc_core_t *core = core_with(cfg, dir);
+    ghc_dataset_t *ds = open_ok(core);
+    struct ghc_data_batch bt;
+    ck_assert_msg(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &bt) == 0, "%s", ghc_error_message(core));
+    float v = elem(bt.latents, 0);
+    ghc_data_batch_release(ds, &bt);
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+    return v;
+}
+
+/* The persistent cache is keyed by the content of each source file, not by its name: another
+ * dataset with the same file names, or a file rewritten in place with other values of the same
+ * shape, is decoded anew (both used to be served the first dataset's tensors). */
+START_TEST(test_persistent_cache_keyed)
+{
+    char *tmp = tu_tmpdir(), a[4200], b[4200], pc[4200];
+    snprintf(a, sizeof(a), "%s/a", tmp);
+    snprintf(b, sizeof(b), "%s/b", tmp);
+    snprintf(pc, sizeof(pc), "%s/pc", tmp);
+    ck_assert_int_eq(mkdir(a, 0755), 0);
+    ck_assert_int_eq(mkdir(b, 0755), 0);
+    ghc_core_t *w = ghc_core_init();
+    write_plain(w, a, "s", 1.0f);
+    write_plain(w, b, "s", 2.0f);
+    ck_assert(persisted_first(a, pc) == 1.0f);
+    ck_assert(persisted_first(a, pc) == 1.0f);   /* read back */
+    ck_assert_msg(persisted_first(b, pc) == 2.0f, "dataset b was served dataset a's latent");
+    write_plain(w, a, "s", 3.0f);
+    ck_assert_msg(persisted_first(a, pc) == 3.0f, "a rewritten file was served its old latent");
+    ghc_core_free(w);
+    tu_rm_rf(tmp);
+    free(tmp);
 }
 END_TEST
 
@@ -1476,6 +1605,7 @@ static Suite *data_suite(void)
     tcase_add_test(bad, test_bad_truncated);
     tcase_add_test(bad, test_bad_unreadable);
     tcase_add_test(bad, test_bad_corrupt_block);
+    tcase_add_test(bad, test_bad_values);
     suite_add_tcase(s, bad);
     TCase *im = tcase_create("in_memory");
     tcase_set_timeout(im, 60);
@@ -1483,6 +1613,7 @@ static Suite *data_suite(void)
     tcase_add_test(im, test_in_memory_reads);
     tcase_add_test(im, test_memory_limit);
     tcase_add_test(im, test_caches);
+    tcase_add_test(im, test_persistent_cache_keyed);
     suite_add_tcase(s, im);
     TCase *peers = tcase_create("peers");
     tcase_set_timeout(peers, 60);

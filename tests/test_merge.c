@@ -15,7 +15,9 @@
  *     ComfyUI's own code (fixture) agrees with both;
  *   - bad input: an existing --out (exit 6, untouched), missing files (5), a module with no base
  *     weight or of another shape (5, naming the key and both shapes), an incomplete module (5),
- *     an fp8 base weight (1), bad usage (2); nothing is written on any error. */
+ *     an fp8 base weight (1), bad usage (2), a NaN or an infinity in the adapter's factors, its
+ *     alpha or a base weight merged into (5, naming the file, the tensor and the element) or
+ *     made by the merge; nothing is written on any error. */
 #include <config.h>
 
 #include <check.h>
@@ -794,8 +796,9 @@ START_TEST(errors)
     ghc_st_writer_t *bw = ghc_st_writer_init(core);
     ok(core, ghc_st_writer_add(bw, "blocks.0.self_attn.q.weight", w));
     ok(core, ghc_st_writer_add(bw, "blocks.0.self_attn.k.weight", w));
+    static const uint8_t fp8_zeros[48 * 64];
     ok(core, ghc_st_writer_add_raw(bw, "blocks.0.ffn.0.weight", GHC_DTYPE_F8_E4M3, 2, (const int64_t[]){ 48, 64 },
-                                   calloc(48 * 64, 1)));
+                                   fp8_zeros));
     ok(core, ghc_st_writer_add_raw(bw, "blocks.0.ffn.0.scale_weight", GHC_DTYPE_F32, 0, NULL, &(float){ 1.0f }));
     snprintf(base, sizeof(base), "%s/base.safetensors", dir);
     ok(core, ghc_st_writer_finish(bw, base));
@@ -894,6 +897,88 @@ START_TEST(errors)
 }
 END_TEST
 
+/* A NaN or an infinity in the adapter's factors, in its alpha or in a base weight merged into
+ * is an error naming the file and the tensor, and nothing is written (it used to give a merged
+ * model with non-finite weights, exit 0). */
+START_TEST(nonfinite)
+{
+    ghc_core_t *core = ghc_core_init();
+    char *dir = tu_tmpdir(), base[1200], ad[1200], outp[1200], *out;
+    ghc_st_t *fx = open_st(core, fixture("lycoris", "lora_r4.safetensors"));
+    ghc_tensor_t *w = load(core, fx, "case.w");   /* [48, 64] */
+    snprintf(outp, sizeof(outp), "%s/out.safetensors", dir);
+    static const struct { const char *tensor; float v; bool in_base; } cases[] = {
+        { "lora_down.weight", NAN, false }, { "lora_up.weight", INFINITY, false }, { ".alpha", NAN, false },
+        { "blocks.0.self_attn.q.weight", -INFINITY, true },
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        ghc_st_writer_t *bw = ghc_st_writer_init(core), *aw = ghc_st_writer_init(core);
+        ghc_tensor_t *wq = ghc_tensor_init(core, GHC_DTYPE_F32, 2, ghc_tensor_shape(w), GHC_DEVICE_CPU,
+                                           GHC_ROLE_WORKSPACE);
+        ok(core, ghc_tensor_convert_cpu(wq, w, 1.0f));
+        if (cases[c].in_base)
+            ((float *)ghc_tensor_data(wq))[5] = cases[c].v;
+        ok(core, ghc_st_writer_add(bw, "blocks.0.self_attn.q.weight", wq));
+        snprintf(base, sizeof(base), "%s/base%zu.safetensors", dir, c);
+        ok(core, ghc_st_writer_finish(bw, base));
+        ghc_st_writer_free(bw);
+        ghc_tensor_free(wq);
+        const char *bad = NULL;
+        for (int i = 0; i < ghc_st_count(fx); i++) {
+            struct ghc_st_info t;
+            ghc_st_info_at(fx, i, &t);
+            if (strncmp(t.name, "diffusion_model.blocks.0.self_attn.q", 36) != 0)
+                continue;
+            if (cases[c].in_base || !strstr(t.name, cases[c].tensor)) {
+                ok(core, ghc_st_writer_add_raw(aw, t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(fx, t.name)));
+                continue;
+            }
+            ghc_tensor_t *f = load(core, fx, t.name);
+            ((float *)ghc_tensor_data(f))[0] = cases[c].v;
+            ok(core, ghc_st_writer_add(aw, t.name, f));
+            ghc_tensor_free(f);
+            bad = t.name;
+        }
+        ck_assert(cases[c].in_base || bad);
+        snprintf(ad, sizeof(ad), "%s/ad%zu.safetensors", dir, c);
+        ok(core, ghc_st_writer_finish(aw, ad));
+        ghc_st_writer_free(aw);
+        char want[1400];
+        snprintf(want, sizeof(want), "%s: tensor '%s': element %d is %s", cases[c].in_base ? base : ad,
+                 cases[c].in_base ? cases[c].tensor : bad, cases[c].in_base ? 5 : 0,
+                 isnan(cases[c].v) ? "nan" : cases[c].v > 0 ? "inf" : "-inf");
+        int rc = merge(&out, "--base %s --adapter %s --out %s", base, ad, outp);
+        ck_assert_msg(rc == 5 && strstr(out, want), "case %zu: exit %d, want '%s': %s", c, rc, want, out);
+        free(out);
+        ck_assert(!exists(outp));
+    }
+    /* finite files, an alpha and a multiplier that overflow the merged weight: refused too */
+    snprintf(base, sizeof(base), "%s/base0.safetensors", dir);
+    ghc_st_writer_t *aw = ghc_st_writer_init(core);
+    for (int i = 0; i < ghc_st_count(fx); i++) {
+        struct ghc_st_info t;
+        ghc_st_info_at(fx, i, &t);
+        if (strncmp(t.name, "diffusion_model.blocks.0.self_attn.q", 36) == 0 && !strstr(t.name, ".alpha"))
+            ok(core, ghc_st_writer_add_raw(aw, t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(fx, t.name)));
+    }
+    ok(core, ghc_st_writer_add_raw(aw, "diffusion_model.blocks.0.self_attn.q.alpha", GHC_DTYPE_F32, 0, NULL,
+                                   &(float){ 3e38f }));
+    snprintf(ad, sizeof(ad), "%s/huge.safetensors", dir);
+    ok(core, ghc_st_writer_finish(aw, ad));
+    ghc_st_writer_free(aw);
+    int rc = merge(&out, "--base %s --adapter %s --out %s --multiplier 100000", base, ad, outp);
+    ck_assert_msg(rc != 0 && strstr(out, "merge: tensor 'blocks.0.self_attn.q.weight': element ") &&
+                  strstr(out, "after the merge (multiplier 100000)"), "exit %d: %s", rc, out);
+    free(out);
+    ck_assert(!exists(outp));
+    ghc_tensor_free(w);
+    ghc_st_free(fx);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *merge_suite(void)
 {
     Suite *s = suite_create("merge");
@@ -906,6 +991,7 @@ static Suite *merge_suite(void)
     tcase_add_test(tc, dora_comfyui_fixture);
     tcase_add_test(tc, sharded_base);
     tcase_add_test(tc, errors);
+    tcase_add_test(tc, nonfinite);
     suite_add_tcase(s, tc);
     return s;
 }

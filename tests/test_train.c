@@ -1,7 +1,9 @@
 /* test_train.c: the trainer's pieces and the trainer itself: sigma samplers (ranges, moments,
  * acceptance, the hard error), TensorBoard records (framing, CRC-32C, decoded values), the
  * lr schedule and the gradient_ramp scheduler's windows, and whole runs of the tiny model
- * (the demo learns, resume is bit-for-bit, signals, NaN skipping, expert routing). */
+ * (the demo learns, resume is bit-for-bit, signals, NaN skipping, expert routing), what a
+ * resume checks (the configuration against resolved.cfg, trainer.json, non-finite values) and
+ * the samples checked against the model at open. */
 #include <config.h>
 
 #include <math.h>
@@ -616,22 +618,46 @@ START_TEST(test_saved_activations)
 }
 END_TEST
 
+/* dir/<stem>.latent.safetensors [lat] of f32 `fill` and dir/<stem>.text.safetensors [txt] of f32 zeros. */
+static void write_shaped(const char *dir, const char *stem, const int64_t *lat, const int64_t *txt, float fill)
+{
+    static float buf[16 * 2 * 8 * 8 + 600 * 40];
+    for (size_t i = 0; i < sizeof(buf) / sizeof(buf[0]); i++)
+        buf[i] = 0.0f;
+    for (int64_t i = 0; i < lat[0] * lat[1] * lat[2] * lat[3]; i++)
+        buf[i] = fill;
+    ghc_core_t *core = ghc_core_init();
+    char p[4200];
+    for (int k = 0; k < 2; k++) {
+        ghc_st_writer_t *w = ghc_st_writer_init(core);
+        ck_assert_int_eq(ghc_st_writer_add_raw(w, k ? "text_embed" : "latent", GHC_DTYPE_F32, k ? 2 : 4, k ? txt : lat,
+                                               k ? buf + 16 * 2 * 8 * 8 : buf), 0);
+        snprintf(p, sizeof(p), "%s/%s.%s.safetensors", dir, stem, k ? "text" : "latent");
+        ck_assert_msg(ghc_st_writer_finish(w, p) == 0, "%s", ghc_error_message(core));
+        ghc_st_writer_free(w);
+    }
+    ghc_core_free(core);
+}
+
 START_TEST(test_nan_skipped)
 {
-    /* a huge planted strength drives the targets to inf: every step non-finite, the run stops
-     * after max_bad_steps with the message, and the earlier checkpoint stays (a run without
-     * one leaves output_dir as it was: tests/test_cli.c) */
-    char *dir = tu_tmpdir(), *out, args[8400];
+    /* latents of 1e30 (finite in the files) drive the loss to inf or NaN: every step
+     * non-finite, the run stops after max_bad_steps with the message, and the earlier
+     * checkpoint stays (a run without one leaves output_dir as it was: tests/test_cli.c) */
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400];
+    static const int64_t lat[4] = { 16, 1, 4, 4 }, txt[2] = { 4, 32 };
+    snprintf(p, sizeof(p), "%s/set", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    write_shaped(p, "a", lat, txt, 1e30f);
+    write_shaped(p, "b", lat, txt, 1e30f);
     char *cfg = tiny_cfg(dir, "n.cfg", 1, "steps = 10; max_bad_steps = 3; save_every = 1;",
-                         "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; strength = 1e38; };\n"
-                         "data = { batch_size = 1; };");
+                         "data = { batch_size = 1; datasets = ( { path = \"set\"; } ); };");
     snprintf(args, sizeof(args), "-q -c '%s'", cfg);
     ck_assert_int_eq(cli(args, &out), 1);
     ck_assert_msg(strstr(out, "3 non-finite losses in a row (max_bad_steps): stopping; the last good checkpoint is "
                          "intact") != NULL, "%s", out);
     free(out);
     struct mline m[16];
-    char p[8400];
     snprintf(p, sizeof(p), "%s/n.cfg.out/metrics.jsonl", dir);
     ck_assert_int_eq(read_metrics(p, m, 16), 2);   /* the third aborts before it is logged */
     ck_assert(m[0].skipped && m[1].skipped);
@@ -1060,6 +1086,185 @@ START_TEST(test_model_input_spec)
 }
 END_TEST
 
+/* ---- resuming: what a checkpoint holds is checked before it is used ------------------------- */
+
+/* `--dry-run --resume ck` of cfg into a fresh folder, with more arguments (not quiet: the
+ * warnings are looked for); returns the status. */
+static int resume_dry(const char *dir, const char *cfg, const char *ck, const char *more, char **out)
+{
+    static int k;
+    char args[8400];
+    snprintf(args, sizeof(args), "-c '%s' --dry-run --set output_dir='\"%s/dry%d.out\"' --resume '%s' %s", cfg,
+             dir, k++, ck, more);
+    return cli(args, out);
+}
+
+/* A copy of checkpoint `ck` as dir/<sub>/checkpoint-2 with `sed` applied to its trainer.json
+ * (NULL: none). Returns the copy's path (static). */
+static const char *ck_copy(const char *dir, const char *ck, const char *sub, const char *sed)
+{
+    static char p[4200];
+    char cmd[9000];
+    snprintf(p, sizeof(p), "%s/%s/checkpoint-2", dir, sub);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s/%s' && mkdir -p '%s/%s' && cp -r '%s' '%s'", dir, sub, dir, sub, ck, p);
+    ck_assert_int_eq(system(cmd), 0);
+    if (sed) {
+        snprintf(cmd, sizeof(cmd), "sed -i '%s' '%s/trainer.json'", sed, p);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    return p;
+}
+
+/* Rewrite file `path` with element 0 of its first float tensor (or of tensor `name`) set to v. */
+static void spoil_tensor(const char *path, const char *name, float v)
+{
+    ghc_core_t *core = ghc_core_init();
+    ghc_st_t *st = ghc_st_open(core, path);
+    ck_assert_msg(st != NULL, "%s", ghc_error_message(core));
+    ghc_st_writer_t *w = ghc_st_writer_init(core);
+    bool done = false;
+    for (int i = 0; i < ghc_st_count(st); i++) {
+        struct ghc_st_info t;
+        ghc_st_info_at(st, i, &t);
+        if (done || !ghc_dtype_is_float(t.dtype) || (name && strcmp(t.name, name) != 0)) {
+            ck_assert_int_eq(ghc_st_writer_add_raw(w, t.name, t.dtype, t.ndim, t.shape, ghc_st_raw(st, t.name)), 0);
+            continue;
+        }
+        ghc_tensor_t *f = ghc_st_load(st, t.name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *o = ghc_tensor_init(core, t.dtype, t.ndim, t.shape, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ck_assert(f && o);
+        ((float *)ghc_tensor_data(f))[0] = v;
+        ck_assert_int_eq(ghc_tensor_convert_cpu(o, f, 1.0f), 0);
+        ck_assert_int_eq(ghc_st_writer_add(w, t.name, o), 0);
+        ghc_tensor_free(f);
+        ghc_tensor_free(o);
+        done = true;
+    }
+    ck_assert(done);
+    char tmp[4500];
+    snprintf(tmp, sizeof(tmp), "%s.new", path);
+    ck_assert_msg(ghc_st_writer_finish(w, tmp) == 0, "%s", ghc_error_message(core));
+    ck_assert_int_eq(rename(tmp, path), 0);
+    ghc_st_writer_free(w);
+    ghc_st_free(st);
+    ghc_core_free(core);
+}
+
+/* --resume compares the configuration with the checkpoint's resolved.cfg (another seed, model
+ * or network is refused naming the key and both values; what may change is one warning), checks
+ * every field of trainer.json, and refuses a NaN or an infinity in the params, the optimizer's
+ * state or the adapter file, naming the file and the tensor. Each was accepted before, exit 0. */
+START_TEST(test_resume_checks)
+{
+    char *dir = tu_tmpdir(), *out, ck[4200];
+    char *cfg = tiny_cfg(dir, "k.cfg", 1, "steps = 4; save_every = 2; keep_last = 0;",
+                         "demo = { samples = 4; height = 4; width = 4; text_len = 4; text_dim = 32; };\n"
+                         "data = { batch_size = 2; };");
+    snprintf(ck, sizeof(ck), "-q -c '%s'", cfg);
+    ck_assert_msg(cli(ck, &out) == 0, "%s", out);
+    free(out);
+    snprintf(ck, sizeof(ck), "%s/k.cfg.out/checkpoint-2", dir);
+    ck_assert_msg(resume_dry(dir, cfg, ck, "", &out) == 0, "%s", out);
+    free(out);
+
+    /* the configuration */
+    static const struct { const char *set, *want; int code; } conf[] = {
+        { "--set seed=43", "resolved.cfg: seed = 42, but this configuration has seed = 43", 3 },
+        { "--set network.rank=8", "network.rank = 4, but this configuration has network.rank = 8", 3 },
+        { "--set network.algo='\"loha\"'", "network.algo = \"lora\", but", 3 },
+        { "--set model.random.seed=8", "model.random.seed = 7, but", 3 },
+        { "--set train.steps=8 --set optimizer.lr=0.001",
+          "4 settings changed from its resolved.cfg: optimizer.lr 0.001 (was 0.01), optimizer.high_noise_lr", 0 },
+    };
+    for (size_t c = 0; c < sizeof(conf) / sizeof(conf[0]); c++) {
+        int rc = resume_dry(dir, cfg, ck, conf[c].set, &out);
+        ck_assert_msg(rc == conf[c].code && strstr(out, conf[c].want), "%s: exit %d: %s", conf[c].set, rc, out);
+        free(out);
+    }
+
+    /* trainer.json: each field's type, range and agreement */
+    static const struct { const char *sed, *want; } state[] = {
+        { "s/\"step\": 2,/\"step\": -5,/", "trainer.json: \"step\" is -5: expected an integer from 0 to 4 (train.steps)" },
+        { "s/\"step\": 2,/\"step\": 1e18,/", "\"step\" is 1e" },
+        { "s/\"step\": 2,/\"step\": 1000000000000000000,/", "\"step\" is 1000000000000000000: expected" },
+        { "s/\"step\": 2,/\"step\": 3,/", "\"step\" is 3, but the folder is" },
+        { "s/\"bad_total\": 0,/\"bad_total\": 0.5,/", "\"bad_total\" is 0.5: expected an integer from 0 to 2" },
+        { "s/\"data_epoch\": [0-9]*,/\"data_epoch\": -1,/", "\"data_epoch\" is -1" },
+        { "s/\"noise_offset\": \"[0-9]*\",/\"noise_offset\": \"-3\",/", "\"noise_offset\" must be a string of decimal digits" },
+        { "s/\"loss_ema\": [0-9.e-]*,/\"loss_ema\": -1.0,/", "\"loss_ema\" is -1.0: expected a finite number" },
+        { "s/\"version\": 1/\"version\": 2/", "\"version\" is 2" },
+        { "/\"samples_seen\"/d", "\"samples_seen\" is missing" },
+    };
+    for (size_t c = 0; c < sizeof(state) / sizeof(state[0]); c++) {
+        const char *p = ck_copy(dir, ck, "state", state[c].sed);
+        int rc = resume_dry(dir, cfg, p, "", &out);
+        ck_assert_msg(rc == 5 && strstr(out, state[c].want) && strstr(out, p), "%s: exit %d: %s", state[c].sed, rc,
+                      out);
+        free(out);
+    }
+
+    /* non-finite values in the files: the file and the tensor named */
+    static const char *const files[] = { "params.safetensors", "optimizer.safetensors", "adapter.safetensors" };
+    for (size_t c = 0; c < 3; c++) {
+        char f[4400];
+        for (int inf = 0; inf < 2; inf++) {
+            const char *p = ck_copy(dir, ck, "nan", NULL);
+            snprintf(f, sizeof(f), "%s/%s", p, files[c]);
+            spoil_tensor(f, NULL, inf ? INFINITY : NAN);
+            int rc = resume_dry(dir, cfg, p, "", &out);
+            ck_assert_msg(rc == 5 && strstr(out, f) && strstr(out, "tensor '") &&
+                          strstr(out, inf ? "element 0 is inf" : "element 0 is nan"), "%s: exit %d: %s", f, rc, out);
+            free(out);
+        }
+    }
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* A sample the model cannot take (odd height, other channels, no frames, too many or too wide
+ * text rows) is found when the data is opened, by --dry-run too, naming its file; with
+ * skip_bad_samples it is left out there with one line and the run goes on (it used to pass
+ * the open and --dry-run and stop the run mid-way, or skip_bad_samples did not skip it). */
+START_TEST(test_samples_against_model)
+{
+    static const struct { int64_t lat[4], txt[2]; const char *file, *what; int code; } cases[] = {
+        { { 16, 1, 3, 4 }, { 4, 32 }, "bad.latent.safetensors", "its height, 3, is not a multiple of 2", 3 },
+        { { 8, 1, 4, 4 }, { 4, 32 }, "bad.latent.safetensors", "has 8 channels; the model takes 16", 3 },
+        { { 16, 0, 4, 4 }, { 4, 32 }, "bad.latent.safetensors", "is [16, 0, 4, 4] F32, expected [C, F, H, W]", 5 },
+        { { 16, 1, 4, 4 }, { 513, 32 }, "bad.text.safetensors", "has 513 rows; the model takes at most 512", 3 },
+        { { 16, 1, 4, 4 }, { 4, 33 }, "bad.text.safetensors", "has width 33, but", 5 },
+    };
+    static const int64_t good_lat[4] = { 16, 1, 4, 4 }, good_txt[2] = { 4, 32 };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *dir = tu_tmpdir(), *out, data[4200], args[9000], want[4400];
+        snprintf(data, sizeof(data), "%s/set", dir);
+        ck_assert_int_eq(mkdir(data, 0755), 0);
+        write_shaped(data, "g1", good_lat, good_txt, 0.0f);
+        write_shaped(data, "g2", good_lat, good_txt, 0.0f);
+        write_shaped(data, "g3", good_lat, good_txt, 0.0f);
+        write_shaped(data, "bad", cases[c].lat, cases[c].txt, 0.0f);
+        for (int skip = 0; skip < 2; skip++) {
+            char more[4400];
+            snprintf(more, sizeof(more), "data = { batch_size = 1; skip_bad_samples = %s; datasets = ( { path = \"set\"; } ); };",
+                     skip ? "true" : "false");
+            char *cfg = tiny_cfg(dir, "s.cfg", 1, "steps = 2;", more);
+            snprintf(args, sizeof(args), "-c '%s' --dry-run", cfg);
+            int rc = cli(args, &out);
+            snprintf(want, sizeof(want), "%s%s/%s: ", skip ? "skipping a bad sample: " : "error: data: ", data,
+                     cases[c].file);
+            ck_assert_msg(rc == (skip ? 0 : cases[c].code) && strstr(out, want) && strstr(out, cases[c].what),
+                          "case %zu, skip %d: exit %d, want '%s': %s", c, skip, rc, want, out);
+            free(out);
+            free(cfg);
+        }
+        tu_rm_rf(dir);
+        free(dir);
+    }
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     Suite *s = suite_create("train");
@@ -1088,11 +1293,13 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_resume_older_checkpoint);
     tcase_add_test(tr, test_prune_failure_and_leftovers);
     tcase_add_test(tr, test_disk_full_stops);
+    tcase_add_test(tr, test_resume_checks);
     suite_add_tcase(s, tr);
     TCase *tl = tcase_create("limits");
     tcase_set_timeout(tl, 120);
     tcase_add_test(tl, test_batch_size_limit);
     tcase_add_test(tl, test_name_collisions);
+    tcase_add_test(tl, test_samples_against_model);
     suite_add_tcase(s, tl);
     return s;
 }

@@ -59,6 +59,14 @@ GHC_API int ghc_cfg_set_group(ghc_cfg_t *cfg, const char *key, ghc_cfg_t **out);
  * the setters. Whatever `key` held is replaced; handles into it are no longer valid. */
 GHC_API int ghc_cfg_set_group_list(ghc_cfg_t *cfg, const char *key, int n, ghc_cfg_t **out);
 
+/* (since API 15) Compare the configuration in effect with the configuration file `path` (a
+ * resolved.cfg): `visit` gets each setting both have whose values differ, with its dotted
+ * key ("network.rank") and both values as text (lists and groups whole), in the order of the
+ * configuration in effect; a nonzero return stops the walk and is returned. Settings only one
+ * of them has are not visited. Returns 0, visit's result, GHC_EIO or GHC_ECONFIG (file:line). */
+typedef int (*ghc_config_diff_fn)(void *user, const char *key, const char *mine, const char *theirs);
+GHC_API int ghc_config_diff(ghc_core_t *core, const char *path, ghc_config_diff_fn visit, void *user);
+
 /* ---- plugins -------------------------------------------------------------------------------- */
 
 /* Add a folder to the search path, after those added before and ahead of the config's

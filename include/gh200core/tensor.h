@@ -104,6 +104,10 @@ GHC_API int64_t ghc_tensor_row_stride(const ghc_tensor_t *t);
  * element with the rounding above: dst = src * scale. Both tensors on the CPU with equal
  * numel. Returns 0 or GHC_EINVAL. (On any device: ghc_op_cast in ops.h.) */
 GHC_API int ghc_tensor_convert_cpu(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale);
+/* (since API 15) The index of the first NaN or infinite element of a dense float tensor on the
+ * CPU, for the checks of what a file held; -1 when every element is finite (or t is not such a
+ * tensor). */
+GHC_API int64_t ghc_tensor_find_nonfinite(const ghc_tensor_t *t);
 
 GHC_END_DECLS
 

@@ -3,6 +3,7 @@
  * second copy is dropped. Evicted tensors are freed only when unpinned. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,13 +155,47 @@ static void evict(struct tcache *tc)
 
 /* ---- decoding -------------------------------------------------------------------------------- */
 
-/* The persistent file of a slot: the entry name with '/' as '@', then the key. */
-static void persist_path(struct tcache *tc, int64_t i, char *buf, size_t n)
+/* Two 64-bit lanes over the bytes of a source file: the persistent cache's key. Not
+ * cryptographic: it tells files apart, it does not defend against crafted collisions. */
+static void content_hash(const uint8_t *p, size_t n, uint64_t h[2])
 {
-    int w = snprintf(buf, n, "%s/", tc->persist);
-    for (const char *p = tc->file[i]; *p && (size_t)w + 2 < n; p++)
+    uint64_t a = 0x9e3779b97f4a7c15ull ^ n, b = 0xc2b2ae3d27d4eb4full + n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        a = (a ^ w) * 0xff51afd7ed558ccdull;
+        a ^= a >> 32;
+        b = (b + w) * 0xc4ceb9fe1a85ec53ull;
+        b ^= b >> 29;
+    }
+    for (; i < n; i++) {
+        a = (a ^ p[i]) * 0x100000001b3ull;
+        b = (b + p[i]) * 0xff51afd7ed558ccdull;
+    }
+    h[0] = a ^ (b >> 17);
+    h[1] = b ^ (a >> 23);
+}
+
+/* The persistent file of a slot: named by the content of its source file and the tensor's
+ * key, never by the entry's name (another dataset, or the same file changed, has other
+ * bytes): "<32 hex digits>#<key>.safetensors", '/' in the key as '@'. 0, or the fetch's error. */
+static int persist_path(struct tcache *tc, int64_t i, char *buf, size_t n)
+{
+    const void *data;
+    void *owned;
+    size_t len;
+    uint64_t size, h[2];
+    int rc = ghc_backend_fetch(tc->backend, tc->file[i], 0, &data, &owned, &len, &size);
+    if (rc < 0)
+        return rc;
+    content_hash(data, len, h);
+    free(owned);
+    int w = snprintf(buf, n, "%s/%016llx%016llx#", tc->persist, (unsigned long long)h[0], (unsigned long long)h[1]);
+    for (const char *p = tc->key[i]; *p && w > 0 && (size_t)w + 2 < n; p++)
         buf[w++] = *p == '/' ? '@' : *p;
-    snprintf(buf + w, n - (size_t)w, "#%s.safetensors", tc->key[i]);
+    snprintf(buf + w, n - (size_t)w, ".safetensors");
+    return 0;
 }
 
 static int decode(struct tcache *tc, int64_t i, enum ghc_sample_kind kind, ghc_tensor_t **out)
@@ -169,7 +204,8 @@ static int decode(struct tcache *tc, int64_t i, enum ghc_sample_kind kind, ghc_t
     enum ghc_mem_role role = ghc_sample_kind_role(kind);
     int rc;
     if (tc->persist) {
-        persist_path(tc, i, path, sizeof(path));
+        if ((rc = persist_path(tc, i, path, sizeof(path))) < 0)
+            return rc;
         if (access(path, R_OK) == 0) {
             ghc_st_t *st = ghc_st_open(tc->core, path);
             struct ghc_st_info info;

@@ -528,7 +528,7 @@ static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st
         if (info.nbytes == 0 || info.nbytes / ghc_dtype_size(info.dtype) != 1 || !ghc_dtype_is_float(info.dtype))
             return file_err(net, path, "tensor '%s': alpha must be one float, got %s", f->alpha,
                             shape_text(info.ndim, info.shape, got, sizeof(got)));
-        ghc_tensor_t *a = ghc_st_load(st, f->alpha, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *a = lyc_load_finite(net->core, st, path, f->alpha);
         if (!a)
             return ghc_error_code(net->core);
         double alpha = *(const float *)ghc_tensor_cdata(a);
@@ -539,6 +539,20 @@ static int check_module(struct lycoris *net, struct lyc_module *md, ghc_st_t *st
     }
     *ratio = (float)(s_file / md->scale);
     return 0;
+}
+
+ghc_tensor_t *lyc_load_finite(ghc_core_t *core, ghc_st_t *st, const char *path, const char *key)
+{
+    ghc_tensor_t *t = ghc_st_load(st, key, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+    int64_t bad = t ? ghc_tensor_find_nonfinite(t) : -1;
+    if (bad >= 0) {
+        ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s': element %lld is %g (a non-finite value; the file is damaged "
+                      "or the run that wrote it diverged)", path, key, (long long)bad,
+                      (double)((const float *)ghc_tensor_cdata(t))[bad]);
+        ghc_tensor_free(t);
+        t = NULL;
+    }
+    return t;
 }
 
 int lyc_load(struct lycoris *net, int32_t expert, const char *path)
@@ -582,7 +596,7 @@ int lyc_load(struct lycoris *net, int32_t expert, const char *path)
             if (!md->p[i])
                 continue;
             const char *key = md->dora && i == 2 ? found[m].dora : found[m].key[i];
-            ghc_tensor_t *h = ghc_st_load(st, key, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+            ghc_tensor_t *h = lyc_load_finite(net->core, st, path, key);
             if (!h) {
                 rc = ghc_error_code(net->core);
                 break;

@@ -10,6 +10,7 @@
 
 #include <gh200core/network.h>   /* defines: struct ghc_network_ops, ghc_param, targets */
 #include <gh200core/ops.h>       /* defines: ghc_op_*, ghc_tensor_t */
+#include <gh200core/safetensors.h>   /* defines: ghc_st_t */
 
 #define LYC_MAX_EXPERTS 8
 #define LYC_MAX_PARAMS  4        /* tensors per module */
@@ -276,6 +277,9 @@ unsigned lyc_loaders(const struct lycoris *net, const struct lyc_expert *e, enum
  * of the module name before the '.'. Returns the suffix (static) or NULL when none fits. */
 const char *lyc_suffix_match(const char *key, size_t *prefix_len, int *kind, int *slot);
 int lyc_load(struct lycoris *net, int32_t expert, const char *path);
+/* Tensor `key` of an adapter file as f32 on the CPU: NULL (message set) when it cannot be read
+ * or holds a NaN or an infinity (named with the file, the tensor and the element). */
+ghc_tensor_t *lyc_load_finite(ghc_core_t *core, ghc_st_t *st, const char *path, const char *key);
 
 /* ---- merge.c: the merge members (network.h, since API 13) ------------------------------------ */
 

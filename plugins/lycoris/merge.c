@@ -157,7 +157,7 @@ static int infer(lyc_adapter_t *a, const char *path, struct lyc_amod *am)
         ghc_st_find(a->st, am->alpha, &ai);
         if (ai.nbytes == 0 || ai.nbytes / ghc_dtype_size(ai.dtype) != 1 || !ghc_dtype_is_float(ai.dtype))
             return bad(a, path, am->alpha, "alpha must be one float");
-        ghc_tensor_t *t = ghc_st_load(a->st, am->alpha, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *t = lyc_load_finite(a->core, a->st, path, am->alpha);
         if (!t)
             return ghc_error_code(a->core);
         if (md->rank > 0)   /* rank 0: both-full LoKr, s = 1 whatever its alpha */
@@ -181,7 +181,7 @@ static int infer(lyc_adapter_t *a, const char *path, struct lyc_amod *am)
         am->t[2] = am->dora;
     }
     for (int i = 0; i < LYC_MAX_PARAMS; i++)
-        if (am->t[i] && !(md->p[i] = ghc_st_load(a->st, am->t[i], GHC_DTYPE_F32, GHC_ROLE_WORKSPACE)))
+        if (am->t[i] && !(md->p[i] = lyc_load_finite(a->core, a->st, path, am->t[i])))
             return ghc_error_code(a->core);
     return 0;
 }
