@@ -96,8 +96,8 @@ static const char *where_setting(const struct ghc_config *c, config_setting_t *s
         s = config_setting_parent(s);
     const char *file = s ? config_setting_source_file(s) : NULL;
     unsigned line = s ? config_setting_source_line(s) : 0;
-    char path[4096];
-    file = include_path(c, file, path, sizeof(path));
+    char path[4096], q[4096];
+    file = ghc_path_quote(include_path(c, file, path, sizeof(path)), q, sizeof(q));
     if (line)
         snprintf(buf, n, "%s:%u", file, line);
     else
@@ -810,6 +810,7 @@ int ghc_cfg_set_group_list(ghc_cfg_t *cfg, const char *key, int n, ghc_cfg_t **o
 
 static const struct ghc_cfg_key core_keys[] = {
     { "plugin_path", GHC_CFG_LIST,   NULL,     NULL,          NULL },
+    { "allow_insecure_plugins", GHC_CFG_BOOL, "false", NULL,  NULL },
     { "output_dir",  GHC_CFG_STRING, "output", NULL,          NULL },
     { "seed",        GHC_CFG_INT,    "42",     "0 to 2^63-1", NULL },
     { "mempolicy",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
@@ -847,9 +848,10 @@ void ghc_config_free(struct ghc_config *c)
 
 static int parse_error(ghc_core_t *core, struct ghc_config *c)
 {
-    char path[4096];
+    char path[4096], q[4096];
     return ghc_error_set(core, GHC_ECONFIG, "%s:%d: %s",
-                         include_path(c, config_error_file(&c->lc), path, sizeof(path)),
+                         ghc_path_quote(include_path(c, config_error_file(&c->lc), path, sizeof(path)), q,
+                                        sizeof(q)),
                          config_error_line(&c->lc), config_error_text(&c->lc));
 }
 
@@ -905,9 +907,15 @@ static int config_finish(ghc_core_t *core, struct ghc_config *c, const char *con
         const char *p;
         if ((rc = ghc_cfg_list_string(c->root, "plugin_path", i, &p)) < 0)
             return rc;
+        if (!*p)   /* as -P '': no folder at all, not the configuration's */
+            return ghc_error_set(core, GHC_ECONFIG, "%s: plugin_path[%d] is empty (a folder expected)",
+                                 ghc_cfg_where(c->root, "plugin_path"), i);
         if (p[0] != '/') {
             char abs[8200];
-            snprintf(abs, sizeof(abs), "%s/%s", base, p);
+            while (!strncmp(p, "./", 2))
+                p += 2;
+            bool here = strcmp(p, ".") == 0;   /* the configuration's folder itself */
+            snprintf(abs, sizeof(abs), "%s%s%s", base, here ? "" : "/", here ? "" : p);
             config_setting_t *list = config_setting_get_member(config_root_setting(&c->lc), "plugin_path");
             if (!config_setting_set_string(config_setting_get_elem(list, (unsigned)i), abs))
                 return ghc_error_set(core, GHC_ENOMEM, "config: out of memory");
@@ -972,8 +980,11 @@ static int check_includes(ghc_core_t *core, const struct ghc_config *c, const ch
                 struct stat sb;
                 if (stat(path, &sb) == 0) {
                     if (!S_ISREG(sb.st_mode)) {
+                        char qs[4096], qn[4096], qp[4096];
                         rc = ghc_error_set(core, GHC_ECONFIG, "%s:%d: @include \"%s\": %s is not a regular file%s",
-                                           shown, line, name, path, S_ISDIR(sb.st_mode) ? " (a directory)" : "");
+                                           ghc_path_quote(shown, qs, sizeof(qs)), line,
+                                           ghc_path_quote(name, qn, sizeof(qn)), ghc_path_quote(path, qp, sizeof(qp)),
+                                           S_ISDIR(sb.st_mode) ? " (a directory)" : "");
                     } else if (depth < 10) {
                         char *sub = read_text(path);
                         if (sub)
@@ -993,8 +1004,11 @@ static int check_includes(ghc_core_t *core, const struct ghc_config *c, const ch
 int ghc_config_load(ghc_core_t *core, const char *path, const char *const *overrides, int n_overrides)
 {
     FILE *f = fopen(path, "r");
-    if (!f)
-        return ghc_error_set(core, GHC_EIO, "%s: cannot read the configuration: %s", path, strerror(errno));
+    if (!f) {
+        char q[4096];
+        return ghc_error_set(core, GHC_EIO, "%s: cannot read the configuration: %s",
+                             ghc_path_quote(path, q, sizeof(q)), strerror(errno));
+    }
     fclose(f);
     char *dir = ghc_strdup(path);
     if (!dir)

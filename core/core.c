@@ -113,6 +113,71 @@ void ghc_core_free(ghc_core_t *core)
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
+/* The length of the UTF-8 character at s (2 to 4), or 0 when s starts no valid one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short). */
+static int utf8_len(const unsigned char *s)
+{
+    int n = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (!n || s[0] > 0xf4)
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
+        (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+/* src as one line of printable text in dst (ghc_path_quote). fold: line breaks, with the
+ * indentation after them, become "; " and trailing ones go (a message a plugin wrote over
+ * several lines); otherwise they are escaped like every other control byte. */
+static const char *text_escape(const char *src, char *dst, size_t len, bool fold)
+{
+    const unsigned char *s = (const unsigned char *)src;
+    size_t j = 0;
+    while (*s) {
+        char esc[8];
+        size_t n = 1;
+        int u = *s >= 0x80 ? utf8_len(s) : 0;
+        if (fold && (*s == '\n' || *s == '\r')) {
+            while (*s == '\n' || *s == '\r' || *s == ' ' || *s == '\t')
+                s++;
+            if (!*s)
+                break;
+            memcpy(esc, "; ", 3);
+            n = 0;
+        } else if (u) {
+            memcpy(esc, s, (size_t)u);
+            esc[u] = '\0';
+            n = (size_t)u;
+        } else if (*s == '\n' || *s == '\r' || *s == '\t') {
+            snprintf(esc, sizeof(esc), "\\%c", *s == '\n' ? 'n' : *s == '\r' ? 'r' : 't');
+        } else if (*s < 0x20 || *s >= 0x7f) {
+            snprintf(esc, sizeof(esc), "\\x%02x", *s);
+        } else {
+            esc[0] = (char)*s;
+            esc[1] = '\0';
+        }
+        size_t el = strlen(esc);
+        if (j + el >= len)
+            break;
+        memcpy(dst + j, esc, el);
+        j += el;
+        s += n;
+    }
+    if (len)
+        dst[j] = '\0';
+    return dst;
+}
+
+const char *ghc_path_quote(const char *path, char *buf, size_t len)
+{
+    return text_escape(path, buf, len, false);
+}
+
+/* Every message is one line of printable text: what a format put in raw (a plugin's line
+ * breaks, a name with control bytes) is folded or escaped here, once for all. */
 int ghc_error_set(ghc_core_t *core, int code, const char *fmt, ...)
 {
     if (!core)
@@ -122,7 +187,7 @@ int ghc_error_set(ghc_core_t *core, int code, const char *fmt, ...)
     char tmp[GHC_ERRMSG_MAX];     /* the format may quote the old message */
     vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
-    memcpy(core->err, tmp, sizeof(tmp));
+    text_escape(tmp, core->err, sizeof(core->err), true);
     core->err_code = code;
     core->err_seq++;
     return code;
@@ -160,8 +225,12 @@ void ghc_logv(ghc_core_t *core, enum ghc_log_level lvl, const char *fmt, va_list
 {
     if (core && lvl > core->level)
         return;
-    char msg[2048];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char raw[2048], msg[2048];
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    if (raw[0] == '\r')   /* the trainer's progress line: its '\r' and '\n' are for the terminal */
+        memcpy(msg, raw, sizeof(msg));
+    else
+        text_escape(raw, msg, sizeof(msg), true);
     if (core && core->sink)
         core->sink(core->sink_user, lvl, msg);
     else if (lvl <= GHC_LOG_WARN)

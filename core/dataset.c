@@ -27,13 +27,13 @@ double ghc_data_seconds(void)
 /* The file on disk behind an entry, for messages: "/data/set/a.latent.safetensors". */
 const char *ghc_data_disk_name(const ghc_dataset_t *ds, const char *entry, char *buf, size_t n)
 {
-    char *end;
+    char *end, raw[8192];
     long r = strtol(entry, &end, 10);
     if (end != entry && *end == '/' && r >= 0 && r < ds->n_sets)
-        snprintf(buf, n, "%s/%s", ds->sets[r].path, end + 1);
+        snprintf(raw, sizeof(raw), "%s/%s", ds->sets[r].path, end + 1);
     else
-        snprintf(buf, n, "%s", entry);
-    return buf;
+        snprintf(raw, sizeof(raw), "%s", entry);
+    return ghc_path_quote(raw, buf, n);   /* for messages: control bytes escaped */
 }
 
 /* A bad sample: an error, or with skip_bad_samples a warning and a count (returns 1). The

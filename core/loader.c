@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core_impl.h"
@@ -36,9 +37,23 @@ static int path_push(ghc_core_t *core, char ***v, int *n, const char *dir, size_
     return 0;
 }
 
+/* Only absolute folders are searched: "" would make "/ghc_<name>.so", and a relative folder
+ * would depend on where the program happens to run. `from` says where the entry came from. */
+static int path_check(ghc_core_t *core, const char *dir, size_t len, const char *from)
+{
+    if (len && dir[0] == '/')
+        return 0;
+    char raw[4096], q[4096];
+    snprintf(raw, sizeof(raw), "%.*s", (int)len, dir);
+    return ghc_error_set(core, GHC_ELOAD, "plugins: %s entry '%s' is not an absolute folder (plugins load only "
+                         "from absolute folders)", from, ghc_path_quote(raw, q, sizeof(q)));
+}
+
 int ghc_plugin_add_path(ghc_core_t *core, const char *dir)
 {
-    int rc = path_push(core, &core->paths_cli, &core->n_paths_cli, dir, strlen(dir));
+    int rc = path_check(core, dir, strlen(dir), "search path");
+    if (rc == 0)
+        rc = path_push(core, &core->paths_cli, &core->n_paths_cli, dir, strlen(dir));
     return rc < 0 ? rc : ghc_plugin_paths_resolve(core);
 }
 
@@ -70,7 +85,8 @@ int ghc_plugin_paths_resolve(ghc_core_t *core)
     while (env && *env) {
         const char *colon = strchr(env, ':');
         size_t len = colon ? (size_t)(colon - env) : strlen(env);
-        if (len && (rc = path_push(core, &core->paths, &core->n_paths, env, len)) < 0)
+        if (len && ((rc = path_check(core, env, len, "GHC_PLUGIN_PATH")) < 0 ||
+                    (rc = path_push(core, &core->paths, &core->n_paths, env, len)) < 0))
             return rc;
         env = colon ? colon + 1 : NULL;
     }
@@ -304,29 +320,78 @@ static int check_descriptor(ghc_core_t *core, const char *path, const char *sym,
     return 0;
 }
 
+/* One warning line naming both files: which one loads, which one it hides. */
+static void log_shadow(ghc_core_t *core, const char *first, const char *later, const char *name)
+{
+    char q0[4096], q1[4096];
+    ghc_log(core, GHC_LOG_WARN, "plugins: %s shadows %s (the same plugin name '%s'; the first on the search "
+            "path is loaded)", ghc_path_quote(first, q0, sizeof(q0)), ghc_path_quote(later, q1, sizeof(q1)), name);
+}
+
+/* Like sudo with its plugins: a file that someone else could have replaced is not loaded. The
+ * file and its folder must belong to the user running or to root, and be writable by neither
+ * group nor others, unless the configuration says `allow_insecure_plugins = true`. */
+static int check_trusted(ghc_core_t *core, const char *path, const char *qp)
+{
+    bool allow = false;
+    if (core->config && ghc_cfg_get_bool(core->config->root, "allow_insecure_plugins", false, &allow) < 0)
+        return GHC_ECONFIG;
+    if (allow)
+        return 0;
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    const char *const what[2] = { path, dir };
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (stat(what[i], &st) < 0)
+            continue;   /* a missing file gets its own message below */
+        const char *who = st.st_uid != geteuid() && st.st_uid != 0 ? "owned by another user" :
+                          st.st_mode & (S_IWGRP | S_IWOTH) ? "writable by group or others" : NULL;
+        if (who) {
+            char qd[4096];
+            return ghc_error_set(core, GHC_ELOAD, "%s: refused: %s%s is %s (uid %u, mode %04o); only files and "
+                                 "folders of yours or root's that only their owner can write are loaded (or "
+                                 "allow_insecure_plugins = true)", qp, i ? "its folder " : "",
+                                 i ? ghc_path_quote(dir, qd, sizeof(qd)) : "the file", who, (unsigned)st.st_uid,
+                                 (unsigned)(st.st_mode & 07777));
+        }
+    }
+    return 0;
+}
+
 int ghc_plugin_load_file(ghc_core_t *core, const char *path)
 {
     int rc = 0;
-    char sym[96];
+    char sym[96], qp[4096];
     char *name = name_from_path(path);
+    ghc_path_quote(path, qp, sizeof(qp));   /* the file as messages show it */
     if (!name || !valid_name(name)) {
         free(name);
-        return ghc_error_set(core, GHC_ELOAD, "%s: not a plugin file name (expected ghc_<name>.so, name in [a-z0-9_])", path);
+        return ghc_error_set(core, GHC_ELOAD, "%s: not a plugin file name (expected ghc_<name>.so, name in [a-z0-9_])", qp);
     }
     struct ghc_loaded *prev = ghc_plugin_find(core, name);
     if (prev) {
+        /* the first of a name wins; later ones on the path are shadowed: say so */
+        if (strcmp(prev->path, path) != 0)
+            log_shadow(core, prev->path, path, name);
         free(name);
-        return 0;   /* the first of a name wins; later ones on the path are shadowed */
+        return 0;
     }
     snprintf(sym, sizeof(sym), "ghc_plugin_%s", name);
     if (access(path, R_OK) != 0) {
-        rc = ghc_error_set(core, GHC_ELOAD, "%s: cannot open: %s", path, strerror(errno));
+        rc = ghc_error_set(core, GHC_ELOAD, "%s: cannot open: %s", qp, strerror(errno));
         goto out_name;
     }
+    if ((rc = check_trusted(core, path, qp)) < 0)
+        goto out_name;
     dlerror();
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        rc = ghc_error_set(core, GHC_ELOAD, "%s: cannot load: %s (check its dependencies with ldd)", path, dlerror());
+        rc = ghc_error_set(core, GHC_ELOAD, "%s: cannot load: %s (check its dependencies with ldd)", qp, dlerror());
         goto out_name;
     }
     dlerror();
@@ -334,7 +399,7 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
     if (!d) {
         const char *e = dlerror();
         rc = ghc_error_set(core, GHC_ELOAD, "%s: symbol %s not found: %s (not a gh200core plugin, or misnamed)",
-                           path, sym, e ? e : "NULL");
+                           qp, sym, e ? e : "NULL");
         goto out_close;
     }
     /* The symbol must be a whole descriptor before any member is read: a 4-byte object under
@@ -344,11 +409,11 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
     if (dladdr1(d, &di, (void **)&es, RTLD_DL_SYMENT) && es && di.dli_saddr == (void *)d &&
         es->st_size < sizeof(struct ghc_plugin)) {
         rc = ghc_error_set(core, GHC_EABI, "%s: %s: the symbol is a %llu-byte object, not a plugin descriptor "
-                           "(struct ghc_plugin, %zu bytes)", path, sym, (unsigned long long)es->st_size,
+                           "(struct ghc_plugin, %zu bytes)", qp, sym, (unsigned long long)es->st_size,
                            sizeof(struct ghc_plugin));
         goto out_close;
     }
-    if ((rc = check_descriptor(core, path, sym, name, d)) < 0)
+    if ((rc = check_descriptor(core, qp, sym, name, d)) < 0)
         goto out_close;
 
     struct ghc_loaded *p = calloc(1, sizeof(*p));
@@ -374,14 +439,21 @@ int ghc_plugin_load_file(ghc_core_t *core, const char *path)
         while (!(missing & GHC_KIND_BIT(k)))
             k++;
         rc = ghc_error_set(core, GHC_ELOAD, "%s: %s: declares kind %s but its init() registered none",
-                           path, sym, ghc_kind_name((enum ghc_kind)k));
-    } else if (rc < 0 && !strstr(ghc_error_message(core), path)) {
+                           qp, sym, ghc_kind_name((enum ghc_kind)k));
+    } else if (rc < 0) {
+        /* a plugin that cannot start is a plugin error (exit status 4) whatever code its init
+         * returned; out of memory and a refused registration keep theirs. The message is one
+         * line: ghc_error_set folded the plugin's line breaks. */
+        int code = rc == GHC_ENOMEM || rc == GHC_EABI ? rc : GHC_ELOAD;
         char msg[GHC_ERRMSG_MAX];
         if (ghc_error_seq(core) != seq && *ghc_error_message(core))
             snprintf(msg, sizeof(msg), "%s", ghc_error_message(core));
         else
             snprintf(msg, sizeof(msg), "%s (code %d, no message from the plugin)", ghc_status_string(rc), rc);
-        rc = ghc_error_set(core, rc, "%s: %s: init failed: %s", path, sym, msg);
+        if (strstr(msg, qp))
+            rc = ghc_error_set(core, code, "%s", msg);
+        else
+            rc = ghc_error_set(core, code, "%s: %s: init failed: %s", qp, sym, msg);
     }
     if (rc < 0) {
         /* init ran: the plugin stays mapped (it may have started threads or CUDA). */
@@ -446,8 +518,15 @@ int ghc_plugin_load(ghc_core_t *core, const char *name)
     for (int i = 0; i < core->n_paths; i++) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/ghc_%s.so", core->paths[i], name);
-        if (access(path, F_OK) == 0)
+        if (access(path, F_OK) == 0) {
+            for (int j = i + 1; j < core->n_paths; j++) {   /* the same name later on the path */
+                char later[4096];
+                snprintf(later, sizeof(later), "%s/ghc_%s.so", core->paths[j], name);
+                if (access(later, F_OK) == 0 && strcmp(core->paths[i], core->paths[j]) != 0)
+                    log_shadow(core, path, later, name);
+            }
             return ghc_plugin_load_file(core, path);
+        }
         size_t l = strlen(tried);
         snprintf(tried + l, sizeof(tried) - l, "%s%s", i ? ", " : "", core->paths[i]);
     }

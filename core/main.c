@@ -210,6 +210,8 @@ static int cmd_plugins(ghc_core_t *core, bool keys)
 {
     int failed = 0, rc;
     const char *dir;
+    if (!ghc_plugin_path_at(core, 0))   /* the search path itself is wrong ($GHC_PLUGIN_PATH) */
+        return fail(core, ghc_error_code(core));
     for (int i = 0; (dir = ghc_plugin_path_at(core, i)); i++)
         if ((rc = load_dir(core, dir, &failed)) < 0)
             return fail(core, rc);
@@ -229,16 +231,18 @@ static int cmd_plugins(ghc_core_t *core, bool keys)
         print_keys("demo", "-", "", 0, ghc_train_section_keys("demo"));
         return failed ? EXIT_PLUGIN : EXIT_OK;
     }
+    char q[4096];
     printf("%-10s %-16s %-9s %s\n", "KIND", "NAME", "VERSION", "PATH");
     for (int i = 0; ghc_plugin_info_at(core, i, &info); i++) {
-        printf("%-10s %-16s %-9s %s\n", ghc_kind_name(info.kind), info.name, info.version, info.path);
+        printf("%-10s %-16s %-9s %s\n", ghc_kind_name(info.kind), info.name, info.version,
+               ghc_path_quote(info.path, q, sizeof(q)));
         if (*info.description && ghc_log_get_level(core) >= GHC_LOG_DEBUG)
             printf("%-10s %s\n", "", info.description);
     }
     printf("search path:");
     for (int i = 0; (dir = ghc_plugin_path_at(core, i)); i++) {
         struct stat st;
-        printf(" %s%s", dir, stat(dir, &st) == 0 ? "" : " (absent)");
+        printf(" %s%s", ghc_path_quote(dir, q, sizeof(q)), stat(dir, &st) == 0 ? "" : " (absent)");
     }
     printf("\n");
     if (failed) {
@@ -448,12 +452,21 @@ int main(int argc, char **argv)
         switch (opt) {
         case 'c': cli.config = optarg; break;
         case 's': cli.sets[cli.n_sets++] = optarg; break;
-        case 'P':
-            if (ghc_plugin_add_path(core, optarg) < 0) {
-                status = fail(core, GHC_ENOMEM);
+        case 'P': {
+            /* relative to the working directory, as every path of the command line; the
+             * library takes absolute folders only ("" is none) */
+            char abs[8200], cwd[4096];
+            int rc;
+            if (optarg[0] && optarg[0] != '/' && getcwd(cwd, sizeof(cwd)))
+                snprintf(abs, sizeof(abs), "%s/%s", cwd, optarg);
+            else
+                snprintf(abs, sizeof(abs), "%s", optarg);
+            if ((rc = ghc_plugin_add_path(core, abs)) < 0) {
+                status = fail(core, rc);
                 goto out;
             }
             break;
+        }
         case 'n': cli.dry_run = true; break;
         case 'r': cli.resume = optarg; break;
         case 'K': cli.keys = true; break;

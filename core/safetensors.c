@@ -109,15 +109,16 @@ static int fmt_err(ghc_core_t *core, const char *path, const char *name, const c
 /* "PATH: what (tensor NAME)" as GHC_EFORMAT; name may be NULL. */
 static int fmt_err(ghc_core_t *core, const char *path, const char *name, const char *fmt, ...)
 {
-    char what[512], nbuf[128];
+    char what[512], nbuf[128], q[4096];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
+    ghc_path_quote(path, q, sizeof(q));
     if (name)
-        return ghc_error_set(core, GHC_EFORMAT, "%s: %s (tensor \"%s\")", path, what,
+        return ghc_error_set(core, GHC_EFORMAT, "%s: %s (tensor \"%s\")", q, what,
                              ghc_st_esc(name, nbuf, sizeof(nbuf)));
-    return ghc_error_set(core, GHC_EFORMAT, "%s: %s", path, what);
+    return ghc_error_set(core, GHC_EFORMAT, "%s: %s", q, what);
 }
 
 /* ---- one file: map and validate ------------------------------------------------------------- */
@@ -143,18 +144,20 @@ static int map_file(ghc_core_t *core, struct st_shard *sh)
 {
     int rc = 0;
     struct stat stb;
+    char q[4096];
+    ghc_path_quote(sh->path, q, sizeof(q));
     /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer */
     int fd = open(sh->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-        rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", sh->path, strerror(errno));
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", q, strerror(errno));
         goto out;
     }
     if (fstat(fd, &stb) < 0) {
-        rc = ghc_error_set(core, GHC_EIO, "%s: cannot stat: %s", sh->path, strerror(errno));
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot stat: %s", q, strerror(errno));
         goto out_close;
     }
     if (!S_ISREG(stb.st_mode)) {
-        rc = ghc_error_set(core, GHC_EIO, "%s: not a regular file", sh->path);
+        rc = ghc_error_set(core, GHC_EIO, "%s: not a regular file", q);
         goto out_close;
     }
     if (stb.st_size < 8) {
@@ -164,12 +167,12 @@ static int map_file(ghc_core_t *core, struct st_shard *sh)
         goto out_close;
     }
     if ((uint64_t)stb.st_size > SIZE_MAX) {
-        rc = ghc_error_set(core, GHC_EIO, "%s: file too large to map", sh->path);
+        rc = ghc_error_set(core, GHC_EIO, "%s: file too large to map", q);
         goto out_close;
     }
     void *m = mmap(NULL, (size_t)stb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
-        rc = ghc_error_set(core, GHC_EIO, "%s: cannot map: %s", sh->path, strerror(errno));
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot map: %s", q, strerror(errno));
         goto out_close;
     }
     sh->map = m;
@@ -511,7 +514,7 @@ static bool has_meta(const ghc_st_t *st, const char *key)
 }
 
 /* {"metadata": {...}, "weight_map": {"tensor": "shard file", ...}}; other members are ignored.
- * Shard names are relative to the index's folder. Metadata: the index's, then each shard's
+ * Shard names are plain file names in the index's folder. Metadata: the index's, then each shard's
  * __metadata__ keys not seen before. */
 static int open_index(ghc_st_t *st)
 {
@@ -523,8 +526,10 @@ static int open_index(ghc_st_t *st)
     json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         char tbuf[JSON_ERROR_TEXT_LENGTH];
+        char q[4096];
         if (json_error_code(&jerr) == json_error_cannot_open_file)
-            rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", p, strerror(errno));
+            rc = ghc_error_set(core, GHC_EIO, "%s: cannot open: %s", ghc_path_quote(p, q, sizeof(q)),
+                               strerror(errno));
         else
             rc = fmt_err(core, p, NULL, "index is not valid JSON: %s (line %d)",
                          esc_ascii(jerr.text, tbuf, sizeof(tbuf)), jerr.line);
@@ -554,8 +559,11 @@ static int open_index(ghc_st_t *st)
     json_t *v;
     json_object_foreach(wm, name, v) {
         const char *file = json_string_value(v);
-        if (!file || !*file || file[0] == '/') {
-            rc = fmt_err(core, p, name, "weight_map value is not a relative file name");
+        /* a plain file name in the index's folder: "../x" or "sub/x" could name any file */
+        if (!file || !*file || strchr(file, '/') || strcmp(file, ".") == 0 ||
+            strcmp(file, "..") == 0) {
+            rc = fmt_err(core, p, name, "weight_map value is not a file name in the index's "
+                         "folder (no '/', not \".\" or \"..\")");
             goto out;
         }
         free(dir);
@@ -649,8 +657,9 @@ ghc_st_t *ghc_st_open(ghc_core_t *core, const char *path)
      * checked again where they are opened) */
     struct stat sb;
     int rc = 0;
+    char q[4096];
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        rc = ghc_error_set(core, GHC_EIO, "%s: not a regular file", path);
+        rc = ghc_error_set(core, GHC_EIO, "%s: not a regular file", ghc_path_quote(path, q, sizeof(q)));
     else
         rc = ends_with(path, ".index.json") ? open_index(st) : open_single(st);
     if (rc < 0) {

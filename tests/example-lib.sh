@@ -27,6 +27,9 @@ if ! command -v "$pkg_config" >/dev/null 2>&1; then
     exit 77
 fi
 
+# The plugins built here must not be writable by group or others (the loader refuses those),
+# whatever the caller's umask.
+umask 022
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ghc-$name.XXXXXX") || fail "mktemp -d failed"
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {

@@ -180,13 +180,17 @@ AM_TESTS_ENVIRONMENT = \
 	GHC_TOP_BUILDDIR='$(abs_top_builddir)'; export GHC_TOP_BUILDDIR; \
 	GHC_TOP_SRCDIR='$(abs_top_srcdir)'; export GHC_TOP_SRCDIR; \
 	MAKE='$(MAKE)'; export MAKE; \
-	GHC_PLUGIN_PATH=; export GHC_PLUGIN_PATH;
+	GHC_PLUGIN_PATH=; export GHC_PLUGIN_PATH; \
+	chmod go-w '$(abs_top_builddir)/plugins/.libs' '$(abs_top_builddir)/tests/plugins/.libs' \
+	  '$(abs_top_builddir)/tests/badplugins/.libs' '$(abs_top_builddir)'/plugins/.libs/*.so \
+	  '$(abs_top_builddir)'/tests/plugins/.libs/*.so '$(abs_top_builddir)'/tests/badplugins/.libs/*.so \
+	  2>/dev/null || :;
 
 # ---- safetensors (fixtures, corpus, fuzz) ----
 # test_safetensors also checks `inspect`'s output: it links the CLI's core/inspect.c, which
 # uses only the public API. Fixtures are made by the committed Python scripts
 # (tests/fixtures/README.md); the broken corpus lives in tests/data/broken (in EXTRA_DIST
-# with tests/data). The libFuzzer target is built by hand with clang (tests/fuzz/README.md).
+# with tests/data). The libFuzzer targets are built by `make fuzz` (tests/fuzz/local.mk).
 tests_test_safetensors_SOURCES += core/inspect.c core/cli.h
 EXTRA_DIST += tests/fixtures/README.md tests/fixtures/make_safetensors_fixtures.py \
 	tests/fixtures/make_broken_corpus.py tests/fixtures/all_dtypes.safetensors \

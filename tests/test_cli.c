@@ -123,6 +123,14 @@ START_TEST(plugin_errors)
     free(out);
     free(cfg);
 
+    /* a plugin whose init fails (with a message over three lines): exit 4, one line */
+    cfg = tu_write(dir, "init.cfg", "scheduler = { plugin = \"initfail\"; };\n");
+    ck_assert_int_eq(cli(&out, "-n -P '%s' -c %s", tu_env("GHC_TEST_BADPLUGINS"), cfg), 4);
+    expect_one_error(out, "ghc_initfail.so: ghc_plugin_initfail: init failed: cannot start: no widget "
+                     "attached; tried /dev/widget0; tried /dev/widget1\n");
+    free(out);
+    free(cfg);
+
     cfg = tu_write(dir, "kind.cfg", "model = { plugin = \"good\"; };\n");
     ck_assert_int_eq(cli(&out, "-P '%s' -c %s", tu_env("GHC_TEST_PLUGINS"), cfg), 4);
     expect_one_error(out, "kind.cfg:1: model: plugin 'good'");
@@ -172,6 +180,49 @@ END_TEST
                  "network = { plugin = \"lycoris\"; rank = 2; };\noptimizer = { plugin = \"adamw\"; };\n" \
                  "demo = { samples = 2; height = 4; width = 4; text_len = 4; text_dim = 32; };\n" \
                  "train = { steps = 1; tensorboard = false; };\n"
+
+/* Where plugins may come from: -P '' (which loaded from /) is refused; a config's folder in
+ * plugin_path that holds a plugin of a name found later on the path says which file shadows
+ * which, and is refused when others can write it. */
+START_TEST(plugin_locations)
+{
+    char *dir = tu_tmpdir(), *out, *cfg, cmd[8400], want[8400];
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    ck_assert_int_eq(cli(&out, "-P '' plugins"), 4);
+    expect_one_error(out, "plugins: search path entry '' is not an absolute folder");
+    free(out);
+    cfg = tu_write(dir, "empty.cfg", "plugin_path = [\"\"];\n");
+    ck_assert_int_eq(cli(&out, "-c '%s' plugins", cfg), 3);
+    expect_one_error(out, "empty.cfg:1: plugin_path[0] is empty (a folder expected)");
+    free(out);
+    free(cfg);
+
+    snprintf(cmd, sizeof(cmd), "cp '%s/ghc_good.so' '%s/' && chmod 0755 '%s/ghc_good.so'", tu_env("GHC_TEST_PLUGINS"),
+             dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    cfg = tu_write(dir, "t.cfg", "plugin_path = [\".\"];\nscheduler = { plugin = \"good\"; };\n"
+                   "mempolicy = { plugin = \"host\"; };\n" TINY_RUN);
+    snprintf(want, sizeof(want), "gh200core: warn: plugins: %s/ghc_good.so shadows %s/ghc_good.so (the same plugin "
+             "name 'good'; the first on the search path is loaded)\n", dir, tu_env("GHC_TEST_PLUGINS"));
+    for (int listing = 0; listing < 2; listing++) {
+        snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s:%s' '%s' -c '%s' %s", tu_env("GHC_TEST_PLUGINS"),
+                 tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_CLI"), cfg, listing ? "plugins" : "-n --set output_dir=/nowhere/run");
+        ck_assert_int_eq(tu_run(cmd, &out), 0);
+        ck_assert_msg(strstr(out, want), "%s", out);
+        free(out);
+    }
+    ck_assert_int_eq(chmod(dir, 0770), 0);
+    snprintf(cmd, sizeof(cmd), "GHC_PLUGIN_PATH='%s' '%s' -q -c '%s' -n --set output_dir=/nowhere/run",
+             tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_CLI"), cfg);
+    ck_assert_int_eq(tu_run(cmd, &out), 4);
+    snprintf(want, sizeof(want), "%s/ghc_good.so: refused: its folder %s is writable by group or others", dir, dir);
+    expect_one_error(out, want);
+    free(out);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
 
 START_TEST(resolved_reruns_elsewhere)
 {
@@ -342,6 +393,59 @@ START_TEST(failed_run_leaves_folder)
 }
 END_TEST
 
+/* File names with a line break, an escape sequence and a byte that is not UTF-8: every error
+ * line shows them escaped (\n, \x1b, \xff), one line, whatever the file is. */
+#define ODD "odd\n\x1b[31m\xff"
+#define ODD_SHOWN "odd\\n\\x1b[31m\\xff"
+START_TEST(odd_file_names_escaped)
+{
+    char *dir = tu_tmpdir(), *out, *f, want[4400];
+    /* a configuration, a safetensors file */
+    static const struct { const char *suffix, *text, *command; int code; const char *what; } cases[] = {
+        { ".cfg", "seed = ;\n", "-c", 3, ":1: syntax error" },
+        { ".safetensors", "abc", "inspect", 5, ": file is 3 bytes" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        snprintf(want, sizeof(want), ODD "%s", cases[i].suffix);
+        f = tu_write(dir, want, cases[i].text);
+        ck_assert_int_eq(cli(&out, "%s '%s'", cases[i].command, f), cases[i].code);
+        snprintf(want, sizeof(want), "%s/" ODD_SHOWN "%s%s", dir, cases[i].suffix, cases[i].what);
+        expect_one_error(out, want);
+        free(out);
+        free(f);
+    }
+    /* dataset: a sample whose latent is not a safetensors file */
+    char sub[4400];
+    snprintf(sub, sizeof(sub), "%s/data", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    free(tu_write(sub, ODD ".latent.safetensors", "abc"));
+    free(tu_write(sub, ODD ".text.safetensors", "abc"));
+    f = tu_write(dir, "data.cfg", "mempolicy = { plugin = \"host\"; };\nscheduler = { plugin = \"constant\"; };\n"
+                 "model = { plugin = \"wan22\"; dtype = \"f32\"; device = -1; random = { dim = 64; ffn_dim = 128; "
+                 "heads = 2; layers = 1; in_channels = 16; out_channels = 16; text_dim = 32; freq_dim = 64; }; };\n"
+                 "network = { plugin = \"lycoris\"; rank = 2; };\noptimizer = { plugin = \"adamw\"; };\n"
+                 "data = { datasets = ( { path = \"data\"; } ); };\ntrain = { steps = 1; };\n");
+    ck_assert_int_eq(cli(&out, "-q -n -P '%s' -c '%s' --set output_dir='%s/run'", tu_env("GHC_BUILD_PLUGINS"), f,
+                         dir), 5);
+    snprintf(want, sizeof(want), "data: %s/data/" ODD_SHOWN ".latent.safetensors: file is 3 bytes", dir);
+    expect_one_error(out, want);
+    free(out);
+    free(f);
+    /* a plugin file in a folder of that name */
+    snprintf(sub, sizeof(sub), "%s/" ODD, dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    f = tu_write(sub, "ghc_junk.so", "not an ELF file\n");
+    ck_assert_int_eq(chmod(f, 0600), 0);
+    ck_assert_int_eq(cli(&out, "-P '%s' plugins", sub), 4);
+    snprintf(want, sizeof(want), "gh200core: error: %s/" ODD_SHOWN "/ghc_junk.so: cannot load: ", dir);
+    ck_assert_msg(strstr(out, want) && !strchr(out, '\x1b') && !strchr(out, '\xff'), "%s", out);
+    free(out);
+    free(f);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(data_checked_against_model)
 {
     /* a dataset that does not fit the model: found at the start, by --dry-run too, the message
@@ -503,11 +607,13 @@ int main(void)
     tcase_add_test(tc, config_errors);
     tcase_add_test(tc, plugin_errors);
     tcase_add_test(tc, plugins_listing);
+    tcase_add_test(tc, plugin_locations);
     tcase_add_test(tc, train_writes_resolved_once);
     tcase_add_test(tc, resolved_reruns_elsewhere);
     tcase_add_test(tc, errors_found_before_writing);
     tcase_add_test(tc, failed_run_leaves_folder);
     tcase_add_test(tc, data_checked_against_model);
+    tcase_add_test(tc, odd_file_names_escaped);
     tcase_add_test(tc, output_dir_rule);
     tcase_add_test(tc, diag_without_gpu);
     tcase_add_test(tc, plugins_keys_listing);

@@ -3,6 +3,8 @@
  * mismatch, wrong name, duplicate name, missing required member, oversized ops, undeclared
  * and unregistered kinds, failing init), each one line naming the file and the symbol.
  * Also the shipped host and constant plugins through their instances. */
+#include <sys/stat.h>
+
 #include <gh200core/gh200core.h>
 
 #include "testutil.h"
@@ -82,6 +84,131 @@ START_TEST(env_path_is_searched)
     unsetenv("GHC_PLUGIN_PATH");
     ck_assert_msg(rc == 0, "%s", ghc_error_message(core));
     ghc_core_free(core);
+}
+END_TEST
+
+/* ---- where plugins come from -------------------------------------------------------------- */
+
+/* A private folder holding a copy of ghc_good.so, modes set explicitly (not left to the
+ * umask: a group-writable tree is what the loader refuses). Returns the folder; *so the copy. */
+static char *good_copy(char **so)
+{
+    char *dir = tu_tmpdir(), cmd[8400];
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s/ghc_good.so'", tp("GHC_TEST_PLUGINS", "good"), dir);
+    ck_assert_int_eq(system(cmd), 0);
+    *so = malloc(strlen(dir) + 16);
+    sprintf(*so, "%s/ghc_good.so", dir);
+    ck_assert_int_eq(chmod(*so, 0755), 0);
+    return dir;
+}
+
+static int load_copy(const char *so, const char *config, char **msg)
+{
+    ghc_core_t *core = ghc_core_init();
+    if (config)
+        ck_assert_int_eq(ghc_config_load_string(core, config, "t.cfg", NULL, NULL, 0), 0);
+    int rc = ghc_plugin_load_file(core, so);
+    *msg = strdup(ghc_error_message(core));
+    ghc_core_free(core);
+    return rc;
+}
+
+/* A plugin file or folder that another user could have written is not loaded (sudo's rule),
+ * unless the configuration allows it. */
+START_TEST(insecure_refused)
+{
+    char *so, *msg, want[8400];
+    char *dir = good_copy(&so);
+    ck_assert_int_eq(load_copy(so, NULL, &msg), 0);
+    free(msg);
+    ck_assert_int_eq(chmod(so, 0775), 0);
+    ck_assert_int_eq(load_copy(so, NULL, &msg), GHC_ELOAD);
+    snprintf(want, sizeof(want), "%s: refused: the file is writable by group or others (uid %u, mode 0775)", so,
+             (unsigned)geteuid());
+    ck_assert_msg(strstr(msg, want) && strstr(msg, "allow_insecure_plugins = true") && !strchr(msg, '\n'), "%s", msg);
+    free(msg);
+    ck_assert_int_eq(chmod(so, 0755), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(load_copy(so, NULL, &msg), GHC_ELOAD);
+    snprintf(want, sizeof(want), "%s: refused: its folder %s is writable by group or others", so, dir);
+    ck_assert_msg(strstr(msg, want), "%s", msg);
+    free(msg);
+    ck_assert_int_eq(load_copy(so, "allow_insecure_plugins = true;", &msg), 0);
+    free(msg);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    if (geteuid() == 0) {   /* only root can give the file away */
+        ck_assert_int_eq(chown(so, 65534, 65534), 0);
+        ck_assert_int_eq(load_copy(so, NULL, &msg), GHC_ELOAD);
+        ck_assert_msg(strstr(msg, "the file is owned by another user (uid 65534"), "%s", msg);
+        free(msg);
+    }
+    free(so);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Only absolute folders: "" made "/ghc_<name>.so", a relative one depends on the working
+ * directory. */
+START_TEST(relative_folder_refused)
+{
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, ""), GHC_ELOAD);
+    ck_assert_str_eq(ghc_error_message(core), "plugins: search path entry '' is not an absolute folder (plugins "
+                     "load only from absolute folders)");
+    ck_assert_int_eq(ghc_plugin_add_path(core, "tests/plugins"), GHC_ELOAD);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "entry 'tests/plugins' is not an absolute folder"));
+    ghc_core_free(core);
+    core = ghc_core_init();
+    setenv("GHC_PLUGIN_PATH", "/nowhere:plugins", 1);
+    ck_assert_ptr_null(ghc_plugin_path_at(core, 0));
+    unsetenv("GHC_PLUGIN_PATH");
+    ck_assert_int_eq(ghc_error_code(core), GHC_ELOAD);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "GHC_PLUGIN_PATH entry 'plugins' is not an absolute"));
+    ghc_core_free(core);
+}
+END_TEST
+
+static char shadow_log[4096];
+static void shadow_sink(void *user, enum ghc_log_level lvl, const char *msg)
+{
+    (void)user;
+    if (lvl == GHC_LOG_WARN)
+        snprintf(shadow_log + strlen(shadow_log), sizeof(shadow_log) - strlen(shadow_log), "%s\n", msg);
+}
+
+/* The same plugin name in two folders: one warning line naming both files. */
+START_TEST(shadow_named)
+{
+    char *a_so, *b_so, want[8400];
+    char *a = good_copy(&a_so), *b = good_copy(&b_so);
+    snprintf(want, sizeof(want), "plugins: %s shadows %s (the same plugin name 'good'; the first on the search "
+             "path is loaded)\n", a_so, b_so);
+    for (int by_name = 0; by_name < 2; by_name++) {
+        ghc_core_t *core = ghc_core_init();
+        ghc_log_set_sink(core, shadow_sink, NULL);
+        shadow_log[0] = '\0';
+        if (by_name) {
+            ck_assert_int_eq(ghc_plugin_add_path(core, a), 0);
+            ck_assert_int_eq(ghc_plugin_add_path(core, b), 0);
+            ck_assert_int_eq(ghc_plugin_load(core, "good"), 0);
+        } else {   /* as `gh200core plugins` does: every file of every folder */
+            ck_assert_int_eq(ghc_plugin_load_file(core, a_so), 0);
+            ck_assert_int_eq(ghc_plugin_load_file(core, b_so), 0);
+        }
+        ck_assert_str_eq(shadow_log, want);
+        struct ghc_plugin_info info;
+        ck_assert(ghc_plugin_info_at(core, 0, &info));
+        ck_assert_str_eq(info.path, a_so);
+        ghc_core_free(core);
+    }
+    free(a_so);
+    free(b_so);
+    tu_rm_rf(a);
+    tu_rm_rf(b);
+    free(a);
+    free(b);
 }
 END_TEST
 
@@ -172,7 +299,9 @@ START_TEST(undeclared_kind)    { expect_fail("undeclared", GHC_ELOAD, "registers
 END_TEST
 START_TEST(unregistered_kind)  { expect_fail("noregister", GHC_ELOAD, "declares kind optimizer but its init() registered none", true); }
 END_TEST
-START_TEST(init_fails)         { expect_fail("initfail", GHC_EINVAL, "init failed: cannot start: no widget attached", true); }
+/* a failing init is a plugin error whatever its code; its lines folded into one */
+START_TEST(init_fails)         { expect_fail("initfail", GHC_ELOAD, "init failed: cannot start: no widget attached; "
+                                             "tried /dev/widget0; tried /dev/widget1", true); }
 END_TEST
 
 START_TEST(duplicate_name)
@@ -366,6 +495,9 @@ int main(void)
     tcase_add_test(tc, good_by_path);
     tcase_add_test(tc, good_by_name_on_search_path);
     tcase_add_test(tc, env_path_is_searched);
+    tcase_add_test(tc, insecure_refused);
+    tcase_add_test(tc, relative_folder_refused);
+    tcase_add_test(tc, shadow_named);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_add_test(tc, missing_by_name);

@@ -411,9 +411,20 @@ START_TEST(sharded_errors)
         { "{\"weight_map\": {\"a.weight\": \"missing.safetensors\"}}", GHC_EIO,
           "missing.safetensors: cannot open" },
         { "{\"metadata\": {}}", GHC_EFORMAT, "index has no \"weight_map\" object" },
-        { "{\"weight_map\": {\"a.weight\": 3}}", GHC_EFORMAT, "not a relative file name" },
+        { "{\"weight_map\": {\"a.weight\": 3}}", GHC_EFORMAT, "not a file name in the index's" },
         { "{\"weight_map\": {\"a.weight\": \"/etc/passwd\"}}", GHC_EFORMAT,
-          "not a relative file name" },
+          "weight_map value is not a file name in the index's folder (no '/', not \".\" or "
+          "\"..\") (tensor \"a.weight\")" },
+        /* shard names are plain file names: no way out of the index's folder, nor into a
+         * subfolder; an empty name, "." and ".." are folders */
+        { "{\"weight_map\": {\"a.weight\": \"../../etc/passwd\"}}", GHC_EFORMAT,
+          "not a file name in the index's folder" },
+        { "{\"weight_map\": {\"a.weight\": \"sub/s1.safetensors\"}}", GHC_EFORMAT,
+          "not a file name in the index's folder" },
+        { "{\"weight_map\": {\"a.weight\": \"..\"}}", GHC_EFORMAT,
+          "not a file name in the index's folder" },
+        { "{\"weight_map\": {\"a.weight\": \"\"}}", GHC_EFORMAT,
+          "not a file name in the index's folder" },
         { "{\"weight_map\": {}, \"metadata\": {\"x\": [1]}}", GHC_EFORMAT,
           "metadata value of \"x\" is not a string or number" },
         { "{\"weight_map\": {}, \"metadata\": 5}", GHC_EFORMAT, "\"metadata\" is not an object" },

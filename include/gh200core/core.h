@@ -77,7 +77,9 @@ GHC_API const char *ghc_version(void);
 
 /* Record a message for `code` in the core's error buffer and return `code`, so that
  * `return ghc_error_set(core, GHC_EINVAL, "...")` works. The message is one line; it should
- * name the object (file, key, tensor) and what was expected. */
+ * name the object (file, key, tensor) and what was expected. What the format puts in is made
+ * one line of text: line breaks (with the indentation after them) become "; ", trailing ones
+ * go, other control bytes and bytes that are not UTF-8 are escaped (\t, \x1b, \xff). */
 GHC_API int ghc_error_set(ghc_core_t *core, int code, const char *fmt, ...) GHC_PRINTF(3, 4);
 /* The last message set, or "" when none. Borrowed; valid until the next ghc_error_set(). */
 GHC_API const char *ghc_error_message(const ghc_core_t *core);
@@ -88,6 +90,12 @@ GHC_API const char *ghc_error_message(const ghc_core_t *core);
 GHC_API int ghc_error_code(const ghc_core_t *core);
 /* Forget the last error. */
 GHC_API void ghc_error_clear(ghc_core_t *core);
+/* (since API 15) A file name made safe for a one-line message, in buf (len bytes): control
+ * bytes as C escapes (\n, \r, \t, \x1b), bytes that are not UTF-8 as \xNN; printable text,
+ * UTF-8 characters and '\\' stay as they are, and nothing is cut inside an escape. Use it for
+ * every file name a message shows. (ghc_error_set() and ghc_log() make what is left one line
+ * anyway: line breaks folded into "; ", other control bytes escaped.) Returns buf. */
+GHC_API const char *ghc_path_quote(const char *path, char *buf, size_t len);
 
 /* ---- logging ------------------------------------------------------------------------------ */
 

@@ -3,49 +3,20 @@
  * (mapping and full header validation), every entry is read back and `inspect` prints it to
  * /dev/null. Any input must give a handle or a one-line GHC_EFORMAT, never a crash, leak or
  * out-of-bounds read. Build and run: tests/fuzz/README.md. */
-#define _GNU_SOURCE
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#define FUZZ_PLAIN_INIT
+#include "fuzz.h"
 
-#include <gh200core/gh200core.h>
 #include <gh200core/safetensors.h>
 
 #include "core/cli.h"
 
-static ghc_core_t *core;
-static FILE *devnull;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    core = ghc_core_init();
-    devnull = fopen("/dev/null", "w");
-    if (!core || !devnull)
-        abort();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int fd = memfd_create("fuzz.safetensors", MFD_CLOEXEC);
-    if (fd < 0)
+    static FILE *devnull;
+    if (!devnull && !(devnull = fopen("/dev/null", "w")))
         abort();
-    for (size_t off = 0; off < size;) {
-        ssize_t k = write(fd, data + off, size - off);
-        if (k <= 0)
-            abort();
-        off += (size_t)k;
-    }
     char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    int fd = fuzz_memfd(data, size, path);
 
     ghc_error_clear(core);
     ghc_st_t *st = ghc_st_open(core, path);

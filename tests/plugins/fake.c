@@ -149,7 +149,9 @@ static int fake_plugin_init(ghc_core_t *core)
         return -1;
 #endif
 #ifdef FAKE_INIT_FAIL
-    return ghc_error_set(core, GHC_EINVAL, "cannot start: no widget attached");
+    /* a message over several lines, as a plugin might write one: the core folds it */
+    return ghc_error_set(core, GHC_EINVAL, "cannot start: no widget attached\n  tried /dev/widget0\n"
+                         "  tried /dev/widget1\n");
 #elif defined(FAKE_BIG_OPS)
     return ghc_register_scheduler(core, &big.base);
 #elif defined(FAKE_SILENT)
