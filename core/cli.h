@@ -64,4 +64,12 @@ struct ghc_merge_opts {
  * base weights or a plugin without the merge members, GHC_ELOAD for a plugin not found. */
 int ghc_cli_merge(ghc_core_t *core, const struct ghc_merge_opts *o, FILE *print);
 
+/* ---- several ranks ---- */
+
+/* `gh200core --nproc N ...`: start N ranks of this program (argv without --nproc) on this host
+ * with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and a free MASTER_PORT, pass SIGINT and
+ * SIGTERM on to them and wait (core/launch.c). Returns the exit status: the first non-zero one
+ * of a rank (128 + the signal of a killed one), else 0. */
+int ghc_cli_launch(int nproc, int argc, char *const *argv);
+
 #endif /* GHC_CLI_H */

@@ -37,5 +37,7 @@ gh200core_SOURCES = core/main.c core/inspect.c core/cli.h core/diag.c core/estim
 gh200core_LDADD = libgh200core_train.la libgh200core_ops.la libgh200core.la
 # merge: through the network and model plugins' merge members (no plugin source in the CLI)
 gh200core_SOURCES += core/merge.c
+# several ranks: the launcher's environment, the rendezvous, --nproc (issue 25)
+gh200core_SOURCES += core/dist.c core/dist.h core/launch.c
 gh200core_LDADD += -lm
 

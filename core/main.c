@@ -12,12 +12,14 @@
 #include <sys/stat.h>
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gh200core/gh200core.h>
 #include <gh200core/train.h>
 
 #include "cli.h"
+#include "dist.h"
 
 /* Exit codes (documented in --help and doc/gh200core.1). */
 enum {
@@ -82,6 +84,9 @@ static const char usage_text[] =
     "      --overwrite         write into an output_dir that holds files (not the --resume\n"
     "                          checkpoint's own folder): the run's files of the same names are\n"
     "                          replaced, nothing else is removed\n"
+    "      --nproc N           start N local ranks of this run (one per GPU), as torchrun would:\n"
+    "                          signals are passed on, the first failure is the exit status;\n"
+    "                          ranks above 0 print warnings and errors only (doc/distributed.md)\n"
     "  -v, --verbose           debug messages (and plugin descriptions in `plugins`)\n"
     "  -q, --quiet             errors only\n"
     "  -h, --help              this text\n"
@@ -109,6 +114,7 @@ struct cli {
     bool         overwrite;
     bool         keys;
     int          verbosity;   /* 0 info, <0 quiet, >0 verbose */
+    int          nproc;       /* --nproc: local ranks to start (0: none, this is one) */
     struct ghc_merge_opts merge;
     int          argc;             /* the command line as given, for the resume command */
     char       **argv;
@@ -304,7 +310,7 @@ static void resume_command(const struct cli *cli, const char *checkpoint, char *
             /* getopt_long takes any unique prefix; the options with an argument */
             static const char *const with_arg[] = { "config", "set", "plugin-path", "json", "oversubscription-scale",
                                                     "batch", "tokens", "base", "adapter", "out", "multiplier",
-                                                    "dtype", "network", "model", NULL };
+                                                    "dtype", "network", "model", "nproc", NULL };
             bool takes = resume;
             for (int k = 0; with_arg[k] && !takes; k++)
                 takes = name > 0 && !strncmp(a + 2, with_arg[k], name) && name <= strlen(with_arg[k]);
@@ -357,9 +363,41 @@ static void resume_command(const struct cli *cli, const char *checkpoint, char *
     shell_quote(buf, len, checkpoint);
 }
 
-static int cmd_train(ghc_core_t *core, const struct cli *cli)
+/* Several ranks (from the launcher's environment): meet the others, then stop, as long as the
+ * NCCL data-parallel trainer is not written (issue 25). One rank: nothing to do. */
+static int dist_meet(ghc_core_t *core, const struct ghc_dist *d)
+{
+    if (d->world == 1)
+        return 0;
+    uint64_t fp;
+    unsigned char blob[GHC_DIST_BLOB];
+    int rc = ghc_dist_config_fingerprint(core, &fp);
+    if (rc < 0)
+        return rc;
+    /* what ncclGetUniqueId will give; for now bytes only rank 0 knows (its pid and the time) */
+    uint64_t seed[2] = { (uint64_t)getpid(), (uint64_t)time(NULL) };
+    for (size_t i = 0; i < sizeof(blob); i++, seed[1]++)
+        blob[i] = (unsigned char)ghc_dist_hash(seed, sizeof(seed));
+    ghc_dist_comm_t *comm;
+    if ((rc = ghc_dist_rendezvous(core, d, fp, blob, sizeof(blob), &comm)) < 0)
+        return rc;
+    ghc_log(core, GHC_LOG_INFO, "dist: rank %d of %d (%s): every rank came to %s:%d", d->rank, d->world, d->launcher,
+            d->addr, d->port);
+    rc = ghc_dist_barrier(comm);
+    ghc_dist_comm_free(comm);
+    if (rc < 0)
+        return rc;
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "several ranks need a build with NCCL (--with-nccl); this build "
+                         "has none");
+}
+
+static int cmd_train(ghc_core_t *core, const struct cli *cli, const struct ghc_dist *dist)
 {
     int rc;
+    if ((rc = dist_meet(core, dist)) < 0) {
+        fail(core, rc);
+        return EXIT_FAIL;   /* a socket's GHC_EIO is no file error */
+    }
     struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0,
                                    .overwrite = cli->overwrite };
     /* a folder that holds a run is refused before the plugins load (a model may take minutes) */
@@ -427,6 +465,7 @@ int main(int argc, char **argv)
         { "model", required_argument, NULL, 1012 },
         { "device-memory", required_argument, NULL, 1013 },
         { "overwrite", no_argument, NULL, 1014 },
+        { "nproc", required_argument, NULL, 1015 },
         { NULL, 0, NULL, 0 },
     };
     struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
@@ -494,6 +533,17 @@ int main(int argc, char **argv)
         }
         case 1003: cli.probe.skip_allocation = true; break;
         case 1014: cli.overwrite = true; break;
+        case 1015: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || end == optarg || v < 1 || v > 1024) {
+                fprintf(stderr, "gh200core: error: --nproc '%s': expected a number of ranks, 1 to 1024\n", optarg);
+                status = EXIT_USAGE;
+                goto out;
+            }
+            cli.nproc = (int)v;
+            break;
+        }
         case 1006: cli.merge.base = optarg; break;      /* merge */
         case 1007: cli.merge.adapter = optarg; break;
         case 1008: cli.merge.out = optarg; break;
@@ -589,6 +639,29 @@ int main(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
+    if (cli.nproc && (cmd || !cli.config)) {
+        fprintf(stderr, "gh200core: error: --nproc goes with a training run (-c FILE, no command)\n"
+                "Try 'gh200core --help'.\n");
+        status = EXIT_USAGE;
+        goto out;
+    }
+    if (cli.nproc) {
+        /* the ranks read the configuration; the launcher only starts and waits */
+        status = ghc_cli_launch(cli.nproc, cli.argc, cli.argv);
+        goto out;
+    }
+    struct ghc_dist dist = { .world = 1 };
+    if (!cmd) {
+        extern char **environ;
+        int rc = ghc_dist_from_env(core, (const char *const *)environ, &dist);
+        if (rc < 0) {
+            status = fail(core, rc);
+            goto out;
+        }
+        /* rank 0 is the one users read */
+        if (dist.rank > 0 && cli.verbosity == 0)
+            ghc_log_set_level(core, GHC_LOG_WARN);
+    }
     if (!cli.config && cli.n_sets) {
         fprintf(stderr, "gh200core: error: --set needs a configuration (-c FILE)\n");
         status = EXIT_USAGE;
@@ -612,7 +685,7 @@ int main(int argc, char **argv)
         status = EXIT_USAGE;
         goto out;
     }
-    status = cmd ? cmd_plugins(core, cli.keys) : cmd_train(core, &cli);
+    status = cmd ? cmd_plugins(core, cli.keys) : cmd_train(core, &cli, &dist);
 out:
     free(cli.sets);
     free(cli.argv);

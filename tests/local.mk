@@ -131,6 +131,13 @@ tests_test_cli_CFLAGS = $(TEST_CFLAGS)
 tests_test_cli_LDADD = $(TEST_LIBS)
 TESTS += tests/test_loader tests/test_config tests/test_cli
 
+# several ranks (issue 25): links the CLI's core/dist.c; forks ranks that meet on loopback
+check_PROGRAMS += tests/test_dist
+tests_test_dist_SOURCES = tests/test_dist.c tests/testutil.h core/dist.c core/dist.h
+tests_test_dist_CFLAGS = $(TEST_CFLAGS)
+tests_test_dist_LDADD = $(TEST_LIBS)
+TESTS += tests/test_dist
+
 # tensors, safetensors and the CPU ops
 check_PROGRAMS += tests/test_tensor tests/test_safetensors tests/test_ops_cpu
 tests_test_tensor_SOURCES = tests/test_tensor.c tests/testutil.h
