@@ -80,6 +80,8 @@ trap '[ -n "$poller" ] && kill "$poller" 2>/dev/null; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 export LD_LIBRARY_PATH="$top/.device/lib:$top/.libs:$top/kernels/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GHC_PLUGIN_PATH="$top/plugins/.libs"
+# plugins load only from folders no other user can write: a tree copied here may arrive otherwise
+[ -d "$GHC_PLUGIN_PATH" ] && { [ "$(id -u)" = 0 ] && chown -R 0:0 "$GHC_PLUGIN_PATH"; chmod -R go-w "$GHC_PLUGIN_PATH"; }
 cli="$top/.libs/gh200core"
 [ -x "$cli" ] || cli="$top/gh200core"
 if [ "$do_ours" = 1 ] && [ ! -x "$cli" ]; then echo "e2e.sh: no CLI at $top/.libs/gh200core (build first)" >&2; exit 2; fi

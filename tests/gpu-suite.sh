@@ -14,6 +14,13 @@ mkdir -p "$out"
 work=$(mktemp -d /tmp/ghc-gpu.XXXXXX)
 export LD_LIBRARY_PATH="$top/.device/lib:$top/.libs:$top/kernels/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GHC_BUILD_PLUGINS="$top/plugins/.libs" GHC_TEST_PLUGINS="$top/tests/plugins/.libs"
+# plugins load only from folders no other user can write (doc/config.md, allow_insecure_plugins):
+# a tree copied to this machine may arrive group-writable or owned by another user
+for d in "$top/plugins/.libs" "$top/tests/plugins/.libs" "$top/tests/badplugins/.libs" "$top/tests/diagplugins/.libs"; do
+    [ -d "$d" ] || continue
+    [ "$(id -u)" = 0 ] && chown -R 0:0 "$d"
+    chmod -R go-w "$d"
+done
 export GHC_TEST_BADPLUGINS="$top/tests/badplugins/.libs" GHC_TEST_DATA="$top/tests/data"
 export GHC_TOP_SRCDIR="$top" GHC_TOP_BUILDDIR="$top" GHC_CLI="$top/.libs/gh200core" GHC_PLUGIN_PATH=
 export CK_FORK=no
