@@ -100,21 +100,24 @@ int ghc_cache_decode(ghc_core_t *core, ghc_backend_t *backend, const char *file,
     int rc = ghc_backend_fetch(backend, file, 0, &data, &owned, &len, &size);
     if (rc < 0)
         return rc;
-    ghc_st_t *st = ghc_st_open_memory(core, file, data, len, size);
-    if (!st) {
-        rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_EFORMAT;
-        goto out;
-    }
-    struct ghc_st_info info;
-    if (!ghc_st_find(st, key, &info)) {
-        rc = ghc_error_set(core, GHC_ENOTFOUND, "%s: no tensor \"%s\"", file, key);
-        goto out_st;
-    }
-    if (!(*out = ghc_st_load(st, key, info.dtype, role)))
-        rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
-out_st:
-    ghc_st_free(st);
-out:
+    rc = ghc_cache_decode_bytes(core, file, data, len, size, key, role, out);
     free(owned);
+    return rc;
+}
+
+int ghc_cache_decode_bytes(ghc_core_t *core, const char *file, const void *data, size_t len, uint64_t size,
+                           const char *key, enum ghc_mem_role role, ghc_tensor_t **out)
+{
+    int rc = 0;
+    *out = NULL;
+    ghc_st_t *st = ghc_st_open_memory(core, file, data, len, size);
+    if (!st)
+        return ghc_error_code(core) ? ghc_error_code(core) : GHC_EFORMAT;
+    struct ghc_st_info info;
+    if (!ghc_st_find(st, key, &info))
+        rc = ghc_error_set(core, GHC_ENOTFOUND, "%s: no tensor \"%s\"", file, key);
+    else if (!(*out = ghc_st_load(st, key, info.dtype, role)))
+        rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
+    ghc_st_free(st);
     return rc;
 }

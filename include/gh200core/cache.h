@@ -105,6 +105,10 @@ GHC_API const char *ghc_cache_name(const ghc_cache_t *c);
  * caller frees *out with ghc_tensor_free(). Returns 0 or GHC_E*. */
 GHC_API int ghc_cache_decode(ghc_core_t *core, ghc_backend_t *backend, const char *file,
                              const char *key, enum ghc_mem_role role, ghc_tensor_t **out);
+/* (since API 15) The same from the entry's bytes already in memory (`len` of its `size`, as
+ * ghc_backend_fetch gives them), for a plugin that also reads them for something else. */
+GHC_API int ghc_cache_decode_bytes(ghc_core_t *core, const char *file, const void *data, size_t len,
+                                   uint64_t size, const char *key, enum ghc_mem_role role, ghc_tensor_t **out);
 
 GHC_END_DECLS
 

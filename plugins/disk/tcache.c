@@ -177,60 +177,63 @@ static void content_hash(const uint8_t *p, size_t n, uint64_t h[2])
     h[1] = b ^ (a >> 23);
 }
 
-/* The persistent file of a slot: named by the content of its source file and the tensor's
- * key, never by the entry's name (another dataset, or the same file changed, has other
- * bytes): "<32 hex digits>#<key>.safetensors", '/' in the key as '@'. 0, or the fetch's error. */
-static int persist_path(struct tcache *tc, int64_t i, char *buf, size_t n)
+/* The persistent file of a slot whose source bytes are `data`: named by their content and the
+ * tensor's key, never by the entry's name (another dataset, or the same file changed, has other
+ * bytes): "<32 hex digits>#<key>.safetensors", '/' in the key as '@'. */
+static void persist_path(struct tcache *tc, int64_t i, const void *data, size_t len, char *buf, size_t n)
 {
-    const void *data;
-    void *owned;
-    size_t len;
-    uint64_t size, h[2];
-    int rc = ghc_backend_fetch(tc->backend, tc->file[i], 0, &data, &owned, &len, &size);
-    if (rc < 0)
-        return rc;
+    uint64_t h[2];
     content_hash(data, len, h);
-    free(owned);
     int w = snprintf(buf, n, "%s/%016llx%016llx#", tc->persist, (unsigned long long)h[0], (unsigned long long)h[1]);
     for (const char *p = tc->key[i]; *p && w > 0 && (size_t)w + 2 < n; p++)
         buf[w++] = *p == '/' ? '@' : *p;
     snprintf(buf + w, n - (size_t)w, ".safetensors");
-    return 0;
 }
 
+/* The slot's tensor: from its persistent file when one is there, else decoded from the source
+ * (read once: its bytes name the persistent file and are decoded), then persisted. */
 static int decode(struct tcache *tc, int64_t i, enum ghc_sample_kind kind, ghc_tensor_t **out)
 {
     char path[8192];
     enum ghc_mem_role role = ghc_sample_kind_role(kind);
     int rc;
-    if (tc->persist) {
-        if ((rc = persist_path(tc, i, path, sizeof(path))) < 0)
+    if (!tc->persist) {
+        if ((rc = ghc_cache_decode(tc->core, tc->backend, tc->file[i], tc->key[i], role, out)) < 0)
             return rc;
-        if (access(path, R_OK) == 0) {
-            ghc_st_t *st = ghc_st_open(tc->core, path);
-            struct ghc_st_info info;
-            if (st && ghc_st_find(st, tc->key[i], &info) && (*out = ghc_st_load(st, tc->key[i], info.dtype, role))) {
-                ghc_st_free(st);
-                __atomic_add_fetch(&tc->st.persist_hits, 1, __ATOMIC_RELAXED);
-                goto placed;
-            }
-            ghc_st_free(st);
-            ghc_log(tc->core, GHC_LOG_WARN, "%s: %s: unusable, decoding again: %s", tc->name, path, ghc_error_message(tc->core));
-            ghc_error_clear(tc->core);
-        }
+        goto placed;
     }
-    if ((rc = ghc_cache_decode(tc->core, tc->backend, tc->file[i], tc->key[i], role, out)) < 0)
+    const void *data;
+    void *owned;
+    size_t len;
+    uint64_t size;
+    if ((rc = ghc_backend_fetch(tc->backend, tc->file[i], 0, &data, &owned, &len, &size)) < 0)
         return rc;
-    if (tc->persist) {
-        ghc_st_writer_t *w = ghc_st_writer_init(tc->core);
-        if (!w || ghc_st_writer_add(w, tc->key[i], *out) < 0 || ghc_st_writer_finish(w, path) < 0) {
-            ghc_log(tc->core, GHC_LOG_WARN, "%s: cannot write %s: %s", tc->name, path, ghc_error_message(tc->core));
-            ghc_error_clear(tc->core);
-        } else {
-            __atomic_add_fetch(&tc->st.persisted, 1, __ATOMIC_RELAXED);
+    persist_path(tc, i, data, len, path, sizeof(path));
+    if (access(path, R_OK) == 0) {
+        ghc_st_t *st = ghc_st_open(tc->core, path);
+        struct ghc_st_info info;
+        if (st && ghc_st_find(st, tc->key[i], &info) && (*out = ghc_st_load(st, tc->key[i], info.dtype, role))) {
+            ghc_st_free(st);
+            free(owned);
+            __atomic_add_fetch(&tc->st.persist_hits, 1, __ATOMIC_RELAXED);
+            goto placed;
         }
-        ghc_st_writer_free(w);
+        ghc_st_free(st);
+        ghc_log(tc->core, GHC_LOG_WARN, "%s: %s: unusable, decoding again: %s", tc->name, path, ghc_error_message(tc->core));
+        ghc_error_clear(tc->core);
     }
+    rc = ghc_cache_decode_bytes(tc->core, tc->file[i], data, len, size, tc->key[i], role, out);
+    free(owned);
+    if (rc < 0)
+        return rc;
+    ghc_st_writer_t *w = ghc_st_writer_init(tc->core);
+    if (!w || ghc_st_writer_add(w, tc->key[i], *out) < 0 || ghc_st_writer_finish(w, path) < 0) {
+        ghc_log(tc->core, GHC_LOG_WARN, "%s: cannot write %s: %s", tc->name, path, ghc_error_message(tc->core));
+        ghc_error_clear(tc->core);
+    } else {
+        __atomic_add_fetch(&tc->st.persisted, 1, __ATOMIC_RELAXED);
+    }
+    ghc_st_writer_free(w);
 placed:
     if (tc->advise) {
         ghc_mempolicy_t *mp = ghc_mempolicy_get(tc->core);
