@@ -11,9 +11,14 @@
 #   sh bench/e2e.sh [--tokens "4096 32760"] [--layers 40] [--steps 6] [--skip 2]
 #                   [--plans "device:block_attn offload:block"] [--experts] [--no-torch] [--no-ours]
 #                   [--tiny] [--device N] [--dims DIM:FFN:HEADS] [--text-dim N] [--timeout S]
+#                   [--nproc "1 2 4"]
 #
 # The same as environment variables: E2E_TOKENS, E2E_LAYERS, E2E_STEPS, E2E_SKIP, E2E_PLANS,
-# E2E_EXPERTS=1, E2E_TORCH=0, E2E_OURS=0, E2E_DEVICE, E2E_DIMS, E2E_TEXT_DIM, E2E_TIMEOUT.
+# E2E_EXPERTS=1, E2E_TORCH=0, E2E_OURS=0, E2E_DEVICE, E2E_DIMS, E2E_TEXT_DIM, E2E_TIMEOUT,
+# E2E_NPROC. --nproc runs each of our plans on each number N of GPUs (`gh200core --nproc N`,
+# data parallel, one rank per GPU): the global batch is N samples (micro_batches = N), one per
+# GPU and step, so the tokens are per GPU; the table's "x 1 GPU" is N times the 1-GPU s/step
+# over the N-GPU s/step (the throughput's scaling).
 # A token count is 4096 (latent 1 x 128 x 128, a 1024x1024 image), 32760 (21 x 60 x 104: 81
 # frames at 480x832), a square N (1 x 2 sqrt(N) x 2 sqrt(N)) or a latent FxHxW. A plan is
 # POLICY:CHECKPOINTING[:SAVED[:RESIDENT]] (policy device, offload, gh200_uvm or host;
@@ -49,6 +54,7 @@ device=${device:-${E2E_DEVICE:-0}}
 dims=${dims:-${E2E_DIMS:-5120:13824:40}}
 text_dim=${text_dim:-${E2E_TEXT_DIM:-4096}}
 tlimit=${E2E_TIMEOUT:-300}
+nprocs=${E2E_NPROC:-1}
 while [ $# -gt 0 ]; do
     case $1 in
     --tokens) tokens=$2; shift ;;
@@ -63,6 +69,7 @@ while [ $# -gt 0 ]; do
     --dims) dims=$2; shift ;;
     --text-dim) text_dim=$2; shift ;;
     --timeout) tlimit=$2; shift ;;
+    --nproc) nprocs=$2; shift ;;
     --tiny) ;;   # above
     -h|--help) sed -n '2,/^top=/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "e2e.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
@@ -203,18 +210,21 @@ table() {       # $work/rows -> $OUT/e2e.md and e2e.csv, rewritten after each ru
     {
         echo "# bench/e2e.sh: $layers blocks, dim $dim, ffn $ffn, $heads heads, text $text_dim, device $device; $(cat "$out/gpu.txt" 2>/dev/null)"
         echo
-        echo "| tokens | run | s/step | peak GiB | card GiB | estimate GiB | step / PyTorch | peak / PyTorch | card / PyTorch | step / 1 expert | status |"
-        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        echo "| tokens | run | s/step | peak GiB | card GiB | estimate GiB | step / PyTorch | peak / PyTorch | card / PyTorch | step / 1 expert | x 1 GPU | status |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
         awk -F'\t' '
             function r(a, b) { return (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) ? sprintf("%.2f", a / b) : "" }
             { tok[NR] = $1; run[NR] = $2; s[NR] = $3; p[NR] = $4; c[NR] = $5; e[NR] = $6; st[NR] = $7
               if ($2 == "PyTorch") { ts[$1] = $3; tp[$1] = $4; tc[$1] = $5 }
-              if ($2 !~ /experts/) one[$1 SUBSEP $2] = $3 }
+              if ($2 !~ /experts|GPUs/) one[$1 SUBSEP $2] = $3 }
             END { for (i = 1; i <= NR; i++) {
                       x = ""; if (run[i] ~ /, 2 experts/) { b = run[i]; sub(/, 2 experts.*/, "", b); x = r(s[i], one[tok[i] SUBSEP b]) }
+                      g = ""; if (run[i] ~ /, [0-9]+ GPUs$/) { b = run[i]; sub(/, [0-9]+ GPUs$/, "", b); n = run[i]
+                          sub(/.*, /, "", n); n += 0; o = one[tok[i] SUBSEP b]
+                          if (o ~ /^[0-9.]+$/ && s[i] ~ /^[0-9.]+$/ && s[i] > 0) g = sprintf("%.2f", n * o / s[i]) }
                       q = run[i] == "PyTorch"
-                      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", tok[i], run[i], s[i], p[i], c[i], e[i],
-                          q ? "" : r(s[i], ts[tok[i]]), q ? "" : r(p[i], tp[tok[i]]), q ? "" : r(c[i], tc[tok[i]]), x, st[i] } }' "$work/rows"
+                      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", tok[i], run[i], s[i], p[i], c[i], e[i],
+                          q ? "" : r(s[i], ts[tok[i]]), q ? "" : r(p[i], tp[tok[i]]), q ? "" : r(c[i], tc[tok[i]]), x, g, st[i] } }' "$work/rows"
     } > "$out/e2e.md"
     { echo "tokens,run,s_per_step,peak_gib,card_gib,estimate_gib,status"
       awk -F'\t' '{ printf "%s,\"%s\",%s,%s,%s,%s,\"%s\"\n", $1, $2, $3, $4, $5, $6, $7 }' "$work/rows"; } > "$out/e2e.csv"
@@ -227,8 +237,8 @@ row() {         # tokens name s/step peak card est status
 table
 
 # ---- our side: one config per run ----
-ours() {        # lat tok plan experts mode
-    lat=$1 tok=$2 plan=$3 nexp=$4 mode=$5
+ours() {        # lat tok plan experts mode [nproc]
+    lat=$1 tok=$2 plan=$3 nexp=$4 mode=$5 np=${6:-1}
     IFS=: read -r pol ckpt saved resident <<EOF
 $plan
 EOF
@@ -237,6 +247,7 @@ EOF
     [ "$nexp" = 2 ] && name="${name}_x2_$mode"
     label="$plan"
     [ "$nexp" = 2 ] && label="$plan, 2 experts $mode"
+    [ "$np" -gt 1 ] && { name="${name}_np$np"; label="$label, $np GPUs"; }
     case $pol in
     offload|gh200_uvm) mpol="plugin = \"$pol\"; saved = \"${saved:-host}\";${resident:+ resident = $resident;}" ;;
     *) mpol="plugin = \"$pol\";" ;;
@@ -259,7 +270,7 @@ model = {
 };
 network = { plugin = "lycoris"; algo = "lora"; rank = 16; alpha = 16.0; };
 optimizer = { plugin = "adamw"; lr = 1e-4; weight_decay = 0.01; };
-scheduler = { plugin = "constant"; };
+scheduler = { plugin = "constant"; micro_batches = $np; };
 data = { batch_size = 1; datasets = ( { path = "$work/data_$lat"; } ); };
 train = { steps = $steps; mode = "$mode"; switch_every = 1; max_grad_norm = 1.0; log_every = 1; tensorboard = false; };
 EOF
@@ -271,7 +282,10 @@ EOF
         est=$(grep -o '= [0-9.]* GiB of' "$out/$name.estimate.txt" | awk '{ print $2 }')
         [ -n "$est" ] || est=-
     fi
-    run_timed "$out/$name.log" "$work/$name.pid" "$cli" -c "$cfg" --set output_dir="\"$work/run_$name\""
+    npa=
+    [ "$np" -gt 1 ] && npa="--nproc $np"
+    # shellcheck disable=SC2086
+    run_timed "$out/$name.log" "$work/$name.pid" "$cli" $npa -c "$cfg" --set output_dir="\"$work/run_$name\""
     st=$(status_of $rc "$out/$name.log")
     m="$work/run_$name/metrics.jsonl"
     sps=- peak=-
@@ -316,6 +330,9 @@ for t in $tokens; do
     data_for "$lat" || { echo "e2e.sh: could not write the data for $lat"; continue; }
     for p in $plans; do
         ours "$lat" "$tok" "$p" 1 single
+        for np in $nprocs; do
+            [ "$np" -gt 1 ] && ours "$lat" "$tok" "$p" 1 single "$np"
+        done
         if [ "$experts" = 1 ]; then
             ours "$lat" "$tok" "$p" 2 separate
             ours "$lat" "$tok" "$p" 2 shared

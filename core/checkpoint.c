@@ -137,6 +137,7 @@ static int write_state(struct ghc_trainer *tr, const char *path)
     json_object_set_new(j, "bad_total", json_integer(tr->bad_total));
     json_object_set_new(j, "bad_in_row", json_integer(tr->bad_in_row));
     json_object_set_new(j, "samples_seen", json_integer(tr->samples_seen));
+    json_object_set_new(j, "world_size", json_integer(tr->world));
     json_object_set_new(j, "loss_ema", json_real(tr->loss_ema));
     rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 ? 0
        : ghc_error_set(tr->core, GHC_EIO, "%s: cannot write the trainer state", path);
@@ -255,6 +256,11 @@ static int read_state(struct ghc_trainer *tr, const char *dir, const char *path)
         (rc = state_int(core, path, j, "bad_in_row", 0, bad_total, " (\"bad_total\")", &bad_in_row)) < 0 ||
         (rc = state_int(core, path, j, "samples_seen", 0, big, "", &seen)) < 0)
         goto out;
+    /* the ranks that trained it (since issue 25; older checkpoints: one) */
+    int64_t world = 1;
+    if (json_object_get(j, "world_size") &&
+        (rc = state_int(core, path, j, "world_size", 1, 1 << 20, "", &world)) < 0)
+        goto out;
     if (!json_is_number(ema) || !isfinite(json_number_value(ema)) || json_number_value(ema) < 0.0) {
         char *txt = ema ? json_dumps(ema, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
         rc = ghc_error_set(core, GHC_EFORMAT, "%s: \"loss_ema\" is %s: expected a finite number >= 0", path,
@@ -272,6 +278,7 @@ static int read_state(struct ghc_trainer *tr, const char *dir, const char *path)
     tr->bad_total = bad_total;
     tr->bad_in_row = bad_in_row;
     tr->samples_seen = seen;
+    tr->resumed_world = (int32_t)world;
     tr->loss_ema = json_number_value(ema);
     /* the run it continues (checkpoints written before run ids have none: a new id is drawn) */
     const char *run = json_string_value(json_object_get(j, "run"));

@@ -143,11 +143,13 @@ static const ghc_tensor_t *empty_for(const ghc_dataset_t *ds, int64_t idx)
 
 /* ---- batches --------------------------------------------------------------------------------- */
 
-/* Assemble batch `bi` of the current order on the CPU. */
-static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, struct ghc_data_batch *out)
+/* Assemble samples [off, off + count) of batch `bi` of the current order on the CPU. */
+static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, int32_t off, int32_t count,
+                    struct ghc_data_batch *out)
 {
     const struct data_order_batch *ob = &ds->batches[bi];
-    int32_t n = ob->n;
+    int64_t first = ob->start + off;
+    int32_t n = count;
     int rc = 0;
     ghc_tensor_t **lat = calloc((size_t)n, sizeof(*lat));
     ghc_tensor_t **txt = calloc((size_t)n, sizeof(*txt));
@@ -163,12 +165,12 @@ static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, struct ghc_dat
     /* fetch; a bad sample fails the batch or, with skip_bad_samples, leaves it */
     int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
-        int64_t idx = ds->order[ob->start + i];
+        int64_t idx = ds->order[first + i];
         const struct data_sample *s = &ds->samples[idx];
         int r = get_tensor(ds, idx, GHC_SAMPLE_LATENT, &lat[m]);
         if (r == 0)
             r = check_decoded(ds, idx, GHC_SAMPLE_LATENT, lat[m]);
-        bool drop_it = ghc_data_text_dropped(ds, epoch, ob->start + i);
+        bool drop_it = ghc_data_text_dropped(ds, epoch, first + i);
         if (r == 0 && !(drop_it)) {
             r = get_tensor(ds, idx, GHC_SAMPLE_TEXT_EMBED, &txt[m]);
             if (r == 0)
@@ -198,7 +200,7 @@ static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, struct ghc_dat
     rc = 0;
     out->n = m;
     out->epoch = epoch;
-    out->cursor = ob->start;
+    out->cursor = first;
     out->index = index;
     out->text_dropped = drop;
     if (m == 0)
@@ -329,6 +331,23 @@ static int to_device(ghc_dataset_t *ds, struct ghc_data_batch *b, int device, vo
     return 0;
 }
 
+/* An assembled batch to `device`, counted in the statistics (t0: when the wait began). */
+static int serve(ghc_dataset_t *ds, struct ghc_data_batch *out, int device, void *stream, double t0)
+{
+    int rc;
+    if (device != GHC_DEVICE_CPU && (rc = to_device(ds, out, device, stream)) < 0) {
+        ghc_data_batch_release(ds, out);
+        return rc;
+    }
+    double w = ghc_data_seconds() - t0;
+    ds->st.wait_seconds += w;
+    if (w > ds->st.max_wait_seconds)
+        ds->st.max_wait_seconds = w;
+    ds->st.batches++;
+    ds->st.bytes += ghc_tensor_nbytes(out->latents) + ghc_tensor_nbytes(out->text_embed);
+    return 0;
+}
+
 int ghc_dataset_next(ghc_dataset_t *ds, int device, void *stream, struct ghc_data_batch *out)
 {
     memset(out, 0, sizeof(*out));
@@ -347,22 +366,14 @@ int ghc_dataset_next(ghc_dataset_t *ds, int device, void *stream, struct ghc_dat
             ds->pos_epoch++;
             ds->pos_batch = 0;
         }
-        if ((rc = assemble(ds, epoch, bi, out)) < 0)
+        if ((rc = assemble(ds, epoch, bi, 0, ds->batches[bi].n, out)) < 0)
             return rc;
         if (out->n > 0)
             break;
         ghc_data_batch_release(ds, out);   /* every sample bad and skipped: the next batch */
     }
-    if (device != GHC_DEVICE_CPU && (rc = to_device(ds, out, device, stream)) < 0) {
-        ghc_data_batch_release(ds, out);
+    if ((rc = serve(ds, out, device, stream, t0)) < 0)
         return rc;
-    }
-    double w = ghc_data_seconds() - t0;
-    ds->st.wait_seconds += w;
-    if (w > ds->st.max_wait_seconds)
-        ds->st.max_wait_seconds = w;
-    ds->st.batches++;
-    ds->st.bytes += ghc_tensor_nbytes(out->latents) + ghc_tensor_nbytes(out->text_embed);
     /* prefetch the following batch's samples through the cache */
     if (ds->cache && ghc_data_order_build(ds, ds->pos_epoch) == 0) {
         const struct data_order_batch *ob = &ds->batches[ds->pos_batch];
@@ -373,6 +384,65 @@ int ghc_dataset_next(ghc_dataset_t *ds, int device, void *stream, struct ghc_dat
             }
     }
     return 0;
+}
+
+/* ---- several ranks: a step's batches planned, served in parts ------------------------------- */
+
+/* The batch of epoch `epoch`'s order (built) that starts at or before `pos`. */
+static int64_t batch_at(const ghc_dataset_t *ds, int64_t pos)
+{
+    int64_t lo = 0, hi = ds->n_batches;
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ds->batches[mid].start <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int ghc_data_plan(ghc_dataset_t *ds, int32_t k, bool advance, struct ghc_data_plan *out)
+{
+    int64_t e = ds->pos_epoch, b = ds->pos_batch;
+    int rc;
+    for (int32_t i = 0; i < k; i++) {
+        if ((rc = ghc_data_order_build(ds, e)) < 0)
+            return rc;
+        if (b >= ds->n_batches) {
+            e++, b = 0, i--;
+            continue;
+        }
+        const struct data_order_batch *ob = &ds->batches[b];
+        const struct data_sample *s = &ds->samples[ds->order[ob->start]];
+        out[i] = (struct ghc_data_plan){ .epoch = e, .start = ob->start, .n = ob->n,
+                                         .has_noise = s->file[GHC_SAMPLE_NOISE] != NULL,
+                                         .has_timestep = s->file[GHC_SAMPLE_TIMESTEP] != NULL };
+        memcpy(out[i].latent_shape, s->lat_shape, sizeof(out[i].latent_shape));
+        if (++b == ds->n_batches)
+            e++, b = 0;
+    }
+    if (advance)
+        ds->pos_epoch = e, ds->pos_batch = b;
+    return 0;
+}
+
+int ghc_data_serve(ghc_dataset_t *ds, int64_t epoch, int64_t start, int32_t n, int device, void *stream,
+                   struct ghc_data_batch *out)
+{
+    memset(out, 0, sizeof(*out));
+    double t0 = ghc_data_seconds();
+    int rc;
+    if ((rc = ghc_data_order_build(ds, epoch)) < 0)
+        return rc;
+    int64_t bi = batch_at(ds, start);
+    const struct data_order_batch *ob = &ds->batches[bi];
+    if (n < 1 || start + n > ob->start + ob->n)
+        return ghc_error_set(ds->core, GHC_EINTERNAL, "data: positions %lld to %lld of epoch %lld are not in one batch",
+                             (long long)start, (long long)(start + n), (long long)epoch);
+    if ((rc = assemble(ds, epoch, bi, (int32_t)(start - ob->start), n, out)) < 0)
+        return rc;
+    return serve(ds, out, device, stream, t0);
 }
 
 void ghc_data_batch_release(ghc_dataset_t *ds, struct ghc_data_batch *b)

@@ -218,4 +218,23 @@ typedef bool (*ghc_data_fit_fn)(void *user, const struct ghc_data_sample_info *s
  * counted, left out); without, GHC_ECONFIG "<section>: <the first reason>; and N more ...". */
 int ghc_dataset_open_fit(ghc_core_t *core, const char *section, ghc_data_fit_fn fit, void *user, ghc_dataset_t **out);
 
+/* ---- for the trainer with several ranks (train.c) --------------------------------------------- */
+
+/* One batch of a step's plan: positions [start, start + n) of epoch `epoch`'s order. */
+struct ghc_data_plan {
+    int64_t epoch, start;
+    int32_t n;
+    int64_t latent_shape[4];    /* C, F, H, W of the batch's bucket */
+    bool    has_noise, has_timestep;  /* its samples store noise, a timestep (the first one's) */
+};
+/* The next k batches from the position, the way ghc_dataset_next() walks the order, into
+ * out[0..k), without reading a sample; advance: the position moves past them. Returns 0 or
+ * GHC_ENOMEM. */
+int ghc_data_plan(ghc_dataset_t *ds, int32_t k, bool advance, struct ghc_data_plan *out);
+/* Positions [start, start + n) of epoch `epoch`'s order, all within one batch, assembled and
+ * served as ghc_dataset_next() serves a batch (bad samples the same way: fewer samples, or
+ * none, with skip_bad_samples). The position does not move. */
+int ghc_data_serve(ghc_dataset_t *ds, int64_t epoch, int64_t start, int32_t n, int device, void *stream,
+                   struct ghc_data_batch *out);
+
 #endif /* GHC_DATASET_IMPL_H */

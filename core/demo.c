@@ -207,6 +207,15 @@ int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o)
     return 0;
 }
 
+int ghc_demo_point(ghc_core_t *core)
+{
+    char dir[4200], abs[8192];
+    snprintf(dir, sizeof(dir), "%s/demo-data", ghc_config_output_dir(core));
+    if (!realpath(dir, abs))
+        return ghc_error_set(core, GHC_EIO, "%s: %s (rank 0 writes the demo's data there)", dir, strerror(errno));
+    return point_data_at(core, abs);
+}
+
 int ghc_demo_generate(ghc_core_t *core)
 {
     ghc_cfg_t *s;

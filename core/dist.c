@@ -1,5 +1,5 @@
-/* dist.c: the rank of this process, the TCP rendezvous and its control channel, and the share
- * of a step each rank trains (dist.h). POSIX sockets only.
+/* dist.c: the rank of this process, the TCP rendezvous and its control channel (dist.h). POSIX
+ * sockets only.
  *
  * The channel is a star: rank 0 holds one connection to every other rank. A message is a type
  * byte, three zero bytes and a 32-bit big-endian length, then the payload:
@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,10 @@ struct ghc_dist_comm {
     ghc_core_t *core;
     int         rank, world;
     int        *fd;   /* rank 0: fd[r] to rank r (fd[0] unused); others: fd[0] to rank 0 */
+    /* the watch (ghc_dist_watch): a thread, and the pipe that ends it */
+    pthread_t   watcher;
+    int         wake[2];
+    bool        watching;
 };
 
 static double now_s(void)
@@ -306,6 +311,7 @@ void ghc_dist_comm_free(ghc_dist_comm_t *c)
 {
     if (!c)
         return;
+    ghc_dist_watch(c, false);
     for (int r = 0; r < c->world; r++)
         if (c->fd[r] >= 0)
             close(c->fd[r]);
@@ -642,23 +648,85 @@ int ghc_dist_barrier(ghc_dist_comm_t *c)
     return rc < 0 ? rc : ghc_dist_broadcast(c, NULL, 0);
 }
 
-/* ---- the share of a step ---------------------------------------------------------------------- */
+/* ---- the watch -------------------------------------------------------------------------------- */
 
-int ghc_dist_shard_step(const struct ghc_dist_span *step, int n_step, int rank, int world, struct ghc_dist_span *out)
+/* The watcher: polls the connections for a hang-up only (never reads, so the collectives of the
+ * main thread go on) and ends the process when one comes and the process does not end on its
+ * own within GHC_DIST_GRACE_MS. */
+static void *watch_main(void *arg)
 {
-    if (world < 1 || rank < 0 || rank >= world || n_step < 0)
-        return -1;
-    int64_t total = 0;
-    for (int i = 0; i < n_step; i++)
-        total += step[i].n;
-    /* rank r: samples [lo, hi) of the step; a span that straddles a boundary is cut there */
-    int64_t lo = total * rank / world, hi = total * (rank + 1) / world, at = 0;
-    int k = 0;
-    for (int i = 0; i < n_step; i++) {
-        int64_t a = at > lo ? at : lo, b = at + step[i].n < hi ? at + step[i].n : hi;
-        if (a < b)
-            out[k++] = (struct ghc_dist_span){ .epoch = step[i].epoch, .start = step[i].start + (a - at), .n = b - a };
-        at += step[i].n;
+    ghc_dist_comm_t *c = arg;
+    int n = c->rank == 0 ? c->world : 2;
+    struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
+    int *who = calloc((size_t)n, sizeof(*who));
+    if (!pf || !who) {
+        free(pf);
+        free(who);
+        return NULL;
     }
-    return k;
+    pf[0] = (struct pollfd){ .fd = c->wake[0], .events = POLLIN };
+    int k = 1;
+    for (int r = c->rank == 0 ? 1 : 0; r < (c->rank == 0 ? c->world : 1); r++)
+        if (c->fd[r] >= 0) {
+            who[k] = r;
+            pf[k++] = (struct pollfd){ .fd = c->fd[r], .events = POLLRDHUP };
+        }
+    for (;;) {
+        if (poll(pf, (nfds_t)k, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (pf[0].revents)
+            break;   /* ghc_dist_watch(c, false) */
+        for (int i = 1; i < k; i++)
+            if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+                /* the training thread finds out in its next collective on the channel and
+                 * stops the usual way (the output folder as a failed run leaves it); one that
+                 * waits in a GPU collective for the dead rank never returns: after a grace
+                 * period, one line and out */
+                if (poll(pf, 1, GHC_DIST_GRACE_MS) != 0)
+                    break;   /* watch off: the run ends on its own */
+                char line[256];
+                int len = c->rank == 0
+                        ? snprintf(line, sizeof(line), "gh200core: error: dist: rank %d closed its connection (it "
+                                   "died or stopped): rank 0 stops\n", who[i])
+                        : snprintf(line, sizeof(line), "gh200core: error: dist: rank 0 closed its connection (it "
+                                   "died or stopped, see its messages): rank %d stops\n", c->rank);
+                if (write(STDERR_FILENO, line, (size_t)len) < 0) {
+                    /* nothing more to say */
+                }
+                _exit(1);
+            }
+    }
+    free(pf);
+    free(who);
+    return NULL;
+}
+
+int ghc_dist_watch(ghc_dist_comm_t *c, bool on)
+{
+    if (!c || c->world < 2 || c->watching == on)
+        return 0;
+    if (!on) {
+        char b = 1;
+        if (write(c->wake[1], &b, 1) < 0) {
+            /* the thread is gone already */
+        }
+        pthread_join(c->watcher, NULL);
+        close(c->wake[0]);
+        close(c->wake[1]);
+        c->watching = false;
+        return 0;
+    }
+    if (pipe(c->wake) < 0)
+        return ghc_error_set(c->core, GHC_EIO, "dist: pipe: %s", strerror(errno));
+    int e = pthread_create(&c->watcher, NULL, watch_main, c);
+    if (e) {
+        close(c->wake[0]);
+        close(c->wake[1]);
+        return ghc_error_set(c->core, GHC_EIO, "dist: cannot start the watch thread: %s", strerror(e));
+    }
+    c->watching = true;
+    return 0;
 }

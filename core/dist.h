@@ -1,11 +1,12 @@
 /* dist.h: several processes, one per GPU (issue 25), the parts that need no GPU: the rank of
  * this process from the launcher's environment, the TCP rendezvous at MASTER_ADDR:MASTER_PORT
  * that hands every rank rank 0's blob (the NCCL unique id), the control channel it leaves open
- * (barrier, broadcast, gather, abort), and the deterministic share of a step's samples each rank
- * trains. Internal to the CLI (core/main.c) for now; doc/distributed.md is the user's side. */
+ * (barrier, broadcast, gather, abort); dist_shard.h has the deterministic share of a step's samples
+ * each rank trains. Internal to the CLI (core/main.c) for now; doc/distributed.md is the user's side. */
 #ifndef GHC_DIST_H
 #define GHC_DIST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,6 +15,7 @@
 #define GHC_DIST_PORT     29500   /* MASTER_PORT when the environment gives none */
 #define GHC_DIST_TIMEOUT  300.0   /* seconds the rendezvous waits (GHC_DIST_TIMEOUT overrides) */
 #define GHC_DIST_BLOB     128     /* bytes rank 0 hands out: an ncclUniqueId */
+#define GHC_DIST_GRACE_MS 5000    /* a rank gone: how long the others may take to stop on their own */
 
 /* ---- ranks from the launcher's environment ---------------------------------------------- */
 
@@ -70,22 +72,26 @@ int ghc_dist_broadcast(ghc_dist_comm_t *c, void *buf, size_t len);
 int ghc_dist_gather(ghc_dist_comm_t *c, const void *mine, size_t len, void *all);
 /* Tell the other ranks this one stops, with `reason` (their next collective fails with it). */
 void ghc_dist_abort(ghc_dist_comm_t *c, const char *reason);
+/* on: a thread watches the connections; when another rank's closes and this process has not
+ * ended GHC_DIST_GRACE_MS later, it ends it (exit status 1, one line naming the rank): while
+ * training, a rank may wait in a GPU collective that no message can interrupt. off: stop watching (before the ranks close their
+ * channels at the end: a barrier, the watch off on every rank, another barrier). Returns 0 or
+ * GHC_EIO. */
+int ghc_dist_watch(ghc_dist_comm_t *c, bool on);
 
-/* ---- the share of a step ------------------------------------------------------------------ */
+/* ---- NCCL (core/dist_nccl.c, built with --with-nccl: GHC_HAVE_NCCL) ------------------------- */
 
-/* A run of consecutive positions of an epoch's order (a micro-batch, or a part of one). */
-struct ghc_dist_span {
-    int64_t epoch, start, n;
-};
+struct ghc_nccl;
+/* Rank 0: a new NCCL unique id into blob[0..len) (GHC_DIST_BLOB is enough). Returns 0 or GHC_EIO. */
+int  ghc_nccl_id(ghc_core_t *core, void *blob, size_t len);
+/* A communicator-to-be from rank 0's id in blob (as the rendezvous handed it out). */
+int  ghc_nccl_new(ghc_core_t *core, const void *blob, size_t len, struct ghc_nccl **out);
+/* buf[0..count) f32 on CUDA device `device` summed over the ranks, queued on `stream`; the
+ * first call makes the communicator there (every rank calls it together). Returns 0 or GHC_EIO. */
+int  ghc_nccl_allreduce(ghc_core_t *core, struct ghc_nccl *n, int rank, int world, float *buf, int64_t count,
+                        int device, void *stream);
+void ghc_nccl_free(struct ghc_nccl *n);
 
-/* Rank `rank`'s share of one optimizer step. `step` holds the micro-batches one process
- * serves for that step (n_step of them, in order: with gradient accumulation GA and batch B
- * the global batch is GA micro-batches of up to B samples). The step's S samples, laid end to
- * end, are cut into `world` runs: rank r takes samples [S r / W, S (r + 1) / W), split where
- * micro-batches end, so every span stacks. Together the ranks serve exactly the step's samples,
- * each once; with GA a multiple of W and full batches every rank gets GA / W whole
- * micro-batches. Writes at most n_step + 1 spans to out; returns their number, or -1 for
- * rank/world out of range. */
-int ghc_dist_shard_step(const struct ghc_dist_span *step, int n_step, int rank, int world, struct ghc_dist_span *out);
+#include "dist_shard.h"   /* the share of a step: ghc_dist_shard_step */
 
 #endif /* GHC_DIST_H */

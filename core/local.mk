@@ -38,6 +38,11 @@ gh200core_LDADD = libgh200core_train.la libgh200core_ops.la libgh200core.la
 # merge: through the network and model plugins' merge members (no plugin source in the CLI)
 gh200core_SOURCES += core/merge.c
 # several ranks: the launcher's environment, the rendezvous, --nproc (issue 25)
-gh200core_SOURCES += core/dist.c core/dist.h core/launch.c
-gh200core_LDADD += -lm
+gh200core_SOURCES += core/dist.c core/dist.h core/dist_shard.h core/launch.c
+gh200core_CFLAGS = $(AM_CFLAGS) $(NCCL_CFLAGS)
+if HAVE_NCCL
+gh200core_SOURCES += core/dist_nccl.c
+gh200core_LDADD += $(NCCL_LIBS) $(CUDA_LIBS)
+endif
+gh200core_LDADD += $(PTHREAD_LIBS) -lm
 

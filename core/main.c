@@ -363,44 +363,178 @@ static void resume_command(const struct cli *cli, const char *checkpoint, char *
     shell_quote(buf, len, checkpoint);
 }
 
-/* Several ranks (from the launcher's environment): meet the others, then stop, as long as the
- * NCCL data-parallel trainer is not written (issue 25). One rank: nothing to do. */
-static int dist_meet(ghc_core_t *core, const struct ghc_dist *d)
+/* ---- several ranks ------------------------------------------------------------------------- */
+
+/* What a rank keeps of the others: the control channel, NCCL, and the trainer's side of them. */
+struct dist_run {
+    ghc_core_t        *core;
+    const struct ghc_dist *d;
+    ghc_dist_comm_t   *comm;
+    struct ghc_nccl   *nccl;
+    struct ghc_train_dist td;
+};
+
+/* A sum over the ranks of host floats through the control channel: rank 0 adds them up in rank
+ * order and hands the sum back, so every rank has the same bits. */
+static int host_allreduce(struct dist_run *r, float *buf, int64_t n)
 {
+    size_t len = (size_t)n * sizeof(float);
+    float *all = r->d->rank == 0 ? malloc(len * (size_t)r->d->world) : NULL;
+    if (r->d->rank == 0 && !all)
+        return ghc_error_set(r->core, GHC_ENOMEM, "dist: out of memory");
+    int rc = ghc_dist_gather(r->comm, buf, len, all);
+    if (rc == 0 && r->d->rank == 0)
+        for (int64_t i = 0; i < n; i++) {
+            float v = all[i];
+            for (int k = 1; k < r->d->world; k++)
+                v += all[(size_t)k * (size_t)n + (size_t)i];
+            buf[i] = v;
+        }
+    free(all);
+    return rc < 0 ? rc : ghc_dist_broadcast(r->comm, buf, len);
+}
+
+static int dist_allreduce(void *user, float *buf, int64_t n, int device, void *stream)
+{
+    struct dist_run *r = user;
+    if (device == GHC_DEVICE_CPU)
+        return host_allreduce(r, buf, n);
+#ifdef GHC_HAVE_NCCL
+    return ghc_nccl_allreduce(r->core, r->nccl, r->d->rank, r->d->world, buf, n, device, stream);
+#else
+    (void)stream;
+    return ghc_error_set(r->core, GHC_EUNSUPPORTED, "several ranks on CUDA devices need a build with NCCL "
+                         "(configure --with-nccl); this build has none (on the CPU they need none)");
+#endif
+}
+
+static int dist_gather(void *user, const void *mine, size_t len, void *all)
+{
+    struct dist_run *r = user;
+    return ghc_dist_gather(r->comm, mine, len, all);
+}
+
+static int dist_barrier(void *user)
+{
+    struct dist_run *r = user;
+    return ghc_dist_barrier(r->comm);
+}
+
+/* One GPU per rank, before anything touches CUDA: the LOCAL_RANK-th of CUDA_VISIBLE_DEVICES (of
+ * all GPUs when it is unset) becomes this process's only one, device 0 of the configuration. A
+ * list of one (the launcher chose) is kept. */
+static int dist_pick_gpu(ghc_core_t *core, const struct ghc_dist *d)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    char pick[64];
+    if (!v) {
+        snprintf(pick, sizeof(pick), "%d", d->local_rank);
+    } else {
+        int n = 0;
+        const char *p = v, *at = NULL;
+        size_t len = 0;
+        while (*p) {
+            size_t l = strcspn(p, ",");
+            if (n == d->local_rank)
+                at = p, len = l;
+            n++;
+            p += l + (p[l] == ',');
+        }
+        if (n <= 1)
+            return 0;
+        if (!at)
+            return ghc_error_set(core, GHC_EINVAL, "dist: LOCAL_RANK %d needs GPU %d, but CUDA_VISIBLE_DEVICES=%s names %d",
+                                 d->local_rank, d->local_rank, v, n);
+        if (len >= sizeof(pick))
+            return ghc_error_set(core, GHC_EINVAL, "dist: CUDA_VISIBLE_DEVICES=%s: entry %d is too long", v, d->local_rank);
+        memcpy(pick, at, len);
+        pick[len] = 0;
+    }
+    setenv("CUDA_VISIBLE_DEVICES", pick, 1);
+    ghc_log(core, GHC_LOG_DEBUG, "dist: rank %d uses GPU %s (CUDA_VISIBLE_DEVICES)", d->rank, pick);
+    return 0;
+}
+
+/* Several ranks (from the launcher's environment): meet the others (rank 0 hands out NCCL's
+ * unique id), and watch them while training. One rank: nothing to do. */
+static int dist_start(ghc_core_t *core, const struct ghc_dist *d, struct dist_run *r)
+{
+    *r = (struct dist_run){ .core = core, .d = d };
     if (d->world == 1)
         return 0;
     uint64_t fp;
-    unsigned char blob[GHC_DIST_BLOB];
+    unsigned char blob[GHC_DIST_BLOB] = { 0 };
     int rc = ghc_dist_config_fingerprint(core, &fp);
     if (rc < 0)
         return rc;
-    /* what ncclGetUniqueId will give; for now bytes only rank 0 knows (its pid and the time) */
-    uint64_t seed[2] = { (uint64_t)getpid(), (uint64_t)time(NULL) };
-    for (size_t i = 0; i < sizeof(blob); i++, seed[1]++)
-        blob[i] = (unsigned char)ghc_dist_hash(seed, sizeof(seed));
-    ghc_dist_comm_t *comm;
-    if ((rc = ghc_dist_rendezvous(core, d, fp, blob, sizeof(blob), &comm)) < 0)
+#ifdef GHC_HAVE_NCCL
+    if (d->rank == 0 && (rc = ghc_nccl_id(core, blob, sizeof(blob))) < 0)
+        return rc;
+#endif
+    if ((rc = ghc_dist_rendezvous(core, d, fp, blob, sizeof(blob), &r->comm)) < 0)
         return rc;
     ghc_log(core, GHC_LOG_INFO, "dist: rank %d of %d (%s): every rank came to %s:%d", d->rank, d->world, d->launcher,
             d->addr, d->port);
-    rc = ghc_dist_barrier(comm);
-    ghc_dist_comm_free(comm);
-    if (rc < 0)
+#ifdef GHC_HAVE_NCCL
+    if ((rc = ghc_nccl_new(core, blob, sizeof(blob), &r->nccl)) < 0)
         return rc;
-    return ghc_error_set(core, GHC_EUNSUPPORTED, "several ranks need a build with NCCL (--with-nccl); this build "
-                         "has none");
+#endif
+    r->td = (struct ghc_train_dist){ .struct_size = sizeof(r->td), .rank = d->rank, .world = d->world, .user = r,
+                                     .allreduce = dist_allreduce, .gather = dist_gather, .barrier = dist_barrier };
+    if ((rc = ghc_dist_barrier(r->comm)) < 0 || (rc = ghc_dist_watch(r->comm, true)) < 0)
+        return rc;
+    return 0;
 }
+
+/* The end of a run of several ranks: after `status` (0 when this rank trained to the end), all
+ * meet once more, stop watching, meet again (so no rank's close looks like a death), and close. */
+static int dist_end(struct dist_run *r, int status)
+{
+    int rc = 0;
+    if (r->comm && status == 0) {
+        if ((rc = ghc_dist_barrier(r->comm)) == 0 && (rc = ghc_dist_watch(r->comm, false)) == 0)
+            rc = ghc_dist_barrier(r->comm);
+    }
+#ifdef GHC_HAVE_NCCL
+    ghc_nccl_free(r->nccl);
+#endif
+    ghc_dist_comm_free(r->comm);
+    *r = (struct dist_run){ 0 };
+    return rc;
+}
+
+static int train_ranked(ghc_core_t *core, const struct cli *cli, const struct ghc_train_dist *dist);
 
 static int cmd_train(ghc_core_t *core, const struct cli *cli, const struct ghc_dist *dist)
 {
+    struct dist_run dr;
     int rc;
-    if ((rc = dist_meet(core, dist)) < 0) {
+    if ((rc = dist_start(core, dist, &dr)) < 0) {
         fail(core, rc);
+        dist_end(&dr, rc);
         return EXIT_FAIL;   /* a socket's GHC_EIO is no file error */
     }
+    rc = train_ranked(core, cli, dr.comm ? &dr.td : NULL);
+    /* done, or stopped together after a checkpoint (128 + the signal): the ranks leave
+     * together, once rank 0 has written; a rank that failed leaves at once, and the others see
+     * its connection close */
+    if (dr.comm && (rc == EXIT_OK || rc > 128)) {
+        int e = dist_end(&dr, 0);
+        if (e < 0)
+            return fail(core, e);
+    }
+    dist_end(&dr, rc);
+    return rc;
+}
+
+/* The training run of this rank (dist NULL: the only one). Returns the exit code. */
+static int train_ranked(ghc_core_t *core, const struct cli *cli, const struct ghc_train_dist *dist)
+{
+    int rc;
     struct ghc_train_opts opts = { .resume = cli->resume, .progress = isatty(STDERR_FILENO) && cli->verbosity >= 0,
-                                   .overwrite = cli->overwrite };
-    /* a folder that holds a run is refused before the plugins load (a model may take minutes) */
+                                   .overwrite = cli->overwrite, .dist = dist };
+    /* a folder that holds a run is refused before the plugins load (a model may take minutes);
+     * by rank 0, which alone writes it */
     if ((rc = ghc_train_check_output(core, &opts)) < 0 || (rc = ghc_run_init(core)) < 0)
         return fail(core, rc);
     int n = 0;
@@ -425,6 +559,10 @@ static int cmd_train(ghc_core_t *core, const struct cli *cli, const struct ghc_d
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     rc = ghc_train(core, &opts);
+    if (rc == GHC_EINTERRUPTED && dist && dist->rank > 0) {
+        fprintf(stderr, "gh200core: %s\n", ghc_error_message(core));
+        return 128 + ghc_train_stop_signal();
+    }
     if (rc == GHC_EINTERRUPTED) {
         /* the message ends with the checkpoint: "... continue with --resume DIR/checkpoint-N" */
         char cmd[16384];
@@ -661,6 +799,10 @@ int main(int argc, char **argv)
         /* rank 0 is the one users read */
         if (dist.rank > 0 && cli.verbosity == 0)
             ghc_log_set_level(core, GHC_LOG_WARN);
+        if (dist.world > 1 && (rc = dist_pick_gpu(core, &dist)) < 0) {
+            status = fail(core, rc);
+            goto out;
+        }
     }
     if (!cli.config && cli.n_sets) {
         fprintf(stderr, "gh200core: error: --set needs a configuration (-c FILE)\n");

@@ -167,6 +167,8 @@ int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts *opts)
         return rc;
     if (resume && stat(resume, &st) != 0)
         return ghc_error_set(core, GHC_ENOTFOUND, "%s: no such checkpoint folder (--resume)", resume);
+    if (opts && opts->dist && opts->dist->world > 1 && opts->dist->rank != 0)
+        return 0;   /* rank 0 writes the folder and checks it */
     const char *out = ghc_config_output_dir(core);
     char path[4200], held[1024];
     /* one run owns its folder: an empty or new one, the folder of the checkpoint it resumes

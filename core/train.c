@@ -25,6 +25,8 @@
 #include <gh200core/tensor.h>
 #include <gh200core/train.h>
 
+#include "dataset_impl.h"   /* defines: ghc_data_plan, ghc_data_serve */
+#include "dist_shard.h"
 #include "train_impl.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -143,18 +145,19 @@ static float weight_of(int w, double sigma)
     }
 }
 
-/* The sigmas of a batch: stored timesteps, else drawn. *expert: the expert they route to (the
- * step's in single/separate modes; shared: the first sample's). */
-static int draw_sigmas(struct ghc_trainer *tr, const struct ghc_data_batch *b, int32_t *expert, double *sig)
+/* The sigmas of a batch of n samples of latent height H and width W: stored timesteps (f32 [n],
+ * or NULL), else drawn. *expert: the expert they route to (the step's in single/separate modes;
+ * shared: the first sample's). */
+static int draw_sigmas(struct ghc_trainer *tr, int64_t n, int64_t H, int64_t W, const ghc_tensor_t *timesteps,
+                       int32_t *expert, double *sig)
 {
     ghc_core_t *core = tr->core;
     int rc;
-    int64_t n = b->n;
-    if (b->timesteps && tr->c.stored_noise) {
+    if (timesteps && tr->c.stored_noise) {
         float t[4096];
         if (n > 4096)
             return ghc_error_set(core, GHC_EINVAL, "train: batch of %lld samples is too large", (long long)n);
-        if ((rc = to_host(tr, b->timesteps, t, n)) < 0)
+        if ((rc = to_host(tr, (ghc_tensor_t *)timesteps, t, n)) < 0)
             return rc;
         for (int64_t i = 0; i < n; i++) {
             sig[i] = t[i] / 1000.0;
@@ -169,9 +172,7 @@ static int draw_sigmas(struct ghc_trainer *tr, const struct ghc_data_batch *b, i
                                  ghc_train_expert_names[*expert], (long long)tr->step);
         return 0;
     }
-    const int64_t *sh = ghc_tensor_shape(b->latents);
-    double k = tr->sampler.family == GHC_SAMPLER_FLUX_SHIFT
-             ? ghc_sampler_flux_k((sh[3] / 2) * (sh[4] / 2)) : tr->sampler.shift;
+    double k = tr->sampler.family == GHC_SAMPLER_FLUX_SHIFT ? ghc_sampler_flux_k((H / 2) * (W / 2)) : tr->sampler.shift;
     int32_t e;
     int64_t first = 0;
     if (tr->c.mode == GHC_TRAIN_MODE_SHARED) {
@@ -191,10 +192,11 @@ static int draw_sigmas(struct ghc_trainer *tr, const struct ghc_data_batch *b, i
     return 0;
 }
 
-/* Forward, loss and (train) backward of one batch. losses: n f32 slots on the device for the
- * per-sample weighted losses. */
+/* Forward, loss and (train) backward of one batch. noise_in: the batch's noise when the caller
+ * drew it (several ranks), else NULL: the stored noise or drawn here. losses: n f32 slots on
+ * the device for the per-sample weighted losses. */
 static int run_batch(struct ghc_trainer *tr, const struct ghc_data_batch *b, int32_t e, const double *sig,
-                     ghc_tensor_t *losses, int64_t slot, bool train)
+                     ghc_tensor_t *noise_in, ghc_tensor_t *losses, int64_t slot, bool train)
 {
     ghc_core_t *core = tr->core;
     int dev = tr->device, rc = 0;
@@ -212,6 +214,8 @@ static int run_batch(struct ghc_trainer *tr, const struct ghc_data_batch *b, int
     }
     if (b->noise && tr->c.stored_noise) {
         noise = b->noise;
+    } else if (noise_in) {
+        noise = noise_in;
     } else {
         if (!(noise = tensor(tr, GHC_DTYPE_F32, 5, sh, dev, GHC_ROLE_ACTIVATIONS))) {
             rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
@@ -263,7 +267,7 @@ static int run_batch(struct ghc_trainer *tr, const struct ghc_data_batch *b, int
     if (rc == 0 && train)
         rc = ghc_model_backward(tr->model, e, dout, NULL, NULL);
 out:
-    if (noise != b->noise)
+    if (noise != b->noise && noise != noise_in)
         ghc_tensor_free(noise);
     ghc_tensor_free(xs);
     ghc_tensor_free(v);
@@ -365,7 +369,7 @@ static int validate(struct ghc_trainer *tr)
                 sig[i] = sigma;
             if (!(losses = tensor(tr, GHC_DTYPE_F32, 1, &n, tr->device, GHC_ROLE_WORKSPACE)))
                 rc = ghc_error_code(core);
-            else if ((rc = run_batch(tr, &b, e, sig, losses, 0, false)) == 0 && (rc = to_host(tr, losses, lh, n)) == 0)
+            else if ((rc = run_batch(tr, &b, e, sig, NULL, losses, 0, false)) == 0 && (rc = to_host(tr, losses, lh, n)) == 0)
                 for (int64_t i = 0; i < n; i++, count++)
                     sum += lh[i] / weight_of(tr->c.weighting, sigma);
             ghc_tensor_free(losses);
@@ -385,6 +389,194 @@ static int validate(struct ghc_trainer *tr)
             tr->log_failed = false;
         rc = rc ? (seek < 0 ? seek : rc) : seek;
     }
+    return rc;
+}
+
+/* ---- several ranks --------------------------------------------------------------------------- */
+
+/* Several ranks: the step's ga batches planned from the position (which moves past them on every
+ * rank), this rank's share of their samples (dist_shard.h) served and trained. Every rank draws
+ * the sigmas and the noise of every batch of the step, as one process would, and trains with
+ * those of its own samples: the step is the one-process step, summed in another order. A
+ * sample skipped as bad leaves its batch short (the rest keep the first draws). losses: the
+ * per-sample losses of this rank (*used of them). */
+static int micro_dist(struct ghc_trainer *tr, int32_t ga, int32_t e_step, ghc_tensor_t **losses, int64_t *used,
+                      double *t_data, double *t_fb)
+{
+    ghc_core_t *core = tr->core;
+    int rc = 0, k;
+    struct ghc_data_plan *plan = calloc((size_t)ga, sizeof(*plan));
+    struct ghc_dist_span *step = calloc((size_t)ga, sizeof(*step)), *mine = calloc((size_t)ga + 1, sizeof(*mine));
+    if (!plan || !step || !mine) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "train: out of memory");
+        goto out;
+    }
+    if ((rc = ghc_data_plan(tr->ds, ga, true, plan)) < 0)
+        goto out;
+    for (int32_t m = 0; m < ga; m++)
+        step[m] = (struct ghc_dist_span){ .epoch = plan[m].epoch, .start = plan[m].start, .n = plan[m].n };
+    k = ghc_dist_shard_step(step, ga, tr->rank, tr->world, mine);
+    int64_t cap = 1;
+    for (int i = 0; i < k; i++)
+        cap += mine[i].n;
+    if (!(*losses = tensor(tr, GHC_DTYPE_F32, 1, &cap, tr->device, GHC_ROLE_WORKSPACE))) {
+        rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
+        goto out;
+    }
+    double sig[4096];
+    for (int32_t m = 0, j = 0; m < ga && rc == 0; m++) {
+        const struct ghc_data_plan *p = &plan[m];
+        bool own = j < k && mine[j].epoch == p->epoch && mine[j].start >= p->start && mine[j].start < p->start + p->n;
+        int64_t off = own ? mine[j].start - p->start : 0;
+        struct ghc_data_batch b = { 0 };
+        if (p->n > 4096) {
+            rc = ghc_error_set(core, GHC_EINVAL, "train: batches above 4096 samples are not supported");
+            break;
+        }
+        if (own) {
+            double td = ghc_progress_now();
+            rc = ghc_data_serve(tr->ds, p->epoch, mine[j].start, (int32_t)mine[j].n, tr->device, NULL, &b);
+            *t_data += ghc_progress_now() - td;
+            j++;
+            if (rc < 0)
+                break;
+        }
+        double tf = ghc_progress_now();
+        int32_t e = e_step;
+        const int64_t *ls = p->latent_shape;
+        int64_t per = ls[0] * ls[1] * ls[2] * ls[3];
+        /* sigmas: stored ones are the samples' own; drawn ones for the whole batch */
+        bool stored_t = tr->c.stored_noise && p->has_timestep;
+        const double *sg = sig + off;
+        if (stored_t && b.n > 0 && b.timesteps)
+            rc = draw_sigmas(tr, b.n, ls[2], ls[3], b.timesteps, &e, sig), sg = sig;
+        else if (!stored_t)
+            rc = draw_sigmas(tr, p->n, ls[2], ls[3], NULL, &e, sig);
+        /* noise: the whole batch's drawn, this rank's rows a view of it */
+        ghc_tensor_t *full = NULL, *view = NULL;
+        if (rc == 0 && !(tr->c.stored_noise && p->has_noise)) {
+            if (b.n > 0) {
+                int64_t fs[5] = { p->n, ls[0], ls[1], ls[2], ls[3] }, vs[5] = { b.n, ls[0], ls[1], ls[2], ls[3] };
+                if (!(full = tensor(tr, GHC_DTYPE_F32, 5, fs, tr->device, GHC_ROLE_ACTIVATIONS)) ||
+                    !(view = ghc_tensor_wrap(core, GHC_DTYPE_F32, 5, vs, tr->device,
+                                             (float *)ghc_tensor_data(full) + off * per)))
+                    rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
+                else
+                    rc = ghc_op_rand_normal(full, &tr->noise_rng, NULL);
+            }
+            tr->noise_rng.offset += (uint64_t)(p->n * per + 3) / 4;
+        }
+        if (rc == 0 && b.n > 0 && (rc = activate(tr, e)) == 0)
+            rc = run_batch(tr, &b, e, sg, view, *losses, *used, true);
+        if (tr->c.sync_timing)
+            ghc_op_sync(core, tr->device, NULL);
+        *t_fb += ghc_progress_now() - tf;
+        *used += b.n;
+        ghc_tensor_free(view);
+        ghc_tensor_free(full);
+        ghc_data_batch_release(tr->ds, &b);
+    }
+out:
+    free(plan);
+    free(step);
+    free(mine);
+    return rc;
+}
+
+/* Several ranks: adapter a's gradients, this rank's loss sum and sample count, and whether it was
+ * asked to stop, summed over the ranks (one all-reduce of them laid end to end in tr->flat, on
+ * the device's stream); a stop request of any rank becomes every rank's (tr->dist_stop). */
+static int grads_allreduce(struct ghc_trainer *tr, int a, double *loss_sum, int64_t *samples)
+{
+    ghc_core_t *core = tr->core;
+    int rc = 0;
+    int64_t total = 3;
+    for (int32_t i = 0; i < tr->n_params[a]; i++) {
+        ghc_tensor_t *g = tr->params[a][i].grad;
+        if (ghc_tensor_dtype(g) != GHC_DTYPE_F32)
+            return ghc_error_set(core, GHC_EUNSUPPORTED, "train: several ranks need f32 gradients; %s's is %s",
+                                 tr->params[a][i].name, ghc_dtype_name(ghc_tensor_dtype(g)));
+        total += ghc_tensor_numel(g);
+    }
+    if (tr->flat && ghc_tensor_numel(tr->flat) < total) {
+        ghc_tensor_free(tr->flat);
+        tr->flat = NULL;
+    }
+    if (!tr->flat && !(tr->flat = tensor(tr, GHC_DTYPE_F32, 1, &total, tr->device, GHC_ROLE_GRADS)))
+        return ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
+    float *base = ghc_tensor_data(tr->flat);
+    /* pack (pass 0) and unpack (pass 1) */
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        int64_t off = 0;
+        for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
+            ghc_tensor_t *g = tr->params[a][i].grad;
+            ghc_tensor_t *v = ghc_tensor_wrap(core, GHC_DTYPE_F32, ghc_tensor_ndim(g), ghc_tensor_shape(g), tr->device,
+                                              base + off);
+            rc = !v ? GHC_ENOMEM : pass == 0 ? ghc_op_copy(v, g, NULL) : ghc_op_copy(g, v, NULL);
+            ghc_tensor_free(v);
+            off += ghc_tensor_numel(g);
+        }
+        if (rc < 0)
+            break;
+        float tail[3] = { (float)*loss_sum, (float)*samples, (float)stop_signal };
+        int64_t three = 3;
+        ghc_tensor_t *tv = ghc_tensor_wrap(core, GHC_DTYPE_F32, 1, &three, tr->device, base + off);
+        ghc_tensor_t *th = ghc_tensor_wrap(core, GHC_DTYPE_F32, 1, &three, GHC_DEVICE_CPU, tail);
+        if (!tv || !th) {
+            rc = GHC_ENOMEM;
+        } else if (pass == 0 && (rc = ghc_op_copy(tv, th, NULL)) == 0) {
+            rc = tr->dist->allreduce(tr->dist->user, base, total, tr->device, NULL);
+        } else if (pass == 1 && (rc = to_host(tr, tv, tail, 3)) == 0) {
+            *loss_sum = tail[0], *samples = (int64_t)tail[1];
+            if (tail[2] > 0.0f && !stop_signal)
+                stop_signal = SIGTERM;   /* another rank's; the step ends on every rank */
+            tr->dist_stop = tail[2] > 0.0f;
+        }
+        ghc_tensor_free(tv);
+        ghc_tensor_free(th);
+    }
+    return rc;
+}
+
+/* Several ranks: that every rank holds the same adapters (a checksum of their bytes, gathered on
+ * rank 0, which stops the run when one differs). */
+static int dist_check_adapters(struct ghc_trainer *tr)
+{
+    ghc_core_t *core = tr->core;
+    if (!tr->dist || tr->world < 2)
+        return 0;
+    uint64_t h = UINT64_C(1469598103934665603);
+    int rc = 0;
+    for (int a = 0; a < tr->n_adapters && rc == 0; a++)
+        for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
+            ghc_tensor_t *v = tr->params[a][i].value;
+            ghc_tensor_t *c = ghc_tensor_init(core, ghc_tensor_dtype(v), ghc_tensor_ndim(v), ghc_tensor_shape(v),
+                                              GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+            if (!c)
+                rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
+            else if ((rc = ghc_op_copy(c, v, NULL)) == 0 && (rc = ghc_op_sync(core, ghc_tensor_device(v), NULL)) == 0) {
+                const unsigned char *p = ghc_tensor_cdata(c);
+                for (size_t k = 0, n = ghc_tensor_nbytes(c); k < n; k++)
+                    h = (h ^ p[k]) * UINT64_C(1099511628211);
+            }
+            ghc_tensor_free(c);
+        }
+    if (rc < 0)
+        return rc;
+    uint64_t *all = tr->rank == 0 ? calloc((size_t)tr->world, sizeof(*all)) : NULL;
+    if (tr->rank == 0 && !all)
+        return ghc_error_set(core, GHC_ENOMEM, "train: out of memory");
+    if ((rc = tr->dist->gather(tr->dist->user, &h, sizeof(h), all)) == 0 && tr->rank == 0) {
+        for (int32_t r = 1; r < tr->world && rc == 0; r++)
+            if (all[r] != h)
+                rc = ghc_error_set(core, GHC_EINTERNAL, "dist: the adapters differ between ranks after step %lld: rank "
+                                   "%d's checksum is %016llx, rank 0's %016llx", (long long)tr->step, r,
+                                   (unsigned long long)all[r], (unsigned long long)h);
+        if (rc == 0)
+            ghc_log(core, GHC_LOG_INFO, "dist: the adapters are the same on all %d ranks after step %lld "
+                    "(checksum %016llx)", tr->world, (long long)tr->step, (unsigned long long)h);
+    }
+    free(all);
     return rc;
 }
 
@@ -411,7 +603,11 @@ static int train_step(struct ghc_trainer *tr)
     int64_t cap = 0, used = 0, samples = 0;
     ghc_tensor_t *losses = NULL;
     double sig[4096];
-    for (int32_t m = 0; m < ga && rc == 0; m++) {
+    if (tr->world > 1) {
+        rc = micro_dist(tr, ga, e_step, &losses, &used, &t_data, &t_fb);
+        samples = used;
+    }
+    for (int32_t m = 0; m < (tr->world > 1 ? 0 : ga) && rc == 0; m++) {
         if (tr->c.sync_timing)
             ghc_op_sync(core, tr->device, NULL);
         double td = ghc_progress_now();
@@ -445,8 +641,9 @@ static int train_step(struct ghc_trainer *tr)
         double tf = ghc_progress_now();
         if (tr->c.sync_timing)
             ghc_op_sync(core, tr->device, NULL);
-        if (rc == 0 && (rc = draw_sigmas(tr, &b, &e, sig)) == 0 && (rc = activate(tr, e)) == 0)
-            rc = run_batch(tr, &b, e, sig, losses, used, true);
+        if (rc == 0 && (rc = draw_sigmas(tr, b.n, ghc_tensor_dim(b.latents, 3), ghc_tensor_dim(b.latents, 4),
+                                         b.timesteps, &e, sig)) == 0 && (rc = activate(tr, e)) == 0)
+            rc = run_batch(tr, &b, e, sig, NULL, losses, used, true);
         if (tr->c.sync_timing)
             ghc_op_sync(core, tr->device, NULL);
         t_fb += ghc_progress_now() - tf;
@@ -458,7 +655,7 @@ static int train_step(struct ghc_trainer *tr)
         ghc_tensor_free(losses);
         return rc;
     }
-    float *lh = malloc((size_t)used * sizeof(float));
+    float *lh = malloc((size_t)(used ? used : 1) * sizeof(float));
     if (!lh) {
         ghc_tensor_free(losses);
         return ghc_error_set(core, GHC_ENOMEM, "train: out of memory");
@@ -469,6 +666,8 @@ static int train_step(struct ghc_trainer *tr)
     for (int64_t i = 0; i < used; i++)
         loss += (double)lh[i];
     free(lh);
+    if (rc == 0 && tr->world > 1)
+        rc = grads_allreduce(tr, a_step, &loss, &samples);
     if (rc < 0)
         return rc;
     loss /= (double)samples;
@@ -511,6 +710,8 @@ static int train_step(struct ghc_trainer *tr)
     r.mem = (struct ghc_mem_stats){ .struct_size = sizeof(r.mem) };
     if (tr->mp)
         ghc_mem_stats(tr->mp, &r.mem);
+    if (!tr->writer)
+        return 0;
     if ((rc = ghc_outdir_record_step(tr, &r)) < 0)
         return rc;
     ghc_progress_step(tr, &r);
@@ -519,6 +720,21 @@ static int train_step(struct ghc_trainer *tr)
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
+/* This process's rank (opts->dist; one process without). */
+static int dist_setup(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
+{
+    const struct ghc_train_dist *d = opts ? opts->dist : NULL;
+    tr->rank = 0, tr->world = 1, tr->writer = true, tr->resumed_world = 1;
+    if (!d || d->world <= 1)
+        return 0;
+    if (d->struct_size < sizeof(*d) || !d->allreduce || !d->gather || !d->barrier || d->rank < 0 || d->rank >= d->world)
+        return ghc_error_set(tr->core, GHC_EINVAL, "train: the ranks given are incomplete (rank %d of %d)", d->rank,
+                             d->world);
+    tr->dist = d;
+    tr->rank = d->rank, tr->world = d->world, tr->writer = d->rank == 0;
+    return 0;
+}
+
 static void trainer_free(struct ghc_trainer *tr)
 {
     if (tr->ds)
@@ -526,9 +742,10 @@ static void trainer_free(struct ghc_trainer *tr)
     ghc_dataset_free(tr->vds);
     ghc_tensor_free(tr->sq);
     ghc_tensor_free(tr->norms);
+    ghc_tensor_free(tr->flat);
     ghc_outdir_close_logs(tr);
     tr->ds = tr->vds = NULL;
-    tr->sq = tr->norms = NULL;
+    tr->sq = tr->norms = tr->flat = NULL;
 }
 
 /* A write to metrics.jsonl or the event file failed (a full disk): stop at once rather than
@@ -552,7 +769,9 @@ int ghc_train_check(ghc_core_t *core, const struct ghc_train_opts *opts)
 {
     struct ghc_trainer tr = { .core = core, .active = -1 };
     stop_signal = 0;
-    int rc = ghc_train_prepare(&tr, opts);
+    int rc = dist_setup(&tr, opts);
+    if (rc == 0)
+        rc = ghc_train_prepare(&tr, opts);
     trainer_free(&tr);
     return rc;
 }
@@ -562,36 +781,53 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
     struct ghc_trainer tr = { .core = core, .active = -1, .progress = opts && opts->progress };
     int rc;
     stop_signal = 0;
-    if ((rc = ghc_train_prepare(&tr, opts)) < 0)
+    if ((rc = dist_setup(&tr, opts)) < 0 || (rc = ghc_train_prepare(&tr, opts)) < 0)
         goto out;
-    /* from here on output_dir is written */
-    if ((rc = ghc_outdir_create(&tr)) < 0)
+    if (tr.resumed && tr.resumed_world != tr.world && tr.writer)
+        ghc_log(core, GHC_LOG_INFO, "train: %s was trained by %d rank%s, this run has %d: the data position carries "
+                "over (every rank count trains the same global batch, batch_size x micro-batches)", opts->resume,
+                tr.resumed_world, tr.resumed_world == 1 ? "" : "s", tr.world);
+    /* from here on output_dir is written, by rank 0 alone; the demo's data before the others
+     * open it */
+    if (tr.writer && (rc = ghc_outdir_create(&tr)) < 0)
         goto out;
-    if (tr.demo && ((rc = ghc_demo_generate(core)) < 0 || (rc = ghc_train_open_data(&tr)) < 0))
+    if (tr.demo && ((tr.writer && (rc = ghc_demo_generate(core)) < 0) ||
+                    (tr.world > 1 && (rc = tr.dist->barrier(tr.dist->user)) < 0) ||
+                    (!tr.writer && (rc = ghc_demo_point(core)) < 0) || (rc = ghc_train_open_data(&tr)) < 0))
         goto out;
-    if ((rc = ghc_outdir_open_logs(&tr)) < 0)
+    if (tr.writer && (rc = ghc_outdir_open_logs(&tr)) < 0)
         goto out;
-    ghc_progress_begin(&tr);
+    if (tr.writer)
+        ghc_progress_begin(&tr);
     while (tr.step < tr.c.steps) {
-        if (stop_signal)
+        if (tr.world > 1 ? tr.dist_stop : stop_signal != 0)
             break;
         if ((rc = train_step(&tr)) < 0 ||
-            (tr.c.validate_every && tr.step % tr.c.validate_every == 0 && (rc = validate(&tr)) < 0)) {
+            (tr.writer && tr.c.validate_every && tr.step % tr.c.validate_every == 0 && (rc = validate(&tr)) < 0)) {
             if (tr.log_failed)
                 rc = stop_on_log_error(&tr);
             goto out;
         }
         if (tr.c.save_every && tr.step % tr.c.save_every == 0 && tr.step < tr.c.steps &&
-            (rc = ghc_checkpoint_write(&tr)) < 0)
+            ((rc = dist_check_adapters(&tr)) < 0 || (tr.writer && (rc = ghc_checkpoint_write(&tr)) < 0)))
             goto out;
     }
-    if (stop_signal)
+    /* several ranks stop together, after the step where one was asked to */
+    bool stopped = tr.world > 1 ? tr.dist_stop : stop_signal != 0;
+    if (stopped && tr.writer)
         ghc_progress_stop(&tr);
-    if ((rc = ghc_checkpoint_write(&tr)) < 0)
+    if ((rc = dist_check_adapters(&tr)) < 0 || (tr.writer && (rc = ghc_checkpoint_write(&tr)) < 0))
         goto out;
-    if (stop_signal) {
+    if (!tr.writer) {
+        /* rank 0 saves */
+        if (stopped)
+            rc = ghc_error_set(core, GHC_EINTERRUPTED, "train: stopped at step %lld; rank 0 wrote the checkpoint",
+                               (long long)tr.step);
+        goto out;
+    }
+    if (stopped) {
         rc = ghc_error_set(core, GHC_EINTERRUPTED, "train: stopped by signal %d at step %lld; continue with --resume "
-                           "%s/checkpoint-%lld", (int)stop_signal, (long long)tr.step, tr.out, (long long)tr.step);
+                           "%s/checkpoint-%lld", (int)(stop_signal ? stop_signal : SIGTERM), (long long)tr.step, tr.out, (long long)tr.step);
         goto out;
     }
     char first_file[8400] = "";
@@ -600,7 +836,7 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
     ghc_progress_done(&tr, first_file);
 out:
     trainer_free(&tr);
-    if (rc < 0 && !tr.wrote_checkpoint)
+    if (rc < 0 && !tr.wrote_checkpoint && tr.writer)
         ghc_outdir_undo(&tr);
     return rc;
 }

@@ -73,6 +73,8 @@ const char *ghc_tboard_path(const ghc_tboard_t *tb);
 /* With a `demo` section: write the demo dataset (a planted adapter's targets) to
  * <output_dir>/demo-data and point the `data` section at it. Without one: nothing. */
 int ghc_demo_generate(ghc_core_t *core);
+/* The `data` section pointed at the demo dataset another process (rank 0) generated. */
+int ghc_demo_point(ghc_core_t *core);
 /* The demo section's values, read and checked (ranges, sigma_min <= sigma_max) by the one
  * reader both the pre-run checks and ghc_demo_generate use. shape: channels, frames, height,
  * width, text_len, text_dim; given: whether the file sets it (else the default). */
@@ -164,6 +166,14 @@ struct ghc_trainer {
     const char        *resume;                   /* borrowed from ghc_train_opts, or NULL */
     bool               overwrite;
     bool               log_failed;               /* a write to metrics.jsonl or the events failed */
+    /* Several ranks (ghc_train_opts.dist; NULL or world 1: one process). Rank 0 is the writer:
+     * output_dir, logs, checkpoints, adapters, progress, validation. */
+    const struct ghc_train_dist *dist;
+    int32_t            rank, world;
+    bool               writer;
+    bool               dist_stop;                /* a rank was asked to stop: all stop after this step */
+    int32_t            resumed_world;            /* the checkpoint's ranks (1 when it says none) */
+    ghc_tensor_t      *flat;                     /* the gradients laid end to end for the all-reduce */
 };
 
 /* What one optimizer step did, for metrics.jsonl, TensorBoard and the progress line. */

@@ -6,7 +6,8 @@
 # GHC_BENCH=0 skips the benchmarks (bench_optim, bench_lycoris, bench_mem; GHC_BENCHES names a
 # subset, BENCH_LAYERS and BENCH_TOKENS size bench_mem); GHC_BENCH_OPS=1 adds bench_ops +
 # bench_torch.py. GHC_SUITES names the suites, GHC_TRAIN=0 skips the demo runs, the resume and
-# the mid-size run, GHC_SAVED=0 the saved-activation runs of the demo.
+# the mid-size run, GHC_SAVED=0 the saved-activation runs of the demo, GHC_DIST=0 (1) the runs on
+# two GPUs (default: when the machine has two or more).
 # Exit status: the number of failed parts.
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$top/gpu-out}
@@ -32,6 +33,13 @@ if [ "${GHC_CUDNN:-1}" != 0 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudnn.s
         [ -n "$f" ] && { LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$f")"; echo "cuDNN: $f"; break; }
     done
 fi
+# NCCL (several GPUs): likewise the library PyTorch ships
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+    for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+        f=$(find "$d/nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+        [ -n "$f" ] && { LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$f")"; echo "NCCL: $f"; break; }
+    done
+fi
 cli="$top/.libs/gh200core"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 failed=0
@@ -54,9 +62,10 @@ for t in ${GHC_SUITES:-test_cuda_device test_ops_cuda test_gemm_attn_cuda test_w
 done
 
 # ---- training on the GPU: the tiny demo under three memory policies, and a resume ----
-train() {   # name, then --set arguments
+train() {   # name, then --set arguments ($NP: that many ranks, gh200core --nproc)
     n=$1; shift
-    GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 150 "$cli" -q -c "$top/etc/tiny.cfg" --set output_dir="\"$work/$n\"" \
+    # shellcheck disable=SC2086
+    GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 150 "$cli" ${NP:+--nproc $NP} -q -c "$top/etc/tiny.cfg" --set output_dir="\"$work/$n\"" \
         --set model.device=0 --set train.steps=40 --set scheduler.decay_steps=40 --set train.log_every=40 "$@" \
         > "$work/train_$n.log" 2>&1
     rc=$?
@@ -64,7 +73,7 @@ train() {   # name, then --set arguments
     [ $rc -eq 0 ] || { failed=$((failed + 1)); tail -n 5 "$work/train_$n.log"; }
 }
 losses() { grep -o '"loss":[^,]*' "$1/metrics.jsonl" | cut -d: -f2; }
-cmp_losses() {   # a b [first-line]: the largest relative difference of the losses
+cmp_losses() {   # a b [first-line]: the largest relative difference of the losses (below 1e-3)
     losses "$work/$1" | tail -n +"${3:-1}" > "$work/l1"
     losses "$work/$2" > "$work/l2"
     paste "$work/l1" "$work/l2" | awk -v a="$1" -v b="$2" '{ d = $1 - $2; if (d < 0) d = -d; r = d / ($1 > 0 ? $1 : 1);
@@ -124,6 +133,47 @@ if [ "${GHC_SAVED:-1}" = 1 ]; then
     for r in s_offload_block s_gh200_uvm_block s_device_block_attn s_offload_block_attn s_gh200_uvm_block_attn; do
         cmp_exact s_device_block "$r"
     done
+fi
+
+# ---- two GPUs (issue 25): the demo on 2 ranks (gh200core --nproc 2, NCCL) as on one GPU with
+# the same global batch (2 micro-batches of 2 samples), the adapters the same on both ranks (the
+# run's own check, at the checkpoint and the end), and a rank killed mid-run ending the other
+# with a line instead of a hang ----
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "${GHC_DIST:-auto}" = 1 ] || { [ "${GHC_DIST:-auto}" = auto ] && [ "$ngpu" -ge 2 ]; }; then
+    dp="--set mempolicy.plugin=\"device\" --set scheduler.micro_batches=2 --set data.batch_size=2 --set train.save_every=20"
+    # shellcheck disable=SC2086
+    train dp1 $dp
+    # shellcheck disable=SC2086
+    NP=2 train dp2 $dp
+    cmp_losses dp1 dp2
+    for s in 20 40; do
+        if grep -q "dist: the adapters are the same on all 2 ranks after step $s" "$work/train_dp2.log"; then
+            echo "dp2: adapters the same on both ranks after step $s"
+        else
+            echo "dp2: no adapter check after step $s"; failed=$((failed + 1))
+        fi
+    done
+    # a rank killed mid-run: the launcher returns within the grace period, the others say why
+    GHC_PLUGIN_PATH="$top/plugins/.libs" "$cli" --nproc 2 -c "$top/etc/tiny.cfg" --set output_dir="\"$work/dpk\"" \
+        --set model.device=0 --set mempolicy.plugin='"device"' --set train.steps=100000 > "$work/train_dpk.log" 2>&1 &
+    launcher=$!
+    i=0
+    while [ $i -lt 600 ] && [ "$(cat "$work/dpk/metrics.jsonl" 2>/dev/null | wc -l)" -lt 3 ]; do sleep 0.1; i=$((i + 1)); done
+    r1=$(cut -d' ' -f2 "/proc/$launcher/task/$launcher/children" 2>/dev/null)
+    start=$(date +%s)
+    [ -n "$r1" ] && kill -9 "$r1"
+    i=0
+    while kill -0 "$launcher" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$launcher" 2>/dev/null; then
+        echo "dpk: the launcher still runs 30 s after rank 1 was killed (a hang)"; failed=$((failed + 1))
+        kill -9 "$launcher"
+    elif grep -q "closed its connection" "$work/train_dpk.log"; then
+        echo "dpk: rank 1 killed; the run ended after $(( $(date +%s) - start )) s: $(grep 'closed its connection' "$work/train_dpk.log" | head -n 1)"
+    else
+        echo "dpk: rank 1 killed, but no line says so"; tail -n 5 "$work/train_dpk.log"; failed=$((failed + 1))
+    fi
+    wait "$launcher" 2>/dev/null
 fi
 
 # ---- diag and the benchmarks ----

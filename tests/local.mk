@@ -133,9 +133,9 @@ TESTS += tests/test_loader tests/test_config tests/test_cli
 
 # several ranks (issue 25): links the CLI's core/dist.c; forks ranks that meet on loopback
 check_PROGRAMS += tests/test_dist
-tests_test_dist_SOURCES = tests/test_dist.c tests/testutil.h core/dist.c core/dist.h
+tests_test_dist_SOURCES = tests/test_dist.c tests/testutil.h core/dist.c core/dist.h core/dist_shard.c core/dist_shard.h
 tests_test_dist_CFLAGS = $(TEST_CFLAGS)
-tests_test_dist_LDADD = $(TEST_LIBS)
+tests_test_dist_LDADD = $(TEST_LIBS) $(PTHREAD_LIBS) -lm
 TESTS += tests/test_dist
 
 # tensors, safetensors and the CPU ops

@@ -1,12 +1,14 @@
 /* test_dist.c: several ranks without a GPU (issue 25): the rank from each launcher's
  * environment and its errors, the TCP rendezvous between forked processes on loopback (all
  * come, one never comes, a wrong world size, a rank twice, another configuration, a rank that
- * dies in a barrier), the share of a step each rank trains, and `gh200core --nproc`. Links
+ * dies in a barrier), the share of a step each rank trains, `gh200core --nproc`, and training
+ * the tiny demo on two CPU ranks (as one process, stopped together, one killed). Links
  * core/dist.c (internal to the CLI). Every case is bounded: Check's timeout, alarm() in each
  * forked rank. */
 #include <config.h>
 
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -478,24 +480,39 @@ static char *cli(const char *dir, int status, const char *env, const char *args)
         free(a);
         a = b;
     }
-    snprintf(cmd, sizeof(cmd), "cd '%s' && %s timeout 60 '%s' %s", dir, env, tu_env("GHC_CLI"), a);
+    snprintf(cmd, sizeof(cmd), "cd '%s' && GHC_PLUGIN_PATH='%s' %s timeout 60 '%s' %s", dir, tu_env("GHC_BUILD_PLUGINS"),
+             env, tu_env("GHC_CLI"), a);
     ck_assert_msg(tu_run(cmd, &out) == status, "%s: %s", a, out);
     free(a);
     return out;
 }
 
-START_TEST(nproc_without_nccl)
+/* Start argv (argv[0] the program) with its output in the file `log`; its pid. */
+static pid_t spawn_cli(const char *log, const char *const *argv)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+START_TEST(nproc_usage)
 {
     char *dir = tu_tmpdir();
-    char *out = cli(dir, 1, "", "--nproc 2 -c '@SRC@/etc/tiny.cfg' --dry-run");
-    ck_assert_msg(count(out, "gh200core: error: several ranks need a build with NCCL (--with-nccl); this build has "
-                             "none\n") == 2, "%s", out);
-    /* rank 0 is the one users read; rank 1 only with -v */
-    ck_assert_msg(strstr(out, "dist: rank 0 of 2 (torchrun)") && !strstr(out, "rank 1 of 2"), "%s", out);
-    ck_assert_int_eq(tu_lines(out), 3);
+    /* two ranks check the configuration; rank 0 is the one users read, rank 1 only with -v */
+    char *out = cli(dir, 0, "", "--nproc 2 -c '@SRC@/etc/tiny.cfg' --dry-run");
+    ck_assert_msg(strstr(out, "dist: rank 0 of 2 (torchrun)") && !strstr(out, "rank 1 of 2") &&
+                  count(out, "configuration valid") == 1, "%s", out);
     free(out);
-    out = cli(dir, 1, "", "-v --nproc=2 -c '@SRC@/etc/tiny.cfg'");
-    ck_assert_msg(strstr(out, "dist: rank 1 of 2") && count(out, "several ranks need") == 2, "%s", out);
+    out = cli(dir, 0, "", "-v --nproc=2 -c '@SRC@/etc/tiny.cfg' --dry-run");
+    ck_assert_msg(strstr(out, "dist: rank 1 of 2") && count(out, "configuration valid") == 2, "%s", out);
     free(out);
     /* usage */
     out = cli(dir, 2, "", "--nproc 0 -c x.cfg");
@@ -507,6 +524,189 @@ START_TEST(nproc_without_nccl)
     /* a bad launcher environment is one line, exit 1, before anything else */
     out = cli(dir, 1, "RANK=3 WORLD_SIZE=2", "-c '@SRC@/etc/tiny.cfg'");
     ck_assert_str_eq(out, "gh200core: error: dist: RANK=3 is not below WORLD_SIZE=2 (torchrun)\n");
+    free(out);
+    out = cli(dir, 1, "GHC_DIST_TIMEOUT=0.2 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "
+              "CUDA_VISIBLE_DEVICES=3", "-c '@SRC@/etc/tiny.cfg'");
+    ck_assert_msg(strstr(out, "could not reach rank 0") && !strstr(out, "CUDA_VISIBLE_DEVICES"),
+                  "a list of one GPU is the launcher's choice: %s", out);
+    free(out);
+    out = cli(dir, 1, "RANK=1 WORLD_SIZE=3 LOCAL_RANK=2 MASTER_ADDR=127.0.0.1 CUDA_VISIBLE_DEVICES=4,5",
+              "-c '@SRC@/etc/tiny.cfg'");
+    ck_assert_str_eq(out, "gh200core: error: dist: LOCAL_RANK 2 needs GPU 2, but CUDA_VISIBLE_DEVICES=4,5 names 2\n");
+    free(out);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- training on several ranks (CPU) ------------------------------------------------------ */
+
+/* The "loss" of each line of a metrics.jsonl into v (at most n); their number. */
+static int losses(const char *path, double *v, int n)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    char line[4096];
+    int k = 0;
+    while (k < n && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "\"loss\":");
+        ck_assert_msg(p != NULL, "%s: %s", path, line);
+        v[k++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return k;
+}
+
+static void same_losses(const char *a, const char *b, int steps)
+{
+    double x[64], y[64];
+    ck_assert_int_eq(losses(a, x, 64), steps);
+    ck_assert_int_eq(losses(b, y, 64), steps);
+    for (int i = 0; i < steps; i++)
+        ck_assert_msg(fabs(x[i] - y[i]) <= 1e-5 * fabs(x[i]), "step %d: loss %.9g in %s, %.9g in %s", i + 1, x[i], a,
+                      y[i], b);
+}
+
+/* Two ranks train the tiny demo as one process does: the same global batch of 3 micro-batches
+ * of 1 sample each (rank 0 trains 1 sample of a step, rank 1 2), the same losses step by step
+ * (summed in another order), adapters the same on both ranks at each checkpoint, rank 0 the
+ * only writer. A checkpoint of 2 ranks resumes on 1, the data position carried over. */
+START_TEST(two_ranks_train_as_one)
+{
+    char *dir = tu_tmpdir(), args[8192], a[4200], b[4200];
+    const char *set = "--set data.batch_size=1 --set scheduler.micro_batches=3 --set train.steps=6 "
+                      "--set train.save_every=3";
+    snprintf(args, sizeof(args), "-c '@SRC@/etc/tiny.cfg' %s --set 'output_dir=\"%s/one\"'", set, dir);
+    free(cli(dir, 0, "", args));
+    snprintf(args, sizeof(args), "--nproc 2 -c '@SRC@/etc/tiny.cfg' %s --set 'output_dir=\"%s/two\"'", set, dir);
+    char *out = cli(dir, 0, "", args);
+    ck_assert_msg(strstr(out, "dist: the adapters are the same on all 2 ranks after step 3 (checksum") &&
+                  strstr(out, "dist: the adapters are the same on all 2 ranks after step 6 (checksum") &&
+                  count(out, "train: done: 6 steps") == 1, "%s", out);
+    free(out);
+    snprintf(a, sizeof(a), "%s/one/metrics.jsonl", dir);
+    snprintf(b, sizeof(b), "%s/two/metrics.jsonl", dir);
+    same_losses(a, b, 6);
+    /* what rank 0 wrote, once: the same files as one process */
+    snprintf(args, sizeof(args), "cd '%s/one' && ls -R | grep -v tfevents | sed 's#/one#/X#' > ../one.ls && cd ../two && "
+             "ls -R | grep -v tfevents | sed 's#/two#/X#' > ../two.ls && cmp ../one.ls ../two.ls", dir);
+    ck_assert_int_eq(tu_run(args, &out), 0);
+    free(out);
+    /* checkpoint-3 of two ranks, resumed by one process */
+    snprintf(args, sizeof(args), "-c '@SRC@/etc/tiny.cfg' %s --set 'output_dir=\"%s/two\"' --resume '%s/two/checkpoint-3'",
+             set, dir, dir);
+    out = cli(dir, 0, "", args);
+    ck_assert_msg(strstr(out, "checkpoint-3 was trained by 2 ranks, this run has 1: the data position carries over"),
+                  "%s", out);
+    free(out);
+    same_losses(a, b, 6);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Start `gh200core --nproc 2` on the tiny demo for many steps into dir/out, its output in
+ * dir/log.txt; return once rank 0 has logged two steps. The launcher's pid. */
+static pid_t start_long_run(const char *dir)
+{
+    char outdir[4200], log[4200], set[4300], cfg[4200], metrics[4300];
+    snprintf(outdir, sizeof(outdir), "%s/out", dir);
+    snprintf(log, sizeof(log), "%s/log.txt", dir);
+    snprintf(set, sizeof(set), "output_dir=\"%s\"", outdir);
+    snprintf(cfg, sizeof(cfg), "%s/etc/tiny.cfg", tu_env("GHC_TOP_SRCDIR"));
+    snprintf(metrics, sizeof(metrics), "%s/metrics.jsonl", outdir);
+    const char *argv[] = { tu_env("GHC_CLI"), "--nproc", "2", "-P", tu_env("GHC_BUILD_PLUGINS"), "-c", cfg, "--set", set,
+                           "--set", "train.steps=100000", NULL };
+    pid_t pid = spawn_cli(log, argv);
+    for (int i = 0; i < 400; i++) {
+        FILE *f = fopen(metrics, "r");
+        char line[4096];
+        int n = 0;
+        if (f) {
+            while (fgets(line, sizeof(line), f))
+                n++;
+            fclose(f);
+        }
+        if (n >= 2)
+            return pid;
+        nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
+    }
+    kill(pid, SIGKILL);
+    ck_abort_msg("no two steps logged in %s within 40 s", metrics);
+    return -1;
+}
+
+/* The number after the first `key` in s, -1 without one. */
+static __attribute__((noinline)) long number_after(const char *s, const char *key)
+{
+    const char *p = strstr(s, key);
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+static char *read_log(const char *dir)
+{
+    char path[4200], *out;
+    snprintf(path, sizeof(path), "cat '%s/log.txt'", dir);
+    tu_run(path, &out);
+    return out;
+}
+
+/* SIGTERM to the launcher: both ranks finish the same step, rank 0 writes its checkpoint, the
+ * status says the signal. */
+START_TEST(two_ranks_stop_together)
+{
+    char *dir = tu_tmpdir();
+    pid_t pid = start_long_run(dir);
+    int st;
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    alarm(30);
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    alarm(0);
+    char *out = read_log(dir);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM, "status %d: %s", st, out);
+    long step = number_after(out, "train: stopped by signal 15 at step ");
+    ck_assert_msg(step > 0, "%s", out);
+    char want[128], ck[4300];
+    snprintf(want, sizeof(want), "train: stopped at step %ld; rank 0 wrote the checkpoint", step);
+    ck_assert_msg(strstr(out, want), "rank 1 stopped at another step than rank 0: %s", out);
+    snprintf(ck, sizeof(ck), "%s/out/checkpoint-%ld/trainer.json", dir, step);
+    struct stat sb;
+    ck_assert_msg(stat(ck, &sb) == 0, "%s: %s", ck, out);
+    free(out);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* A rank killed mid-run: the other one stops with a line naming it, no hang; no checkpoint was
+ * written, so the output folder is removed again. */
+START_TEST(two_ranks_one_dies)
+{
+    char *dir = tu_tmpdir(), kids[64], line[256] = "";
+    pid_t pid = start_long_run(dir);
+    snprintf(kids, sizeof(kids), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(kids, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    fclose(f);
+    /* the second child the launcher started: rank 1 */
+    char *sp = strchr(line, ' ');
+    ck_assert_ptr_nonnull(sp);
+    pid_t r1 = (pid_t)strtol(sp + 1, NULL, 10);
+    ck_assert_int_gt(r1, 0);
+    ck_assert_int_eq(kill(r1, SIGKILL), 0);
+    int st;
+    alarm(30);
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    alarm(0);
+    char *out = read_log(dir);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL, "status %d: %s", st, out);
+    ck_assert_msg(strstr(out, "gh200core: error: rank 1 was killed by signal 9") &&
+                  strstr(out, "dist: rank 1 closed its connection (it died or stopped)"), "%s", out);
+    char od[4200];
+    struct stat sb;
+    snprintf(od, sizeof(od), "%s/out", dir);
+    ck_assert_msg(stat(od, &sb) != 0, "%s is left: %s", od, out);
     free(out);
     tu_rm_rf(dir);
     free(dir);
@@ -520,17 +720,8 @@ START_TEST(nproc_passes_sigterm)
     snprintf(fifo, sizeof(fifo), "%s/cfg.fifo", dir);
     snprintf(log, sizeof(log), "%s/out.txt", dir);
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-    const char *cli = tu_env("GHC_CLI");
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(cli, cli, "--nproc", "2", "-c", fifo, (char *)NULL);
-        _exit(127);
-    }
+    const char *argv[] = { tu_env("GHC_CLI"), "--nproc", "2", "-c", fifo, NULL };
+    pid_t pid = spawn_cli(log, argv);
     /* until the launcher has its two ranks (Linux lists a task's children), then a moment */
     char kids[64], line[256] = "";
     snprintf(kids, sizeof(kids), "/proc/%d/task/%d/children", (int)pid, (int)pid);
@@ -588,8 +779,14 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("nproc");
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, nproc_without_nccl);
+    tcase_add_test(tc, nproc_usage);
     tcase_add_test(tc, nproc_passes_sigterm);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("train");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, two_ranks_train_as_one);
+    tcase_add_test(tc, two_ranks_stop_together);
+    tcase_add_test(tc, two_ranks_one_dies);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, false);
 }

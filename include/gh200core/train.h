@@ -8,6 +8,27 @@
 
 GHC_BEGIN_DECLS
 
+/* (since API 16) Several ranks training one run, data parallel (doc/distributed.md): what the
+ * trainer needs of the other ranks. The CLI gives it from the launcher's environment, the
+ * rendezvous and NCCL. Each rank trains its share of every optimizer step's samples (the same
+ * global batch as one process), the gradients are summed over the ranks, and rank 0 alone
+ * writes output_dir. Every rank calls each function at the same point, in the same order. They
+ * return 0 or GHC_E* with ghc_error_set() (another rank gone: GHC_EIO naming it). */
+struct ghc_train_dist {
+    uint32_t struct_size;   /* sizeof(struct ghc_train_dist) */
+    int32_t  rank, world;   /* this rank, the number of ranks (world 1: as without) */
+    void    *user;
+    /* buf[0..n) (f32, on `device`: GHC_DEVICE_CPU or the CUDA ordinal the model computes on)
+     * becomes the sum over the ranks, the same bits on every rank; on a device queued on
+     * `stream` without waiting for it. */
+    int (*allreduce)(void *user, float *buf, int64_t n, int device, void *stream);
+    /* mine[0..len) (host memory) of every rank to rank 0's all[r * len ...] (all is ignored on
+     * the other ranks). */
+    int (*gather)(void *user, const void *mine, size_t len, void *all);
+    /* every rank waits until all have come. */
+    int (*barrier)(void *user);
+};
+
 struct ghc_train_opts {
     const char *resume;     /* NULL, or a checkpoint folder (output_dir/checkpoint-N) to continue */
     int         progress;   /* 1: a one-line progress bar (a terminal): each step's line is logged
@@ -17,6 +38,7 @@ struct ghc_train_opts {
     int         overwrite;  /* 1: write into an output_dir that holds files (not the --resume
                              * checkpoint's own folder): the run's files of the same names are
                              * replaced, nothing else is removed (appended) */
+    const struct ghc_train_dist *dist;  /* (since API 16) NULL: this process is the only rank */
 };
 
 /* Train as the run's configuration says (the plugins must be initialised: ghc_run_init).
