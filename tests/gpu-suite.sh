@@ -145,7 +145,7 @@ if [ "${GHC_DIST:-auto}" = 1 ] || { [ "${GHC_DIST:-auto}" = auto ] && [ "$ngpu" 
     # shellcheck disable=SC2086
     train dp1 $dp
     # shellcheck disable=SC2086
-    NP=2 train dp2 $dp
+    NP=2 train dp2 $dp -v   # -v after -q: the info lines, the adapter checks among them
     cmp_losses dp1 dp2
     for s in 20 40; do
         if grep -q "dist: the adapters are the same on all 2 ranks after step $s" "$work/train_dp2.log"; then

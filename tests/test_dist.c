@@ -570,7 +570,8 @@ static void same_losses(const char *a, const char *b, int steps)
 /* Two ranks train the tiny demo as one process does: the same global batch of 3 micro-batches
  * of 1 sample each (rank 0 trains 1 sample of a step, rank 1 2), the same losses step by step
  * (summed in another order), adapters the same on both ranks at each checkpoint, rank 0 the
- * only writer. A checkpoint of 2 ranks resumes on 1, the data position carried over. */
+ * only writer. A checkpoint of 2 ranks resumes on 1, the data position carried over. Two
+ * experts in shared mode likewise. */
 START_TEST(two_ranks_train_as_one)
 {
     char *dir = tu_tmpdir(), args[8192], a[4200], b[4200];
@@ -600,6 +601,16 @@ START_TEST(two_ranks_train_as_one)
                   "%s", out);
     free(out);
     same_losses(a, b, 6);
+    /* two experts in one adapter (shared): each batch routes by its first sample, on its rank */
+    set = "--set data.batch_size=1 --set scheduler.micro_batches=3 --set train.steps=4 --set model.random.experts=2 "
+          "--set 'train.mode=\"shared\"'";
+    snprintf(args, sizeof(args), "-c '@SRC@/etc/tiny.cfg' %s --set 'output_dir=\"%s/one2\"'", set, dir);
+    free(cli(dir, 0, "", args));
+    snprintf(args, sizeof(args), "--nproc 2 -c '@SRC@/etc/tiny.cfg' %s --set 'output_dir=\"%s/two2\"'", set, dir);
+    free(cli(dir, 0, "", args));
+    snprintf(a, sizeof(a), "%s/one2/metrics.jsonl", dir);
+    snprintf(b, sizeof(b), "%s/two2/metrics.jsonl", dir);
+    same_losses(a, b, 4);
     tu_rm_rf(dir);
     free(dir);
 }
