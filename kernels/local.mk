@@ -5,7 +5,8 @@
 lib_LTLIBRARIES += libgh200core_ops.la
 libgh200core_ops_la_SOURCES = kernels/ops.c kernels/cpu/cpu.h \
 	kernels/cpu/random.c kernels/cpu/gemm.c kernels/cpu/attention.c kernels/cpu/norm.c \
-	kernels/cpu/rope.c kernels/cpu/patch.c kernels/cpu/elementwise.c kernels/cpu/reduce.c
+	kernels/cpu/rope.c kernels/cpu/patch.c kernels/cpu/elementwise.c kernels/cpu/reduce.c \
+	kernels/cpu/text.c
 libgh200core_ops_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 libgh200core_ops_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_ops_la_LIBADD = libgh200core.la -lm

@@ -5,6 +5,7 @@
  * and the offending tensor. */
 #include <config.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -1005,6 +1006,114 @@ int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *
     if (ghc_tensor_numel(y) == 0)
         return 0;
     return DISPATCH(&c, ghc_cpu_pad_rows(y, x, mask), ghc_k_pad_rows(y, x, mask, stream));
+}
+
+/* ==== text encoder (umT5) ======================================================================= */
+
+/* The text-encoder ops have a CPU reference only so far: a device tensor is refused. */
+static int cpu_only(const struct op_ctx *c)
+{
+    return ghc_error_set(c->core, GHC_EUNSUPPORTED, "%s: no CUDA kernel yet (CPU tensors only)", c->op);
+}
+#define DISPATCH_CPU(c, cpu_call) ((c)->device == GHC_DEVICE_CPU ? (cpu_call) : cpu_only(c))
+
+int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream)
+{
+    (void)stream;
+    struct op_ctx c = OP_CTX("embedding", y, table, ids);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "table", table, DT_FLOAT);
+    NEED(&c, "ids", ids, DT(GHC_DTYPE_I32) | DT(GHC_DTYPE_I64));
+    if (ghc_tensor_ndim(table) != 2)
+        return bad(&c, "table", table, "2 dimensions [V, D]");
+    const int64_t V = ghc_tensor_dim(table, 0), D = ghc_tensor_dim(table, 1), n = ghc_tensor_numel(ids);
+    CHECK(check_rows_of(&c, "y", y, n, D, "one row of the table per id"));
+    if (n == 0 || D == 0)
+        return 0;
+    if (c.device == GHC_DEVICE_CPU)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t id = ghc_tensor_dtype(ids) == GHC_DTYPE_I32 ? ((const int32_t *)ghc_tensor_cdata(ids))[i]
+                                                                       : ((const int64_t *)ghc_tensor_cdata(ids))[i];
+            if (id < 0 || id >= V)
+                return bad(&c, "ids", ids, "ids in [0, %lld) (the rows of 'table'); element %lld is %lld",
+                           (long long)V, (long long)i, (long long)id);
+        }
+    return DISPATCH_CPU(&c, ghc_cpu_embedding(y, table, ids));
+}
+
+int32_t ghc_rel_pos_bucket(int64_t r, int32_t num_buckets, int32_t max_distance, bool bidirectional)
+{
+    int32_t nb = num_buckets, base = 0;
+    int64_t n;
+    if (bidirectional) {
+        nb /= 2;
+        base = r > 0 ? nb : 0;
+        n = r < 0 ? -r : r;
+    } else {
+        n = r < 0 ? -r : 0;
+    }
+    const int32_t exact = nb / 2;
+    if (n < exact)
+        return base + (int32_t)n;
+    /* f32 as PyTorch: log of the f32 quotient, divided by the f32-rounded log of the ratio */
+    const float ratio = logf((float)n / (float)exact) / (float)log((double)max_distance / exact);
+    const float big = (float)exact + truncf(ratio * (float)(nb - exact));
+    return base + (big > (float)(nb - 1) ? nb - 1 : (int32_t)big);
+}
+
+int ghc_op_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t num_buckets, int32_t max_distance,
+                        bool bidirectional, void *stream)
+{
+    (void)stream;
+    struct op_ctx c = OP_CTX("rel_pos_bias", bias, table);
+    NEED(&c, "bias", bias, DT_F32);
+    NEED(&c, "table", table, DT_FLOAT);
+    if (ghc_tensor_ndim(bias) != 3)
+        return bad(&c, "bias", bias, "3 dimensions [H, Lq, Lk]");
+    if (num_buckets < (bidirectional ? 4 : 2) || max_distance < 1)
+        return ghc_error_set(c.core, GHC_EINVAL, "rel_pos_bias: num_buckets %d (>= %d) or max_distance %d (>= 1) "
+                             "out of range", num_buckets, bidirectional ? 4 : 2, max_distance);
+    SHAPE(&c, "table", table, num_buckets, ghc_tensor_dim(bias, 0));
+    if (ghc_tensor_numel(bias) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_rel_pos_bias(bias, table, num_buckets, max_distance, bidirectional));
+}
+
+int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                              const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale, void *stream)
+{
+    (void)stream;
+    struct op_ctx c = OP_CTX("attention_bias_fwd", o, q, k, v, bias, key_mask);
+    NEED(&c, "q", q, DT_F32_BF16);
+    const unsigned dt = DT(ghc_tensor_dtype(q));
+    NEED(&c, "k", k, dt);
+    NEED(&c, "v", v, dt);
+    NEED(&c, "o", o, dt);
+    MAYBE(&c, "bias", bias, DT_F32);
+    MAYBE(&c, "key_mask", key_mask, DT_FLOAT);
+    if (ghc_tensor_ndim(q) != 4)
+        return bad(&c, "q", q, "4 dimensions [B, Lq, H, Dh]");
+    const int64_t B = ghc_tensor_dim(q, 0), Lq = ghc_tensor_dim(q, 1), H = ghc_tensor_dim(q, 2),
+                  Dh = ghc_tensor_dim(q, 3), Lk = ghc_tensor_ndim(k) == 4 ? ghc_tensor_dim(k, 1) : -1;
+    if (Dh < 1)
+        return bad(&c, "q", q, "a head dim Dh >= 1");
+    SHAPE(&c, "k", k, B, Lk, H, Dh);
+    SHAPE(&c, "v", v, B, Lk, H, Dh);
+    if (!(ghc_tensor_ndim(o) == 3 && has_shape(o, 3, (const int64_t[]){ B, Lq, H * Dh })))
+        LIKE(&c, "o", o, q);
+    SHAPE(&c, "bias", bias, H, Lq, Lk);
+    if (key_mask && ghc_tensor_numel(key_mask) != B * Lk)
+        return bad(&c, "key_mask", key_mask, "%lld elements (B Lk)", (long long)(B * Lk));
+    if (ghc_tensor_numel(o) == 0)
+        return 0;
+    const uintptr_t o0 = (uintptr_t)ghc_tensor_cdata(o), o1 = o0 + ghc_tensor_nbytes(o);
+    const ghc_tensor_t *ins[] = { q, k, v, bias, key_mask };
+    for (size_t i = 0; i < sizeof(ins) / sizeof(ins[0]); i++) {
+        const uintptr_t a = ins[i] ? (uintptr_t)ghc_tensor_cdata(ins[i]) : 0;
+        if (ins[i] && a < o1 && o0 < a + ghc_tensor_nbytes(ins[i]))
+            return bad(&c, "o", o, "memory apart from the inputs");
+    }
+    return DISPATCH_CPU(&c, ghc_cpu_attention_bias_fwd(o, q, k, v, bias, key_mask, scale));
 }
 
 /* ==== optimizer updates (the adamw and automagic plugins) ===================================== */

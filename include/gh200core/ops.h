@@ -270,6 +270,39 @@ GHC_API int ghc_op_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, 
  * alias another. */
 GHC_API int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask, void *stream);
 
+/* ==== text encoder (umT5: plugins/umt5, doc/text-encoder.md; since API 16) =========================
+ * The ops of a T5-family encoder that the ops above lack: the token embedding lookup, T5's
+ * relative-position bias and attention with an additive bias and a key padding mask. CPU
+ * only for now: on a CUDA tensor they return GHC_EUNSUPPORTED ("no CUDA kernel yet"). */
+
+/* y[i, :] = table[ids[i], :] in y's dtype (nearest even). ids: I32 or I64, n elements (any
+ * shape); table [V, D] any float dtype; y f32 or bf16 with n rows of D (e.g. [n, D]). An id
+ * outside [0, V) is GHC_EINVAL naming its position. */
+GHC_API int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream);
+
+/* T5's bucket of the relative position r = key - query (transformers'
+ * _relative_position_bucket): bidirectional, half the buckets (nb = num_buckets / 2) per
+ * direction, (r > 0) nb + f(|r|); else (causal) f(max(-r, 0)) over all num_buckets = nb. With
+ * exact = nb / 2: f(n) = n for n < exact, else min(nb - 1, exact + trunc(logf(n / exact) /
+ * (float)ln(max_distance / exact) * (nb - exact))) in f32 as PyTorch computes it. For the
+ * umT5 defaults (32, 128, bidirectional) f(n) is n below 8, 8 at 8-11, ..., 15 from 91. */
+GHC_API int32_t ghc_rel_pos_bucket(int64_t r, int32_t num_buckets, int32_t max_distance, bool bidirectional);
+/* bias[h, i, j] = table[ghc_rel_pos_bucket(j - i, ...), h]: bias [H, Lq, Lk] f32, table
+ * [num_buckets, H] any float dtype (a layer's relative_attention_bias). */
+GHC_API int ghc_op_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t num_buckets,
+                                int32_t max_distance, bool bidirectional, void *stream);
+
+/* O = softmax_j(scale Q K^T + bias) V per batch and head, non-causal, keys j with key_mask 0
+ * left out (probability exactly 0; a query whose keys are all masked gets O = 0). q [B, Lq, H,
+ * Dh], k and v [B, Lk, H, Dh], all f32 or all bf16, any Dh >= 1; o like q, or [B, Lq, H Dh]
+ * dense. bias: [H, Lq, Lk] f32 shared by the batch, or NULL. key_mask: B Lk elements of any
+ * float dtype (e.g. [B, Lk]; 0 = padding), or NULL. Scores in fp32 (sums in f64 on the CPU). T5 does
+ * not scale (scale 1). o must not overlap the inputs. */
+GHC_API int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k,
+                                      const ghc_tensor_t *v, const ghc_tensor_t *bias,
+                                      const ghc_tensor_t *key_mask, float scale, void *stream);
+/* ==== end text encoder ========================================================================== */
+
 /* ==== optimizer updates (the adamw and automagic plugins) ========================================
  * Multi-tensor fused updates: one call updates n parameter tensors (each with its gradient and
  * state) in one launch on the GPU (a chunked list of tensors, no host synchronisation), or in

@@ -53,6 +53,12 @@ int ghc_cpu_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t 
 /* model inputs (since API 14; timestep_embedding in kernels/cpu/rope.c, pad_rows in kernels/cpu/patch.c) */
 int ghc_cpu_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period);
 int ghc_cpu_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask);
+/* text encoder (since API 16; kernels/cpu/text.c) */
+int ghc_cpu_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids);
+int ghc_cpu_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t num_buckets, int32_t max_distance,
+                         bool bidirectional);
+int ghc_cpu_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                               const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale);
 /* optimizer updates (kernels/cpu/optim.c) */
 int ghc_cpu_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args);
 int ghc_cpu_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args);
