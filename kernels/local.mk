@@ -17,3 +17,5 @@ endif
 libgh200core_ops_la_SOURCES += kernels/linear.c
 # optimizer updates: the CPU twin of kernels/cuda/optim_*.cu
 libgh200core_ops_la_SOURCES += kernels/cpu/optim.c
+# convolution / VAE ops (the Wan VAEs, doc/vae.md): CPU reference only so far
+libgh200core_ops_la_SOURCES += kernels/cpu/conv.c

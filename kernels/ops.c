@@ -1010,12 +1010,17 @@ int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *
 
 /* ==== text encoder (umT5) ======================================================================= */
 
-/* The text-encoder ops have a CPU reference only so far: a device tensor is refused. */
-static int cpu_only(const struct op_ctx *c)
+/* The text-encoder and VAE ops have CPU references only (so far): a tensor on a CUDA device is
+ * GHC_EUNSUPPORTED. */
+static int no_kernel(const struct op_ctx *c)
 {
+#ifdef GHC_HAVE_CUDA
     return ghc_error_set(c->core, GHC_EUNSUPPORTED, "%s: no CUDA kernel yet (CPU tensors only)", c->op);
+#else
+    return ghc_error_set(c->core, GHC_EUNSUPPORTED, "%s: this build has no CUDA", c->op);
+#endif
 }
-#define DISPATCH_CPU(c, cpu_call) ((c)->device == GHC_DEVICE_CPU ? (cpu_call) : cpu_only(c))
+#define DISPATCH_CPU(c, cpu_call) ((c)->device == GHC_DEVICE_CPU ? (cpu_call) : no_kernel(c))
 
 int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream)
 {
@@ -1115,6 +1120,246 @@ int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_
     }
     return DISPATCH_CPU(&c, ghc_cpu_attention_bias_fwd(o, q, k, v, bias, key_mask, scale));
 }
+
+/* ==== convolution / VAE (since API 16) ========================================================== */
+
+
+/* A video tensor: exactly 5 dimensions [B, C, T, H, W]. */
+static int check_video(const struct op_ctx *c, const char *name, const ghc_tensor_t *t)
+{
+    if (ghc_tensor_ndim(t) != 5)
+        return bad(c, name, t, "5 dimensions [B, C, T, H, W]");
+    return 0;
+}
+
+/* x [B, C, ...] (2 to 5 dims) with a per-channel operand p of C elements (p may be NULL). */
+static int check_channels(const struct op_ctx *c, const ghc_tensor_t *x, const char *pname, const ghc_tensor_t *p)
+{
+    if (ghc_tensor_ndim(x) < 2)
+        return bad(c, "x", x, "2 to 5 dimensions [B, C, ...]");
+    if (p && ghc_tensor_numel(p) != ghc_tensor_dim(x, 1))
+        return bad(c, pname, p, "%lld elements (one per channel of 'x')", (long long)ghc_tensor_dim(x, 1));
+    return 0;
+}
+
+int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
+                  const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream)
+{
+    static const struct ghc_conv3d plain = { 0 };
+    struct op_ctx c = OP_CTX("conv3d", y, x, cache, w, bias);
+    struct ghc_conv3d a = args ? *args : plain;
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    MAYBE(&c, "cache", cache, DT_F32_BF16);
+    NEED(&c, "w", w, DT_F32_BF16);
+    MAYBE(&c, "bias", bias, DT_F32_BF16);
+    CHECK(check_video(&c, "x", x));
+    CHECK(check_video(&c, "y", y));
+    a.stride_t = a.stride_t ? a.stride_t : 1;
+    a.stride_h = a.stride_h ? a.stride_h : 1;
+    a.stride_w = a.stride_w ? a.stride_w : 1;
+    if (a.stride_t < 0 || a.stride_h < 0 || a.stride_w < 0 || a.pad_t < 0 || a.pad_top < 0 || a.pad_bottom < 0 ||
+        a.pad_left < 0 || a.pad_right < 0)
+        return ghc_error_set(c.core, GHC_EINVAL, "conv3d: negative stride or padding (stride %d, %d, %d; pad_t %d, "
+                             "pad %d, %d, %d, %d)", a.stride_t, a.stride_h, a.stride_w, a.pad_t, a.pad_top,
+                             a.pad_bottom, a.pad_left, a.pad_right);
+    const int64_t B = ghc_tensor_dim(x, 0), Ci = ghc_tensor_dim(x, 1), T = ghc_tensor_dim(x, 2);
+    const int64_t H = ghc_tensor_dim(x, 3), W = ghc_tensor_dim(x, 4);
+    if (ghc_tensor_ndim(w) != 5 || ghc_tensor_dim(w, 1) != Ci)
+        return bad(&c, "w", w, "[Co, %lld, kT, kH, kW] (x's %lld input channels)", (long long)Ci, (long long)Ci);
+    const int64_t Co = ghc_tensor_dim(w, 0), kT = ghc_tensor_dim(w, 2), kH = ghc_tensor_dim(w, 3),
+                  kW = ghc_tensor_dim(w, 4);
+    if (cache) {
+        CHECK(check_video(&c, "cache", cache));
+        int64_t cf = ghc_tensor_dim(cache, 2);
+        if (ghc_tensor_dim(cache, 0) != B || ghc_tensor_dim(cache, 1) != Ci || ghc_tensor_dim(cache, 3) != H ||
+            ghc_tensor_dim(cache, 4) != W || cf > a.pad_t)
+            return bad(&c, "cache", cache, "[%lld, %lld, c, %lld, %lld] with c <= pad_t = %d (x's frames)",
+                       (long long)B, (long long)Ci, (long long)H, (long long)W, a.pad_t);
+    }
+    SHAPE(&c, "bias", bias, Co);
+    const int64_t st = a.pad_t + T - kT, sh = H + a.pad_top + a.pad_bottom - kH, sw = W + a.pad_left + a.pad_right - kW;
+    if (kT < 1 || kH < 1 || kW < 1 || st < 0 || sh < 0 || sw < 0)
+        return bad(&c, "w", w, "a kernel no larger than the padded input (%lld frames, %lld x %lld)",
+                   (long long)(a.pad_t + T), (long long)(H + a.pad_top + a.pad_bottom),
+                   (long long)(W + a.pad_left + a.pad_right));
+    SHAPE(&c, "y", y, B, Co, st / a.stride_t + 1, sh / a.stride_h + 1, sw / a.stride_w + 1);
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_conv3d(y, x, cache, w, bias, &a));
+}
+
+int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream)
+{
+    struct op_ctx c = OP_CTX("channel_rmsnorm", y, x, gamma);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "gamma", gamma, DT_F32_BF16);
+    CHECK(check_channels(&c, x, "gamma", gamma));
+    LIKE(&c, "y", y, x);
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_channel_rmsnorm(y, x, gamma));
+}
+
+int ghc_op_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale, const ghc_tensor_t *shift,
+                          void *stream)
+{
+    struct op_ctx c = OP_CTX("channel_affine", y, x, scale, shift);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "scale", scale, DT_F32_BF16);
+    MAYBE(&c, "shift", shift, DT_F32_BF16);
+    CHECK(check_channels(&c, x, "scale", scale));
+    CHECK(check_channels(&c, x, "shift", shift));
+    LIKE(&c, "y", y, x);
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_channel_affine(y, x, scale, shift));
+}
+
+int ghc_op_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
+{
+    struct op_ctx c = OP_CTX("upsample2x", y, x);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    CHECK(check_video(&c, "x", x));
+    SHAPE(&c, "y", y, ghc_tensor_dim(x, 0), ghc_tensor_dim(x, 1), ghc_tensor_dim(x, 2), 2 * ghc_tensor_dim(x, 3),
+          2 * ghc_tensor_dim(x, 4));
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_upsample2x(y, x));
+}
+
+int ghc_op_copy_frames(ghc_tensor_t *dst, int64_t dst_t, const ghc_tensor_t *src, int64_t src_t, int64_t n,
+                       void *stream)
+{
+    struct op_ctx c = OP_CTX("copy_frames", dst, src);
+    char buf[160];
+    NEED(&c, "dst", dst, DT_FLOAT);
+    NEED(&c, "src", src, DT(ghc_tensor_dtype(dst)));
+    CHECK(check_video(&c, "dst", dst));
+    CHECK(check_video(&c, "src", src));
+    for (int d = 0; d < 5; d++)
+        if (d != 2 && ghc_tensor_dim(src, d) != ghc_tensor_dim(dst, d))
+            return bad(&c, "src", src, "the B, C, H and W of 'dst' %s", ghc_tensor_describe(dst, buf, sizeof(buf)));
+    if (n < 0 || dst_t < 0 || src_t < 0 || dst_t + n > ghc_tensor_dim(dst, 2) || src_t + n > ghc_tensor_dim(src, 2))
+        return ghc_error_set(c.core, GHC_EINVAL, "copy_frames: frames [%lld, %lld) of a %lld-frame src to [%lld, "
+                             "%lld) of a %lld-frame dst are out of range", (long long)src_t, (long long)(src_t + n),
+                             (long long)ghc_tensor_dim(src, 2), (long long)dst_t, (long long)(dst_t + n),
+                             (long long)ghc_tensor_dim(dst, 2));
+    if (n == 0 || ghc_tensor_numel(dst) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_copy_frames(dst, dst_t, src, src_t, n));
+}
+
+int ghc_op_frame_attention(ghc_tensor_t *o, const ghc_tensor_t *qkv, float scale, void *stream)
+{
+    struct op_ctx c = OP_CTX("frame_attention", o, qkv);
+    NEED(&c, "o", o, DT_F32_BF16);
+    NEED(&c, "qkv", qkv, DT_F32_BF16);
+    CHECK(check_video(&c, "qkv", qkv));
+    if (ghc_tensor_dim(qkv, 1) % 3 != 0)
+        return bad(&c, "qkv", qkv, "3 C channels (q, k, v)");
+    SHAPE(&c, "o", o, ghc_tensor_dim(qkv, 0), ghc_tensor_dim(qkv, 1) / 3, ghc_tensor_dim(qkv, 2),
+          ghc_tensor_dim(qkv, 3), ghc_tensor_dim(qkv, 4));
+    if (!isfinite(scale))
+        return ghc_error_set(c.core, GHC_EINVAL, "frame_attention: scale %g is not finite", (double)scale);
+    if (ghc_tensor_numel(o) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_frame_attention(o, qkv, scale));
+}
+
+int ghc_op_clamp(ghc_tensor_t *y, const ghc_tensor_t *x, float lo, float hi, void *stream)
+{
+    struct op_ctx c = OP_CTX("clamp", y, x);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    LIKE(&c, "y", y, x);
+    if (!(lo <= hi))
+        return ghc_error_set(c.core, GHC_EINVAL, "clamp: need lo <= hi, got %g, %g", (double)lo, (double)hi);
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_clamp(y, x, lo, hi));
+}
+int ghc_op_avg_down3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t fs, void *stream)
+{
+    struct op_ctx c = OP_CTX("avg_down3d", y, x);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    CHECK(check_video(&c, "x", x));
+    CHECK(check_video(&c, "y", y));
+    if (ft < 1 || fs < 1)
+        return ghc_error_set(c.core, GHC_EINVAL, "avg_down3d: factors %d, %d must be >= 1", ft, fs);
+    const int64_t Ci = ghc_tensor_dim(x, 1), Co = ghc_tensor_dim(y, 1), phi = (int64_t)ft * fs * fs;
+    if (ghc_tensor_dim(x, 3) % fs || ghc_tensor_dim(x, 4) % fs)
+        return bad(&c, "x", x, "a height and width that are multiples of %d", fs);
+    if (Co < 1 || (Ci * phi) % Co)
+        return bad(&c, "y", y, "a channel count dividing %lld (x's channels times %lld)", (long long)(Ci * phi),
+                   (long long)phi);
+    SHAPE(&c, "y", y, ghc_tensor_dim(x, 0), Co, (ghc_tensor_dim(x, 2) + ft - 1) / ft, ghc_tensor_dim(x, 3) / fs,
+          ghc_tensor_dim(x, 4) / fs);
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_avg_down3d(y, x, ft, fs));
+}
+
+int ghc_op_dup_up3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t fs, int32_t drop, void *stream)
+{
+    struct op_ctx c = OP_CTX("dup_up3d", y, x);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    CHECK(check_video(&c, "x", x));
+    CHECK(check_video(&c, "y", y));
+    if (ft < 1 || fs < 1 || drop < 0 || drop >= ft)
+        return ghc_error_set(c.core, GHC_EINVAL, "dup_up3d: factors %d, %d must be >= 1 and drop %d in [0, %d)", ft,
+                             fs, drop, ft);
+    const int64_t Ci = ghc_tensor_dim(x, 1), Co = ghc_tensor_dim(y, 1), phi = (int64_t)ft * fs * fs;
+    if (Co < 1 || (Co * phi) % Ci)
+        return bad(&c, "y", y, "a channel count whose %lld-fold is a multiple of x's %lld channels", (long long)phi,
+                   (long long)Ci);
+    SHAPE(&c, "y", y, ghc_tensor_dim(x, 0), Co, ghc_tensor_dim(x, 2) * ft - drop, ghc_tensor_dim(x, 3) * fs,
+          ghc_tensor_dim(x, 4) * fs);
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_dup_up3d(y, x, ft, fs, drop));
+}
+
+/* patchify (un = false) or unpatchify: y's shape from x's. */
+static int vae_patch(const char *op, ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, bool un)
+{
+    struct op_ctx c = OP_CTX(op, y, x);
+    NEED(&c, "y", y, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    CHECK(check_video(&c, "x", x));
+    if (p < 1)
+        return ghc_error_set(c.core, GHC_EINVAL, "%s: patch size %d must be >= 1", op, p);
+    const int64_t B = ghc_tensor_dim(x, 0), C = ghc_tensor_dim(x, 1), F = ghc_tensor_dim(x, 2);
+    const int64_t H = ghc_tensor_dim(x, 3), W = ghc_tensor_dim(x, 4), pp = (int64_t)p * p;
+    if (un) {
+        if (C % pp)
+            return bad(&c, "x", x, "a channel count that is a multiple of %lld", (long long)pp);
+        SHAPE(&c, "y", y, B, C / pp, F, H * p, W * p);
+    } else {
+        if (H % p || W % p)
+            return bad(&c, "x", x, "a height and width that are multiples of %d", p);
+        SHAPE(&c, "y", y, B, C * pp, F, H / p, W / p);
+    }
+    if (ghc_tensor_numel(y) == 0)
+        return 0;
+    return DISPATCH_CPU(&c, ghc_cpu_vae_patch(y, x, p, un));
+}
+
+int ghc_op_vae_patchify(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, void *stream)
+{
+    return vae_patch("vae_patchify", y, x, p, false);
+}
+
+int ghc_op_vae_unpatchify(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, void *stream)
+{
+    return vae_patch("vae_unpatchify", y, x, p, true);
+}
+/* ==== end convolution / VAE ==================================================================== */
 
 /* ==== optimizer updates (the adamw and automagic plugins) ===================================== */
 

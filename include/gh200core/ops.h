@@ -302,6 +302,80 @@ GHC_API int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, co
                                       const ghc_tensor_t *v, const ghc_tensor_t *bias,
                                       const ghc_tensor_t *key_mask, float scale, void *stream);
 /* ==== end text encoder ========================================================================== */
+/* ==== convolution / VAE (since API 16) ===========================================================
+ * The ops of the Wan video VAEs (doc/vae.md): video tensors are [B, C, T, H, W] (batch,
+ * channels, frames, height, width), dense, f32 or bf16 (read as f32, fp32 accumulation, written
+ * in the output's dtype); weights f32 or bf16. No operand may alias another unless an op says so.
+ * CPU only for now: a CUDA tensor gets GHC_EUNSUPPORTED ("no CUDA kernel yet"). */
+
+/* Geometry of ghc_op_conv3d. A zeroed struct is a stride-1 convolution without padding. */
+struct ghc_conv3d {
+    int32_t stride_t, stride_h, stride_w;   /* 0 is taken as 1 */
+    int32_t pad_t;                          /* frames in front of x (causal: none behind) */
+    int32_t pad_top, pad_bottom;            /* zero rows above and below each frame */
+    int32_t pad_left, pad_right;            /* zero columns left and right */
+};
+
+/* The causal 3-D convolution of the Wan VAEs (CausalConv3d, and with kT = 1 the per-frame
+ * Conv2d): y = conv(w, s) + bias over the sequence s = [pad_t front frames, x], where the front
+ * frames are zeros except the last c, which are the frames of `cache` (the feature cache: the
+ * previous chunk's last input frames; NULL: c = 0; c <= pad_t). Spatially x is zero-padded by
+ * pad_top/bottom/left/right. x [B, Ci, T, H, W]; cache [B, Ci, c, H, W] or NULL; w [Co, Ci, kT,
+ * kH, kW] (PyTorch's Conv3d layout; a Conv2d weight is kT = 1); bias [Co] or NULL; y [B, Co, To,
+ * Ho, Wo] with To = (pad_t + T - kT) / stride_t + 1, Ho = (H + pad_top + pad_bottom - kH) /
+ * stride_h + 1, Wo likewise, each at least 1. Wan's k3 conv is pad_t 2 and 1 on each side; its
+ * downsampling Conv2d is stride 2 with pad_bottom = pad_right = 1 (ZeroPad2d(0, 1, 0, 1)). */
+GHC_API int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache,
+                          const ghc_tensor_t *w, const ghc_tensor_t *bias, const struct ghc_conv3d *args,
+                          void *stream);
+/* The channel RMS norm of the Wan VAEs (RMS_norm: F.normalize over the channels, times sqrt(C)
+ * and gamma): at every position of x [B, C, ...] (2 to 5 dims),
+ *   y[b, c, ...] = x[b, c, ...] / max(||x[b, :, ...]||_2, 1e-12) * sqrt(C) * gamma[c]
+ * with the norm in fp32. gamma: C elements (any shape, e.g. [C, 1, 1, 1]). y like x; y may be x. */
+GHC_API int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma,
+                                   void *stream);
+/* y = x * scale[c] + shift[c] over the channel dim of x [B, C, ...] (2 to 5 dims): the latent
+ * normalisation of the VAEs. scale, shift: C elements each (f32 or bf16), shift may be NULL.
+ * y like x; y may be x. */
+GHC_API int ghc_op_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale,
+                                  const ghc_tensor_t *shift, void *stream);
+/* Nearest-neighbour x2 in H and W: y[b, c, t, 2h + i, 2w + j] = x[b, c, t, h, w] (i, j in
+ * {0, 1}; PyTorch's "nearest" and "nearest-exact" agree at factor 2). x [B, C, T, H, W], y
+ * [B, C, T, 2H, 2W]. */
+GHC_API int ghc_op_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
+/* Copy frames [src_t, src_t + n) of src to [dst_t, dst_t + n) of dst, both [B, C, *, H, W] with
+ * the same B, C, H, W and dtype: slicing a clip into chunks, joining chunk outputs, feature-cache
+ * updates. dst may be src (the frames move as by memmove). n = 0 does nothing. */
+GHC_API int ghc_op_copy_frames(ghc_tensor_t *dst, int64_t dst_t, const ghc_tensor_t *src, int64_t src_t,
+                               int64_t n, void *stream);
+/* The single-head spatial attention of the VAEs' middle blocks, per frame: qkv [B, 3C, T, H, W]
+ * holds q (channels [0, C)), k ([C, 2C)) and v ([2C, 3C)) for the N = H W tokens of each frame
+ * (token index h W + w, one of dimension C);
+ *   o[b, :, t, token i] = sum_j softmax_j(scale q_i . k_j) v_j        (no mask)
+ * o [B, C, T, H, W]. Scores and softmax in fp32, one row at a time (no N x N matrix). */
+GHC_API int ghc_op_frame_attention(ghc_tensor_t *o, const ghc_tensor_t *qkv, float scale, void *stream);
+/* y = min(max(x, lo), hi) elementwise (NaN stays NaN); any shape; y like x; y may be x. */
+GHC_API int ghc_op_clamp(ghc_tensor_t *y, const ghc_tensor_t *x, float lo, float hi, void *stream);
+/* The Wan2.2 VAE's parameter-free stage shortcuts (spec encoders.md 3.3). With phi = ft fs fs:
+ * AvgDown3D: x [B, Ci, T, H, W] gets (ft - T % ft) % ft zero frames in front (x'), then
+ *   y[b, o, t, i, j] = mean over k < g of x'[b, e / phi, t ft + it, i fs + ih, j fs + iw]
+ * with e = o g + k, e % phi = (it fs + ih) fs + iw and g = Ci phi / Co (a whole number);
+ * y [B, Co, ceil(T / ft), H / fs, W / fs] (H, W multiples of fs). */
+GHC_API int ghc_op_avg_down3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t factor_t, int32_t factor_s,
+                              void *stream);
+/* DupUp3D: with r = Co phi / Ci (a whole number),
+ *   y[b, o, t ft + it - drop, h fs + ih, w fs + iw] = x[b, ((o ft + it) fs + ih) fs + iw) / r, t, h, w]
+ * for x [B, Ci, T, H, W], y [B, Co, T ft - drop, H fs, W fs]; drop (0 <= drop < ft) leaves out
+ * the first frames (the first chunk drops ft - 1). */
+GHC_API int ghc_op_dup_up3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t factor_t, int32_t factor_s,
+                            int32_t drop, void *stream);
+/* The Wan2.2 VAE's patches of p x p pixels (spec encoders.md 3.2; the column offset r is the
+ * slower index): patchify x [B, C, F, H, W] -> y [B, C p p, F, H / p, W / p],
+ *   y[b, (c p + r) p + q, f, i, j] = x[b, c, f, i p + q, j p + r]
+ * and unpatchify its inverse (y [B, C, F, H p, W p] from x [B, C p p, F, H, W]). */
+GHC_API int ghc_op_vae_patchify(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, void *stream);
+GHC_API int ghc_op_vae_unpatchify(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, void *stream);
+/* ==== end convolution / VAE ==================================================================== */
 
 /* ==== optimizer updates (the adamw and automagic plugins) ========================================
  * Multi-tensor fused updates: one call updates n parameter tensors (each with its gradient and

@@ -63,6 +63,22 @@ int ghc_cpu_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc
 int ghc_cpu_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args);
 int ghc_cpu_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args);
 
+/* convolution / VAE (since API 16; kernels/cpu/conv.c). conv3d gets the geometry with the strides
+ * made >= 1. */
+int ghc_cpu_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
+                   const ghc_tensor_t *bias, const struct ghc_conv3d *args);
+int ghc_cpu_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma);
+int ghc_cpu_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale,
+                           const ghc_tensor_t *shift);
+int ghc_cpu_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x);
+int ghc_cpu_copy_frames(ghc_tensor_t *dst, int64_t dst_t, const ghc_tensor_t *src, int64_t src_t, int64_t n);
+int ghc_cpu_frame_attention(ghc_tensor_t *o, const ghc_tensor_t *qkv, float scale);
+int ghc_cpu_clamp(ghc_tensor_t *y, const ghc_tensor_t *x, float lo, float hi);
+int ghc_cpu_avg_down3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t fs);
+int ghc_cpu_dup_up3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t fs, int32_t drop);
+/* patchify, or (un) unpatchify */
+int ghc_cpu_vae_patch(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, bool un);
+
 /* ---- internal helpers (kernels/cpu/) ------------------------------------------------------ */
 
 /* v rounded to dtype dt and back (what a store then a load gives). */
