@@ -25,7 +25,7 @@ gh200coreinclude_HEADERS = \
 	include/gh200core/optimizer.h include/gh200core/scheduler.h \
 	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h \
 	include/gh200core/linear.h
-gh200coreinclude_HEADERS += include/gh200core/dataset.h include/gh200core/train.h
+gh200coreinclude_HEADERS += include/gh200core/dataset.h include/gh200core/train.h include/gh200core/media.h
 nodist_gh200coreinclude_HEADERS = include/gh200core/version.h
 
 pkgconfigdir = $(libdir)/pkgconfig

@@ -9,7 +9,11 @@ libgh200core_train_la_SOURCES = core/train.c core/train_check.c core/checkpoint.
 	core/train_impl.h core/sampler.c core/tboard.c core/demo.c core/dist_shard.c core/dist_shard.h
 libgh200core_train_la_SOURCES += core/dataset.c core/dataset_impl.h core/data_formats.c core/data_aitk.c \
 	core/data_order.c core/data_batch.c
-libgh200core_train_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS)
+# raw media for `prepare` (media.h): folder scan, captions, buckets, clips (media.c), musubi-tuner's
+# resize filters (media_resize.c) and the FFmpeg decoder (media_ffmpeg.c; GHC_EUNSUPPORTED when
+# configured --without-ffmpeg)
+libgh200core_train_la_SOURCES += core/media.c core/media_resize.c core/media_ffmpeg.c core/media_impl.h
+libgh200core_train_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS) $(FFMPEG_CFLAGS)
 libgh200core_train_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
-libgh200core_train_la_LIBADD = libgh200core_ops.la libgh200core.la $(LIBCONFIG_LIBS) $(JANSSON_LIBS) -lm
+libgh200core_train_la_LIBADD = libgh200core_ops.la libgh200core.la $(LIBCONFIG_LIBS) $(JANSSON_LIBS) $(FFMPEG_LIBS) -lm
 

@@ -13,5 +13,6 @@
 #include <gh200core/optimizer.h>
 #include <gh200core/scheduler.h>
 #include <gh200core/dataset.h>
+#include <gh200core/media.h>
 
 #endif /* GHC_GH200CORE_H */

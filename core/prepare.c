@@ -1,0 +1,397 @@
+/* prepare.c: `gh200core prepare` (train.h, doc/prepare.md): every media dataset of the `data`
+ * section (a folder of videos and images with captions, media.h) encoded once by the run's `vae`
+ * and `text_encoder` plugins (encoder.h) into the project's cache format beside the media:
+ * per clip <stem>.latent.safetensors (`latent`, the normalised posterior mean, bf16) and
+ * <stem>.text.safetensors (`text_embed` [L, D], bf16, trimmed to its true length), which the
+ * dataset then reads like any gh200core cache. A hidden manifest per media file
+ * (.<name>.prepare.json) holds the content hash of the media bytes, the caption and the
+ * settings (media keys, encoder sections) and the files made: a second run with the same hash
+ * reads nothing else, an edited caption or setting re-encodes that file, and since the
+ * manifest is written last (and every file atomically), a killed run leaves nothing served
+ * stale. */
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include <gh200core/dataset.h>
+#include <gh200core/encoder.h>
+#include <gh200core/media.h>
+#include <gh200core/ops.h>
+#include <gh200core/run.h>
+#include <gh200core/safetensors.h>
+#include <gh200core/train.h>
+
+#include "train_impl.h"
+
+/* ---- hashes and fingerprints ------------------------------------------------------------------ */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * UINT64_C(1099511628211);
+    return h;
+}
+#define FNV0 UINT64_C(1469598103934665603)
+
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+
+/* The hash of a file's bytes into *h. Returns 0 or GHC_EIO. */
+static int hash_file(ghc_core_t *core, const char *path, uint64_t *h)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ghc_error_set(core, GHC_EIO, "prepare: %s: %s", path, strerror(errno));
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        *h = fnv(*h, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    return bad ? ghc_error_set(core, GHC_EIO, "prepare: %s: read error", path) : 0;
+}
+
+/* What makes an encoder section's output, appended to buf: its settings, and the size and time
+ * of the files it names (path, tokenizer). */
+static void section_fp(ghc_core_t *core, const char *name, char *buf, size_t len)
+{
+    ghc_cfg_t *s = ghc_config_section(core, name);
+    size_t n = strlen(buf);
+    if (!s)
+        return;
+    n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%s:", name);
+    int k = ghc_cfg_text(s, buf + (n < len ? n : len), len > n ? len - n : 0);
+    n += (size_t)(k > 0 ? k : 0);
+    static const char *const files[] = { "path", "tokenizer", NULL };
+    for (int i = 0; files[i]; i++) {
+        const char *v;
+        char abs[4096];
+        struct stat st = { 0 };
+        if (!ghc_cfg_has(s, files[i]) || ghc_cfg_get_string(s, files[i], NULL, &v) < 0 || !v ||
+            ghc_cfg_resolve_path(s, files[i], v, abs, sizeof(abs)) < 0 || stat(abs, &st) != 0)
+            continue;
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "|%s:%lld:%lld", files[i], (long long)st.st_size,
+                              (long long)st.st_mtime);
+    }
+    ghc_error_clear(core);
+}
+
+static void media_fp(const struct ghc_media_settings *m, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "media=%dx%d:%d:%d:%s:%d:%d:%d:%.6g:%.6g:[", m->width, m->height,
+                                m->enable_bucket, m->bucket_no_upscale, ghc_media_extraction_name(m->frame_extraction),
+                                m->frame_stride, m->frame_sample, m->max_frames, m->source_fps, m->target_fps);
+    for (int i = 0; i < m->n_target_frames; i++)
+        n += (size_t)snprintf(buf + n, len > n ? len - n : 0, "%d,", m->target_frames[i]);
+    snprintf(buf + n, len > n ? len - n : 0, "];");
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+/* `t` (f32, CPU) written as bf16 under `key` to `path` atomically, with the prepare hash. */
+static int write_bf16(ghc_core_t *core, const char *path, const char *key, const ghc_tensor_t *t, const char *hash)
+{
+    ghc_tensor_t *b = ghc_tensor_init(core, GHC_DTYPE_BF16, ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_DEVICE_CPU,
+                                      GHC_ROLE_WORKSPACE);
+    ghc_st_writer_t *w = b ? ghc_st_writer_init(core) : NULL;
+    int rc = !b || !w ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM) : 0;
+    if (rc == 0 && (rc = ghc_op_cast(b, t, 1.0f, NULL, NULL)) == 0 && (rc = ghc_st_writer_add(w, key, b)) == 0 &&
+        (rc = ghc_st_writer_metadata(w, "gh200core.prepare", hash)) == 0)
+        rc = ghc_st_writer_finish(w, path);
+    ghc_st_writer_free(w);
+    ghc_tensor_free(b);
+    return rc;
+}
+
+/* The manifest of media file `name` in dir: "dir/.name.prepare.json". */
+static void manifest_path(const char *dir, const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/.%s.prepare.json", dir, name);
+}
+
+/* Whether the manifest holds `hash` and every file it lists exists. */
+static bool up_to_date(const char *dir, const char *mpath, const char *hash)
+{
+    json_t *j = json_load_file(mpath, 0, NULL);
+    const char *h = j ? json_string_value(json_object_get(j, "hash")) : NULL;
+    json_t *files = j ? json_object_get(j, "files") : NULL;
+    bool ok = h && !strcmp(h, hash) && json_is_array(files) && json_array_size(files) > 0;
+    for (size_t i = 0; ok && i < json_array_size(files); i++) {
+        const char *f = json_string_value(json_array_get(files, i));
+        char p[8400];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", dir, f ? f : "");
+        ok = f && !strchr(f, '/') && stat(p, &st) == 0;
+    }
+    json_decref(j);
+    return ok;
+}
+
+/* Files an older manifest lists that `now` (NULL-terminated names) does not: removed. */
+static void remove_stale(ghc_core_t *core, const char *dir, const char *mpath, char **now, int n_now)
+{
+    json_t *j = json_load_file(mpath, 0, NULL);
+    json_t *files = j ? json_object_get(j, "files") : NULL;
+    for (size_t i = 0; json_is_array(files) && i < json_array_size(files); i++) {
+        const char *f = json_string_value(json_array_get(files, i));
+        bool keep = !f || strchr(f, '/') || f[0] == '.';
+        for (int k = 0; !keep && k < n_now; k++)
+            keep = !strcmp(now[k], f);
+        if (keep)
+            continue;
+        char p[8400];
+        snprintf(p, sizeof(p), "%s/%s", dir, f);
+        if (unlink(p) == 0)
+            ghc_log(core, GHC_LOG_INFO, "prepare: removed %s (no longer made by these settings)", p);
+    }
+    json_decref(j);
+}
+
+static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash, char **files, int n)
+{
+    json_t *j = json_object(), *a = json_array();
+    char tmp[8400];
+    int rc = 0;
+    if (!j || !a) {
+        json_decref(j);
+        json_decref(a);
+        return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+    }
+    json_object_set_new(j, "format", json_string("gh200core-prepare"));
+    json_object_set_new(j, "hash", json_string(hash));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_string(files[i]));
+    json_object_set_new(j, "files", a);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", mpath);
+    if (json_dump_file(j, tmp, JSON_INDENT(1)) != 0 || rename(tmp, mpath) != 0) {
+        unlink(tmp);
+        rc = ghc_error_set(core, GHC_EIO, "prepare: %s: cannot write: %s", mpath, strerror(errno));
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* ---- one media file ------------------------------------------------------------------------- */
+
+struct prep {
+    ghc_core_t            *core;
+    bool                   force, skip_bad;
+    ghc_media_decoder_t   *dec;
+    struct ghc_prepare_stats *st;
+    char                   enc_fp[8192];    /* the encoder sections' fingerprint */
+};
+
+/* The stem of a media file name: the name without its extension. */
+static void stem_of(const char *name, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", name);
+    char *dot = strrchr(buf, '.');
+    if (dot && dot != buf)
+        *dot = '\0';
+}
+
+/* A bad sample: counted and skipped (skip_bad_samples) or the run's error. */
+static int bad_sample(struct prep *p, int rc, const char *msg)
+{
+    if (!p->skip_bad)
+        return ghc_error_set(p->core, rc, "%s (data.skip_bad_samples = true skips such files)", msg);
+    ghc_log(p->core, GHC_LOG_WARN, "%s: skipped", msg);
+    p->st->skipped++;
+    return 0;
+}
+
+static int prepare_item(struct prep *p, const char *dir, const struct ghc_media_settings *m, const char *mfp,
+                        const struct ghc_media_item *it)
+{
+    ghc_core_t *core = p->core;
+    if (it->bad)
+        return bad_sample(p, GHC_EFORMAT, it->bad);
+    /* the hash: media bytes, caption, settings */
+    uint64_t h = FNV0;
+    int rc = hash_file(core, it->path, &h);
+    if (rc < 0)
+        return rc;
+    h = fnv_str(fnv_str(fnv_str(h, it->caption), mfp), p->enc_fp);
+    char hash[24], mpath[8400], stem[4096];
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)h);
+    manifest_path(dir, it->name, mpath, sizeof(mpath));
+    stem_of(it->name, stem, sizeof(stem));
+    if (!p->force && up_to_date(dir, mpath, hash)) {
+        p->st->up_to_date++;
+        return 0;
+    }
+    /* decode once, for every clip */
+    struct ghc_media_frames fr;
+    if ((rc = ghc_media_decoder_open(p->dec, it->path, NULL)) < 0 || (rc = ghc_media_decoder_read(p->dec, m, &fr)) < 0) {
+        char msg[GHC_ERROR_MAX];
+        snprintf(msg, sizeof(msg), "%s", ghc_media_decoder_error(p->dec));
+        return rc == GHC_EFORMAT ? bad_sample(p, rc, msg) : ghc_error_set(core, rc, "%s", msg);
+    }
+    ghc_vae_t *vae = ghc_vae_get(core);
+    ghc_text_encoder_t *te = vae ? ghc_text_encoder_get(core) : NULL;
+    if (!te)
+        return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
+    ghc_tensor_t *text = NULL;
+    char **files = calloc((size_t)(2 * fr.n_clips + 1), sizeof(*files));
+    int nf = 0;
+    if (!files)
+        return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+    if ((rc = ghc_text_encoder_encode(te, it->caption, &text)) < 0)
+        goto out;
+    for (int64_t c = 0; c < fr.n_clips && rc == 0; c++) {
+        const struct ghc_media_clip *cl = &fr.clips[c];
+        char name[4200], path[8400];
+        int64_t vs[4] = { 3, cl->frames, fr.height, fr.width };
+        ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS), *lat = NULL;
+        if (!video) {
+            rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+            break;
+        }
+        ghc_media_to_vae_f32(fr.rgb + (size_t)cl->start * (size_t)fr.height * (size_t)fr.width * 3, cl->frames,
+                             fr.height, fr.width, ghc_tensor_data(video));
+        if (it->kind == GHC_MEDIA_VIDEO)
+            snprintf(name, sizeof(name), "%s_%05lld-%03d", stem, (long long)cl->start, cl->frames);
+        else
+            snprintf(name, sizeof(name), "%s", stem);
+        rc = ghc_vae_encode(vae, video, &lat);
+        ghc_tensor_free(video);
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            files[nf] = malloc(strlen(name) + 32);
+            if (!files[nf]) {
+                rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+                break;
+            }
+            sprintf(files[nf], "%s%s", name, k ? ".text.safetensors" : ".latent.safetensors");
+            snprintf(path, sizeof(path), "%s/%s", dir, files[nf++]);
+            rc = k ? write_bf16(core, path, "text_embed", text, hash) : write_bf16(core, path, "latent", lat, hash);
+        }
+        ghc_tensor_free(lat);
+        p->st->clips++;
+    }
+    if (rc == 0) {
+        remove_stale(core, dir, mpath, files, nf);
+        rc = write_manifest(core, mpath, hash, files, nf);
+    }
+    if (rc == 0) {
+        p->st->encoded++;
+        ghc_log(core, GHC_LOG_DEBUG, "prepare: %s: %lld clip%s at %dx%d", it->path, (long long)fr.n_clips,
+                fr.n_clips == 1 ? "" : "s", fr.width, fr.height);
+    }
+out:
+    ghc_tensor_free(text);
+    for (int i = 0; i < nf; i++)
+        free(files[i]);
+    free(files);
+    return rc;
+}
+
+/* ---- the command ------------------------------------------------------------------------------- */
+
+static const char *const prepare_modes[] = { "auto", "never", "always", NULL };
+
+int ghc_prepare_mode(ghc_core_t *core, int *mode)
+{
+    ghc_cfg_t *root = ghc_config_root(core), *data = NULL;
+    *mode = GHC_PREPARE_AUTO;
+    int rc = root ? ghc_cfg_get_group(root, "data", ghc_dataset_keys(false), &data) : 0;
+    if (rc < 0 || !data)
+        return rc;
+    return ghc_cfg_get_choice(data, "prepare", GHC_PREPARE_AUTO, prepare_modes, mode);
+}
+
+int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
+{
+    struct ghc_prepare_stats st = { 0 };
+    ghc_cfg_t *root = ghc_config_root(core), *data = NULL;
+    int rc, n_sets = 0;
+    double t0 = ghc_progress_now();
+    if (!root)
+        return ghc_error_set(core, GHC_EINVAL, "prepare: no configuration loaded");
+    if ((rc = ghc_cfg_get_group(root, "data", ghc_dataset_keys(false), &data)) < 0)
+        return rc;
+    if (!data || (rc = ghc_cfg_list_len(data, "datasets", &n_sets)) < 0 || n_sets == 0)
+        return rc < 0 ? rc : ghc_error_set(core, GHC_ECONFIG, "prepare: the configuration has no data.datasets");
+    struct prep p = { .core = core, .force = force, .st = &st };
+    if ((rc = ghc_cfg_get_bool(data, "skip_bad_samples", false, &p.skip_bad)) < 0)
+        return rc;
+    section_fp(core, "vae", p.enc_fp, sizeof(p.enc_fp));
+    section_fp(core, "text_encoder", p.enc_fp, sizeof(p.enc_fp));
+    char first_dir[4096] = "";
+    for (int i = 0; i < n_sets && rc == 0; i++) {
+        ghc_cfg_t *g;
+        const char *path;
+        char dir[4096], mfp[1024];
+        struct ghc_media_settings m;
+        ghc_media_list_t *list = NULL;
+        if ((rc = ghc_cfg_list_group(data, "datasets", i, ghc_dataset_keys(true), &g)) < 0 ||
+            (rc = ghc_cfg_get_string(g, "path", NULL, &path)) < 0)
+            break;
+        if (!path) {
+            rc = ghc_error_set(core, GHC_ECONFIG, "%s: %s: missing key 'path'", ghc_cfg_where(g, NULL), ghc_cfg_path(g));
+            break;
+        }
+        if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 ||
+            (rc = ghc_media_settings_read(g, &m)) < 0 || (rc = ghc_media_scan(core, dir, m.caption_extension, &list)) < 0)
+            break;
+        int64_t n = ghc_media_list_len(list);
+        if (n > 0) {
+            media_fp(&m, mfp, sizeof(mfp));
+            if (!first_dir[0])
+                snprintf(first_dir, sizeof(first_dir), "%s", dir);
+            if (!p.dec && !(p.dec = ghc_media_decoder_init(0)))
+                rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+            ghc_log(core, GHC_LOG_INFO, "prepare: %s: %lld media file%s", dir, (long long)n, n == 1 ? "" : "s");
+        }
+        for (int64_t k = 0; k < n && rc == 0; k++) {
+            double tk = ghc_progress_now();
+            int64_t before = st.encoded;
+            rc = prepare_item(&p, dir, &m, mfp, ghc_media_list_at(list, k));
+            st.files++;
+            if (rc == 0 && st.encoded > before) {
+                double el = ghc_progress_now() - t0, per = el / (double)st.files;
+                ghc_log(core, GHC_LOG_INFO, "prepare: [%lld/%lld] %s: encoded in %.2f s; ETA %.0f s", (long long)(k + 1),
+                        (long long)n, ghc_media_list_at(list, k)->name, ghc_progress_now() - tk,
+                        per * (double)(n - k - 1));
+            }
+        }
+        ghc_media_list_free(list);
+    }
+    /* the empty prompt, for text dropout: beside the first media dataset, a hidden file */
+    if (rc == 0 && first_dir[0]) {
+        char path[8400], hash[24];
+        uint64_t h = fnv_str(FNV0, p.enc_fp);
+        snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)h);
+        snprintf(path, sizeof(path), "%s/.gh200core-empty-prompt.safetensors", first_dir);
+        ghc_st_t *old = access(path, F_OK) == 0 ? ghc_st_open(core, path) : NULL;
+        bool same = old && ghc_st_metadata(old, "gh200core.prepare") &&
+                    !strcmp(ghc_st_metadata(old, "gh200core.prepare"), hash);
+        ghc_st_free(old);
+        ghc_error_clear(core);
+        if (!same || force) {
+            ghc_text_encoder_t *te = ghc_text_encoder_get(core);
+            ghc_tensor_t *e = NULL;
+            rc = !te ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG) : ghc_text_encoder_encode(te, "", &e);
+            if (rc == 0)
+                rc = write_bf16(core, path, "text_embed", e, hash);
+            ghc_tensor_free(e);
+        }
+        if (rc == 0 && !ghc_cfg_has(data, "empty_prompt"))
+            rc = ghc_cfg_set_string(data, "empty_prompt", path);
+    }
+    ghc_media_decoder_free(p.dec);
+    st.seconds = ghc_progress_now() - t0;
+    if (rc == 0 && st.files)
+        ghc_log(core, GHC_LOG_INFO, "prepare: %lld media files: %lld encoded (%lld clips), %lld up to date, %lld "
+                "skipped as bad, in %.1f s", (long long)st.files, (long long)st.encoded, (long long)st.clips,
+                (long long)st.up_to_date, (long long)st.skipped, st.seconds);
+    if (out)
+        *out = st;
+    return rc;
+}
