@@ -820,6 +820,8 @@ static const struct ghc_cfg_key core_keys[] = {
     { "network",     GHC_CFG_GROUP,  NULL,     NULL,          NULL },
     { "optimizer",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
     { "scheduler",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
+    { "vae",         GHC_CFG_GROUP,  NULL,     NULL,          NULL },  /* the encoders: made on demand (prepare) */
+    { "text_encoder", GHC_CFG_GROUP, NULL,     NULL,          NULL },
     { "data",        GHC_CFG_GROUP,  NULL,     NULL,          NULL },  /* the dataset (core/dataset.c checks its keys) */
     { "validation",  GHC_CFG_GROUP,  NULL,     NULL,          NULL },  /* held-out data, the keys of `data` */
     { "train",       GHC_CFG_GROUP,  NULL,     NULL,          NULL },
@@ -1209,4 +1211,40 @@ int ghc_config_diff(ghc_core_t *core, const char *path, ghc_config_diff_fn visit
         rc = diff_group(config_root_setting(&core->config->lc), config_root_setting(&other), "", visit, user);
     config_destroy(&other);
     return rc;
+}
+
+/* ---- a section as text ------------------------------------------------------------------------ */
+
+static void text_of(const config_setting_t *s, char *buf, size_t len, size_t *n)
+{
+#define PUT(...) (*n += (size_t)snprintf(buf + (*n < len ? *n : len), *n < len ? len - *n : 0, __VA_ARGS__))
+    const char *name = config_setting_name(s);
+    if (name)
+        PUT("%s=", name);
+    switch (config_setting_type(s)) {
+    case CONFIG_TYPE_INT:    PUT("%d", config_setting_get_int(s)); break;
+    case CONFIG_TYPE_INT64:  PUT("%lld", (long long)config_setting_get_int64(s)); break;
+    case CONFIG_TYPE_FLOAT:  PUT("%.17g", config_setting_get_float(s)); break;
+    case CONFIG_TYPE_BOOL:   PUT("%s", config_setting_get_bool(s) ? "true" : "false"); break;
+    case CONFIG_TYPE_STRING: PUT("\"%s\"", config_setting_get_string(s)); break;
+    default: {
+        int t = config_setting_type(s);
+        PUT("%s", t == CONFIG_TYPE_GROUP ? "{" : t == CONFIG_TYPE_ARRAY ? "[" : "(");
+        for (int i = 0; i < config_setting_length(s); i++)
+            text_of(config_setting_get_elem(s, i), buf, len, n);
+        PUT("%s", t == CONFIG_TYPE_GROUP ? "}" : t == CONFIG_TYPE_ARRAY ? "]" : ")");
+    }
+    }
+    PUT(";");
+#undef PUT
+}
+
+int ghc_cfg_text(ghc_cfg_t *cfg, char *buf, size_t len)
+{
+    size_t n = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int i = 0; i < config_setting_length(cfg->s); i++)
+        text_of(config_setting_get_elem(cfg->s, i), buf, len, &n);
+    return (int)n;
 }

@@ -40,7 +40,8 @@ const char *ghc_kind_name(enum ghc_kind kind)
         [GHC_KIND_MEMPOLICY] = "mempolicy", [GHC_KIND_BACKEND] = "backend",
         [GHC_KIND_CACHE] = "cache",         [GHC_KIND_MODEL] = "model",
         [GHC_KIND_NETWORK] = "network",     [GHC_KIND_OPTIMIZER] = "optimizer",
-        [GHC_KIND_SCHEDULER] = "scheduler",
+        [GHC_KIND_SCHEDULER] = "scheduler", [GHC_KIND_VAE] = "vae",
+        [GHC_KIND_TEXT_ENCODER] = "text_encoder",
     };
     return (unsigned)kind < GHC_KIND_COUNT ? names[kind] : "?";
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <gh200core/media.h>   /* defines: ghc_media_keys */
+
 #include "dataset_impl.h"
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
@@ -63,6 +65,7 @@ static const struct ghc_cfg_key data_keys[] = {
     { "empty_prompt",     GHC_CFG_STRING, NULL,    "(a safetensors file: text_embed or varlen_t5_<dtype>)", NULL },
     { "skip_bad_samples", GHC_CFG_BOOL,   "false", NULL, NULL },
     { "datasets",         GHC_CFG_LIST,   NULL,    "(groups with the keys of `data datasets`)", NULL },
+    { "prepare",          GHC_CFG_STRING, "auto",  "auto, never, always", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
@@ -76,7 +79,21 @@ static const struct ghc_cfg_key set_keys[] = {
     { NULL, 0, NULL, NULL, NULL }
 };
 
-const struct ghc_cfg_key *ghc_dataset_keys(bool entry) { return entry ? set_keys : data_keys; }
+/* A dataset's keys: set_keys, then the media keys of `prepare` (media.h), joined once. */
+static const struct ghc_cfg_key *entry_keys(void)
+{
+    static struct ghc_cfg_key all[64];
+    if (!all[0].name) {
+        int n = 0;
+        for (const struct ghc_cfg_key *k = set_keys; k->name && n < 63; k++)
+            all[n++] = *k;
+        for (const struct ghc_cfg_key *k = ghc_media_keys(); k->name && n < 63; k++)
+            all[n++] = *k;
+    }
+    return all;
+}
+
+const struct ghc_cfg_key *ghc_dataset_keys(bool entry) { return entry ? entry_keys() : data_keys; }
 
 /* `p` made absolute against the configuration file's folder. */
 static char *resolve_path(ghc_core_t *core, const char *p)
@@ -121,7 +138,7 @@ static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
     ds->n_sets = n;
     for (int i = 0; i < n; i++) {
         ghc_cfg_t *g;
-        if ((rc = ghc_cfg_list_group(cfg, "datasets", i, set_keys, &g)) < 0)
+        if ((rc = ghc_cfg_list_group(cfg, "datasets", i, entry_keys(), &g)) < 0)
             return rc;
         const char *what = ghc_cfg_path(g);   /* "data.datasets[1]" */
         const char *path, *comp, *trigger, *defcap;

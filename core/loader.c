@@ -130,6 +130,10 @@ static const struct kind_info kinds[GHC_KIND_COUNT] = {
     [GHC_KIND_SCHEDULER] = { sizeof(struct ghc_scheduler_ops),
         { REQ(ghc_scheduler_ops, init), REQ(ghc_scheduler_ops, micro_batches),
           REQ(ghc_scheduler_ops, lr_factor) } },
+    [GHC_KIND_VAE] = { sizeof(struct ghc_vae_ops),
+        { REQ(ghc_vae_ops, init), REQ(ghc_vae_ops, info), REQ(ghc_vae_ops, encode) } },
+    [GHC_KIND_TEXT_ENCODER] = { sizeof(struct ghc_text_encoder_ops),
+        { REQ(ghc_text_encoder_ops, init), REQ(ghc_text_encoder_ops, info), REQ(ghc_text_encoder_ops, encode) } },
 };
 #undef REQ
 
@@ -217,6 +221,10 @@ int ghc_register_optimizer(ghc_core_t *core, const struct ghc_optimizer_ops *ops
 { return register_ops(core, GHC_KIND_OPTIMIZER, ops); }
 int ghc_register_scheduler(ghc_core_t *core, const struct ghc_scheduler_ops *ops)
 { return register_ops(core, GHC_KIND_SCHEDULER, ops); }
+int ghc_register_vae(ghc_core_t *core, const struct ghc_vae_ops *ops)
+{ return register_ops(core, GHC_KIND_VAE, ops); }
+int ghc_register_text_encoder(ghc_core_t *core, const struct ghc_text_encoder_ops *ops)
+{ return register_ops(core, GHC_KIND_TEXT_ENCODER, ops); }
 
 /* Drop what a failed init() registered. */
 static void unregister_plugin(ghc_core_t *core, struct ghc_loaded *p)

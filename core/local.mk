@@ -22,7 +22,7 @@ gh200coreinclude_HEADERS = \
 	include/gh200core/gh200core.h include/gh200core/core.h include/gh200core/plugin.h \
 	include/gh200core/run.h include/gh200core/mempolicy.h include/gh200core/backend.h \
 	include/gh200core/cache.h include/gh200core/model.h include/gh200core/network.h \
-	include/gh200core/optimizer.h include/gh200core/scheduler.h \
+	include/gh200core/optimizer.h include/gh200core/scheduler.h include/gh200core/encoder.h \
 	include/gh200core/tensor.h include/gh200core/safetensors.h include/gh200core/ops.h \
 	include/gh200core/linear.h
 gh200coreinclude_HEADERS += include/gh200core/dataset.h include/gh200core/train.h include/gh200core/media.h

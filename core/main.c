@@ -50,6 +50,12 @@ static int exit_code(int status)
 
 static const char usage_text[] =
     "usage: gh200core [OPTIONS] -c FILE        train as the configuration says\n"
+    "       gh200core [OPTIONS] prepare -c FILE\n"
+    "                                          encode the media datasets of `data` (videos and\n"
+    "                                          images with captions) into caches with the `vae`\n"
+    "                                          and `text_encoder` sections; what is up to date\n"
+    "                                          is kept (doc/prepare.md). `-c FILE` alone runs it\n"
+    "                                          first too (data.prepare = auto, never, always)\n"
     "       gh200core [OPTIONS] plugins        list the plugins on the search path\n"
     "       gh200core [OPTIONS] plugins --keys the keys each plugin and core section declares\n"
     "       gh200core inspect FILE             header, tensors and totals of a .safetensors file\n"
@@ -535,7 +541,20 @@ static int train_ranked(ghc_core_t *core, const struct cli *cli, const struct gh
                                    .overwrite = cli->overwrite, .dist = dist };
     /* a folder that holds a run is refused before the plugins load (a model may take minutes);
      * by rank 0, which alone writes it */
-    if ((rc = ghc_train_check_output(core, &opts)) < 0 || (rc = ghc_run_init(core)) < 0)
+    if ((rc = ghc_train_check_output(core, &opts)) < 0)
+        return fail(core, rc);
+    /* media datasets encoded first (data.prepare): by rank 0, then by the others, who find it
+     * done (and point data.empty_prompt where rank 0 put it) */
+    int mode = GHC_PREPARE_AUTO;
+    if ((rc = ghc_prepare_mode(core, &mode)) < 0)
+        return fail(core, rc);
+    if (mode != GHC_PREPARE_NEVER && !cli->dry_run) {
+        bool first = !dist || dist->rank == 0;
+        if ((first && (rc = ghc_prepare(core, mode == GHC_PREPARE_ALWAYS, NULL)) < 0) ||
+            (dist && (rc = dist->barrier(dist->user)) < 0) || (!first && (rc = ghc_prepare(core, false, NULL)) < 0))
+            return fail(core, rc);
+    }
+    if ((rc = ghc_run_init(core)) < 0)
         return fail(core, rc);
     int n = 0;
     for (int k = 0; k < GHC_KIND_COUNT; k++) {
@@ -740,8 +759,9 @@ int main(int argc, char **argv)
         goto out;
     }
     if (cmd && strcmp(cmd, "plugins") != 0 && strcmp(cmd, "inspect") != 0 && strcmp(cmd, "diag") != 0 &&
-        strcmp(cmd, "estimate") != 0 && strcmp(cmd, "merge") != 0) {
-        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect, diag, estimate, merge)\n"
+        strcmp(cmd, "estimate") != 0 && strcmp(cmd, "merge") != 0 && strcmp(cmd, "prepare") != 0) {
+        fprintf(stderr, "gh200core: error: unknown command '%s' (known: plugins, inspect, diag, estimate, merge, "
+                "prepare)\n"
                 "Try 'gh200core --help'.\n", cmd);
         status = EXIT_USAGE;
         goto out;
@@ -815,6 +835,22 @@ int main(int argc, char **argv)
             status = fail(core, rc);
             goto out;
         }
+    }
+    if (cmd && strcmp(cmd, "prepare") == 0) {
+        int mode = GHC_PREPARE_AUTO, rc;
+        if (!cli.config) {
+            fprintf(stderr, "gh200core: error: prepare needs a configuration (-c FILE)\nTry 'gh200core --help'.\n");
+            status = EXIT_USAGE;
+            goto out;
+        }
+        struct ghc_prepare_stats st;
+        if ((rc = ghc_prepare_mode(core, &mode)) == 0)
+            rc = ghc_prepare(core, mode == GHC_PREPARE_ALWAYS, &st);
+        if (rc == 0 && st.files == 0)
+            rc = ghc_error_set(core, GHC_ECONFIG, "prepare: %s: no media in the folders of data.datasets (videos or "
+                               "images with captions: doc/prepare.md)", cli.config);
+        status = rc < 0 ? fail(core, rc) : EXIT_OK;
+        goto out;
     }
     if (cmd && strcmp(cmd, "estimate") == 0) {
         struct ghc_estimate est;

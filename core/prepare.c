@@ -157,7 +157,7 @@ static void remove_stale(ghc_core_t *core, const char *dir, const char *mpath, c
 static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash, char **files, int n)
 {
     json_t *j = json_object(), *a = json_array();
-    char tmp[8400];
+    char tmp[8500];
     int rc = 0;
     if (!j || !a) {
         json_decref(j);
@@ -317,7 +317,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
     if ((rc = ghc_cfg_get_group(root, "data", ghc_dataset_keys(false), &data)) < 0)
         return rc;
     if (!data || (rc = ghc_cfg_list_len(data, "datasets", &n_sets)) < 0 || n_sets == 0)
-        return rc < 0 ? rc : ghc_error_set(core, GHC_ECONFIG, "prepare: the configuration has no data.datasets");
+        return rc;   /* nothing to prepare (the dataset says what is missing when it opens) */
     struct prep p = { .core = core, .force = force, .st = &st };
     if ((rc = ghc_cfg_get_bool(data, "skip_bad_samples", false, &p.skip_bad)) < 0)
         return rc;
@@ -337,8 +337,14 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             rc = ghc_error_set(core, GHC_ECONFIG, "%s: %s: missing key 'path'", ghc_cfg_where(g, NULL), ghc_cfg_path(g));
             break;
         }
-        if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 ||
-            (rc = ghc_media_settings_read(g, &m)) < 0 || (rc = ghc_media_scan(core, dir, m.caption_extension, &list)) < 0)
+        if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 || (rc = ghc_media_settings_read(g, &m)) < 0)
+            break;
+        if ((rc = ghc_media_scan(core, dir, m.caption_extension, &list)) == GHC_ENOTFOUND) {
+            ghc_error_clear(core);   /* no folder, no media: the dataset says so when it opens */
+            rc = 0;
+            continue;
+        }
+        if (rc < 0)
             break;
         int64_t n = ghc_media_list_len(list);
         if (n > 0) {

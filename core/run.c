@@ -1,6 +1,7 @@
 /* run.c: the run's plugin instances, one per configured kind, created in kind order
- * (mempolicy first: everything later allocates through it) and released in reverse; and the
- * core wrappers through which the rest of the program calls them. */
+ * (mempolicy first: everything later allocates through it; the encoders when first asked for)
+ * and released in reverse; and the core wrappers through which the rest of the program calls
+ * them. */
 #include <config.h>
 
 #include <limits.h>
@@ -24,6 +25,8 @@ static void (*ops_free(enum ghc_kind kind, const void *ops))(void *)
     case GHC_KIND_NETWORK:   return ((const struct ghc_network_ops *)ops)->free;
     case GHC_KIND_OPTIMIZER: return ((const struct ghc_optimizer_ops *)ops)->free;
     case GHC_KIND_SCHEDULER: return ((const struct ghc_scheduler_ops *)ops)->free;
+    case GHC_KIND_VAE:       return ((const struct ghc_vae_ops *)ops)->free;
+    case GHC_KIND_TEXT_ENCODER: return ((const struct ghc_text_encoder_ops *)ops)->free;
     default:                 return NULL;
     }
 }
@@ -82,7 +85,7 @@ int ghc_run_init(ghc_core_t *core)
     ghc_run_free(core);
     for (int k = 0; k < GHC_KIND_COUNT; k++) {
         ghc_cfg_t *cfg = ghc_config_section(core, ghc_kind_name((enum ghc_kind)k));
-        if (!cfg)
+        if (!cfg || k == GHC_KIND_VAE || k == GHC_KIND_TEXT_ENCODER)   /* on demand: on_demand() */
             continue;
         int rc = instance_create(core, (enum ghc_kind)k, cfg);
         if (rc < 0) {
@@ -167,6 +170,96 @@ INSTANCE_GETTER(ghc_network, GHC_KIND_NETWORK)
 INSTANCE_GETTER(ghc_optimizer, GHC_KIND_OPTIMIZER)
 INSTANCE_GETTER(ghc_scheduler, GHC_KIND_SCHEDULER)
 #undef INSTANCE_GETTER
+
+/* ---- the encoders, made on demand ------------------------------------------------------------- */
+
+static struct ghc_instance *on_demand(ghc_core_t *core, enum ghc_kind kind)
+{
+    if (core->inst[kind])
+        return core->inst[kind];
+    if (!core->config) {
+        ghc_error_set(core, GHC_EINVAL, "run: no configuration loaded");
+        return NULL;
+    }
+    ghc_cfg_t *cfg = ghc_config_section(core, ghc_kind_name(kind));
+    if (!cfg) {
+        ghc_error_set(core, GHC_ECONFIG, "%s: the configuration has no `%s` section (e.g. %s = { plugin = \"%s\"; "
+                      "path = \"...\"; };)", core->config->file, ghc_kind_name(kind), ghc_kind_name(kind),
+                      kind == GHC_KIND_VAE ? "wanvae" : "umt5");
+        return NULL;
+    }
+    return instance_create(core, kind, cfg) < 0 ? NULL : core->inst[kind];
+}
+
+#define EN_OPS(type, x) ((const struct type *)((struct ghc_instance *)(x))->ops)
+#define EN_SELF(x) (((struct ghc_instance *)(x))->self)
+#define EN_CORE(x) (((struct ghc_instance *)(x))->core)
+
+ghc_vae_t *ghc_vae_get(ghc_core_t *core) { return (ghc_vae_t *)on_demand(core, GHC_KIND_VAE); }
+
+int ghc_vae_info(ghc_vae_t *vae, struct ghc_vae_info *out)
+{
+    uint64_t seq = ghc_error_seq(EN_CORE(vae));
+    int rc = EN_OPS(ghc_vae_ops, vae)->info(EN_SELF(vae), out);
+    return rc < 0 ? ghc_error_member(EN_CORE(vae), seq, rc, "vae", EN_OPS(ghc_vae_ops, vae)->name, "info", NULL) : rc;
+}
+
+int ghc_vae_encode(ghc_vae_t *vae, const ghc_tensor_t *video, ghc_tensor_t **latent)
+{
+    ghc_core_t *core = EN_CORE(vae);
+    struct ghc_vae_info in = { .struct_size = sizeof(in) };
+    *latent = NULL;
+    int rc = ghc_vae_info(vae, &in);
+    if (rc < 0)
+        return rc;
+    const int64_t *sh = ghc_tensor_shape(video);
+    if (ghc_tensor_ndim(video) != 4 || sh[0] != 3 || in.t_stride < 1 || in.s_stride < 1 || (sh[1] - 1) % in.t_stride ||
+        sh[2] % in.s_stride || sh[3] % in.s_stride || ghc_tensor_dtype(video) != GHC_DTYPE_F32 ||
+        ghc_tensor_device(video) != GHC_DEVICE_CPU)
+        return ghc_error_set(core, GHC_EINVAL, "vae: a clip [3, F, H, W] of f32 on the CPU with F = 1 + %lld k and H, W "
+                             "multiples of %lld is expected, not %s [%lld, %lld, %lld, %lld]", (long long)in.t_stride,
+                             (long long)in.s_stride, ghc_dtype_name(ghc_tensor_dtype(video)),
+                             (long long)(ghc_tensor_ndim(video) > 0 ? sh[0] : 0),
+                             (long long)(ghc_tensor_ndim(video) > 1 ? sh[1] : 0),
+                             (long long)(ghc_tensor_ndim(video) > 2 ? sh[2] : 0),
+                             (long long)(ghc_tensor_ndim(video) > 3 ? sh[3] : 0));
+    uint64_t seq = ghc_error_seq(core);
+    rc = EN_OPS(ghc_vae_ops, vae)->encode(EN_SELF(vae), video, latent);
+    return rc < 0 ? ghc_error_member(core, seq, rc, "vae", EN_OPS(ghc_vae_ops, vae)->name, "encode", NULL) : rc;
+}
+
+int ghc_vae_decode(ghc_vae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video)
+{
+    ghc_core_t *core = EN_CORE(vae);
+    *video = NULL;
+    if (!EN_OPS(ghc_vae_ops, vae)->decode)
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "vae '%s' has no decoder", EN_OPS(ghc_vae_ops, vae)->name);
+    uint64_t seq = ghc_error_seq(core);
+    int rc = EN_OPS(ghc_vae_ops, vae)->decode(EN_SELF(vae), latent, video);
+    return rc < 0 ? ghc_error_member(core, seq, rc, "vae", EN_OPS(ghc_vae_ops, vae)->name, "decode", NULL) : rc;
+}
+
+ghc_text_encoder_t *ghc_text_encoder_get(ghc_core_t *core)
+{
+    return (ghc_text_encoder_t *)on_demand(core, GHC_KIND_TEXT_ENCODER);
+}
+
+int ghc_text_encoder_info(ghc_text_encoder_t *te, struct ghc_text_encoder_info *out)
+{
+    uint64_t seq = ghc_error_seq(EN_CORE(te));
+    int rc = EN_OPS(ghc_text_encoder_ops, te)->info(EN_SELF(te), out);
+    return rc < 0 ? ghc_error_member(EN_CORE(te), seq, rc, "text_encoder", EN_OPS(ghc_text_encoder_ops, te)->name,
+                                     "info", NULL) : rc;
+}
+
+int ghc_text_encoder_encode(ghc_text_encoder_t *te, const char *text, ghc_tensor_t **embed)
+{
+    *embed = NULL;
+    uint64_t seq = ghc_error_seq(EN_CORE(te));
+    int rc = EN_OPS(ghc_text_encoder_ops, te)->encode(EN_SELF(te), text, embed);
+    return rc < 0 ? ghc_error_member(EN_CORE(te), seq, rc, "text_encoder", EN_OPS(ghc_text_encoder_ops, te)->name,
+                                     "encode", NULL) : rc;
+}
 
 #define MP_OPS(mp) ((const struct ghc_mempolicy_ops *)((struct ghc_instance *)(mp))->ops)
 #define MP_SELF(mp) (((struct ghc_instance *)(mp))->self)

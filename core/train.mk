@@ -6,7 +6,7 @@
 # of libgh200core only (never core_impl.h).
 lib_LTLIBRARIES += libgh200core_train.la
 libgh200core_train_la_SOURCES = core/train.c core/train_check.c core/checkpoint.c core/outdir.c core/progress.c \
-	core/train_impl.h core/sampler.c core/tboard.c core/demo.c core/dist_shard.c core/dist_shard.h
+	core/train_impl.h core/sampler.c core/tboard.c core/demo.c core/dist_shard.c core/dist_shard.h core/prepare.c
 libgh200core_train_la_SOURCES += core/dataset.c core/dataset_impl.h core/data_formats.c core/data_aitk.c \
 	core/data_order.c core/data_batch.c
 # raw media for `prepare` (media.h): folder scan, captions, buckets, clips (media.c), musubi-tuner's

@@ -19,6 +19,7 @@
 #include <gh200core/tensor.h>
 
 #include "testutil.h"
+#include "media_write.h"
 
 #ifdef GHC_HAVE_FFMPEG
 #include <libavcodec/avcodec.h>
@@ -480,129 +481,6 @@ END_TEST
 #define READ_OK(d, s, fr) \
     ck_assert_msg(ghc_media_decoder_read((d), (s), (fr)) == 0, "%s", ghc_media_decoder_error(d))
 
-/* ---- writing media with libavcodec ------------------------------------------------------------ */
-
-typedef void (*fill_fn)(int k, int w, int h, uint8_t *rgb);   /* frame k as packed RGB24 */
-
-/* Encode n frames (pts in 1/1000 s from `pts_ms`, else k / fps) into `path`. */
-static void write_video(const char *path, const char *muxer, enum AVCodecID id, enum AVPixelFormat pix, int w, int h,
-                        int n, int fps, const int64_t *pts_ms, fill_fn fill)
-{
-    AVFormatContext *oc = NULL;
-    ck_assert_int_ge(avformat_alloc_output_context2(&oc, NULL, muxer, path), 0);
-    const AVCodec *codec = avcodec_find_encoder(id);
-    ck_assert_ptr_nonnull(codec);
-    AVStream *st = avformat_new_stream(oc, NULL);
-    AVCodecContext *c = avcodec_alloc_context3(codec);
-    c->width = w;
-    c->height = h;
-    c->pix_fmt = pix;
-    c->time_base = pts_ms ? (AVRational){ 1, 1000 } : (AVRational){ 1, fps };
-    c->framerate = (AVRational){ fps, 1 };
-    c->gop_size = 4;
-    c->max_b_frames = 0;
-    if (id == AV_CODEC_ID_MPEG4) {
-        c->flags |= AV_CODEC_FLAG_QSCALE;
-        c->global_quality = FF_QP2LAMBDA * 2;
-    }
-    if (oc->oformat->flags & AVFMT_GLOBALHEADER)
-        c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    ck_assert_int_ge(avcodec_open2(c, codec, NULL), 0);
-    ck_assert_int_ge(avcodec_parameters_from_context(st->codecpar, c), 0);
-    st->time_base = c->time_base;
-    ck_assert_int_ge(avio_open(&oc->pb, path, AVIO_FLAG_WRITE), 0);
-    ck_assert_int_ge(avformat_write_header(oc, NULL), 0);
-    AVFrame *fr = av_frame_alloc();
-    fr->format = pix;
-    fr->width = w;
-    fr->height = h;
-    ck_assert_int_ge(av_frame_get_buffer(fr, 0), 0);
-    struct SwsContext *sws = sws_getContext(w, h, AV_PIX_FMT_RGB24, w, h, pix, SWS_BILINEAR, NULL, NULL, NULL);
-    uint8_t *rgb = malloc((size_t)w * h * 3 + 64);   /* swscale's SIMD loads read past the end */
-    AVPacket *pkt = av_packet_alloc();
-    for (int k = 0; k <= n; k++) {
-        if (k < n) {
-            ck_assert_int_ge(av_frame_make_writable(fr), 0);
-            fill(k, w, h, rgb);
-            const uint8_t *in[4] = { rgb, NULL, NULL, NULL };
-            const int ls[4] = { w * 3, 0, 0, 0 };
-            sws_scale(sws, in, ls, 0, h, fr->data, fr->linesize);
-            fr->pts = pts_ms ? pts_ms[k] : k;
-        }
-        ck_assert_int_ge(avcodec_send_frame(c, k < n ? fr : NULL), 0);
-        while (avcodec_receive_packet(c, pkt) == 0) {
-            if (!pts_ms)
-                pkt->duration = 1;
-            av_packet_rescale_ts(pkt, c->time_base, st->time_base);
-            pkt->stream_index = st->index;
-            ck_assert_int_ge(av_interleaved_write_frame(oc, pkt), 0);
-        }
-    }
-    ck_assert_int_ge(av_write_trailer(oc), 0);
-    avio_closep(&oc->pb);
-    av_packet_free(&pkt);
-    free(rgb);
-    sws_freeContext(sws);
-    av_frame_free(&fr);
-    avcodec_free_context(&c);
-    avformat_free_context(oc);
-}
-
-/* One picture as a file (PNG or JPEG packets are whole files); `px` packed in `pix`
- * (rgb24 / rgba), converted when the codec needs another format. */
-static void write_image(const char *path, enum AVCodecID id, enum AVPixelFormat in_pix, enum AVPixelFormat pix,
-                        int w, int h, const uint8_t *px)
-{
-    const AVCodec *codec = avcodec_find_encoder(id);
-    ck_assert_ptr_nonnull(codec);
-    AVCodecContext *c = avcodec_alloc_context3(codec);
-    c->width = w;
-    c->height = h;
-    c->pix_fmt = pix;
-    c->time_base = (AVRational){ 1, 25 };
-    if (id == AV_CODEC_ID_MJPEG) {
-        c->flags |= AV_CODEC_FLAG_QSCALE;
-        c->global_quality = FF_QP2LAMBDA * 2;
-        c->color_range = AVCOL_RANGE_JPEG;
-    }
-    ck_assert_int_ge(avcodec_open2(c, codec, NULL), 0);
-    AVFrame *fr = av_frame_alloc();
-    fr->format = pix;
-    fr->width = w;
-    fr->height = h;
-    ck_assert_int_ge(av_frame_get_buffer(fr, 0), 0);
-    int bpp = in_pix == AV_PIX_FMT_RGBA ? 4 : 3;
-    struct SwsContext *sws = sws_getContext(w, h, in_pix, w, h, pix, SWS_BILINEAR, NULL, NULL, NULL);
-    uint8_t *padded = calloc(1, (size_t)w * h * bpp + 64);   /* swscale's SIMD loads read past the end */
-    memcpy(padded, px, (size_t)w * h * bpp);
-    const uint8_t *in[4] = { padded, NULL, NULL, NULL };
-    const int ls[4] = { w * bpp, 0, 0, 0 };
-    sws_scale(sws, in, ls, 0, h, fr->data, fr->linesize);
-    free(padded);
-    AVPacket *pkt = av_packet_alloc();
-    ck_assert_int_ge(avcodec_send_frame(c, fr), 0);
-    ck_assert_int_ge(avcodec_send_frame(c, NULL), 0);
-    ck_assert_int_eq(avcodec_receive_packet(c, pkt), 0);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    fwrite(pkt->data, 1, (size_t)pkt->size, f);
-    fclose(f);
-    av_packet_free(&pkt);
-    sws_freeContext(sws);
-    av_frame_free(&fr);
-    avcodec_free_context(&c);
-}
-
-/* R = 6x, G = 10y, B = 20k + 3: every pixel says where it is */
-static void fill_pattern(int k, int w, int h, uint8_t *rgb)
-{
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            uint8_t *p = rgb + ((size_t)y * w + x) * 3;
-            p[0] = (uint8_t)(6 * x), p[1] = (uint8_t)(10 * y), p[2] = (uint8_t)(20 * k + 3);
-        }
-}
-
 /* a solid colour per frame, far apart from frame to frame */
 static void solid(int k, uint8_t c[3])
 {
@@ -633,7 +511,7 @@ START_TEST(decode_lossless_odd_size)
 {
     char *dir = tu_tmpdir();
     char *mkv = path_in(dir, "odd.mkv");
-    write_video(mkv, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 37, 23, 7, 25, NULL, fill_pattern);
+    tu_write_video(mkv, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 37, 23, 7, 25, NULL, tu_fill_pattern);
     ghc_media_decoder_t *d = ghc_media_decoder_init(1);
     struct ghc_media_info info;
     ck_assert_int_eq(ghc_media_decoder_open(d, mkv, &info), 0);
@@ -647,7 +525,7 @@ START_TEST(decode_lossless_odd_size)
     ck_assert(fr.width == 37 && fr.height == 23 && fr.frames == 7 && fr.n_clips == 1 && fr.clips[0].frames == 7);
     uint8_t *want = malloc(37 * 23 * 3);
     for (int k = 0; k < 7; k++) {
-        fill_pattern(k, 37, 23, want);
+        tu_fill_pattern(k, 37, 23, want);
         ck_assert_msg(!memcmp(fr.rgb + (size_t)k * 37 * 23 * 3, want, 37 * 23 * 3), "frame %d differs", k);
     }
     /* a second read decodes again (the file is opened anew) */
@@ -665,7 +543,7 @@ START_TEST(decode_lossless_odd_size)
     /* the same frames resized one by one through the public resizer */
     uint8_t *one = malloc((size_t)bw * bh * 3);
     for (int k = 0; k < 5; k++) {
-        fill_pattern(k, 37, 23, want);
+        tu_fill_pattern(k, 37, 23, want);
         ck_assert_int_eq(ghc_media_resize_crop(want, 37, 23, 37 * 3, one, bw, bh), 0);
         ck_assert(!memcmp(fr.rgb + (size_t)k * bw * bh * 3, one, (size_t)bw * bh * 3));
         /* blue is constant per frame: stays exact through the filter */
@@ -685,7 +563,7 @@ START_TEST(decode_modes_mp4)
     char *dir = tu_tmpdir();
     char *mp4 = path_in(dir, "clip.mp4");
     enum { N = 22 };
-    write_video(mp4, "mp4", AV_CODEC_ID_MPEG4, AV_PIX_FMT_YUV420P, 64, 48, N, 30, NULL, fill_solid);
+    tu_write_video(mp4, "mp4", AV_CODEC_ID_MPEG4, AV_PIX_FMT_YUV420P, 64, 48, N, 30, NULL, fill_solid);
     ghc_media_decoder_t *d = ghc_media_decoder_init(0);
     struct ghc_media_info info;
     ck_assert_int_eq(ghc_media_decoder_open(d, mp4, &info), 0);
@@ -781,7 +659,7 @@ START_TEST(decode_vfr)
     char *mkv = path_in(dir, "vfr.mkv");
     const int64_t pts[] = { 0, 10, 50, 60, 200, 210, 400, 410, 420, 800, 810, 1000, 1500 };
     enum { N = 13 };
-    write_video(mkv, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 32, 32, N, 25, pts, fill_pattern);
+    tu_write_video(mkv, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 32, 32, N, 25, pts, tu_fill_pattern);
     ghc_media_decoder_t *d = ghc_media_decoder_init(1);
     ck_assert_int_eq(ghc_media_decoder_open(d, mkv, NULL), 0);
     const int32_t t[] = { 13 };
@@ -808,7 +686,7 @@ START_TEST(decode_images)
         rgba[4 * i + 2] = (uint8_t)(255 - i % 200), rgba[4 * i + 3] = (uint8_t)(i % 3 ? 0 : 128);
     }
     char *png = path_in(dir, "alpha.PNG");
-    write_image(png, AV_CODEC_ID_PNG, AV_PIX_FMT_RGBA, AV_PIX_FMT_RGBA, W, H, rgba);
+    tu_write_image(png, AV_CODEC_ID_PNG, AV_PIX_FMT_RGBA, AV_PIX_FMT_RGBA, W, H, rgba);
     ghc_media_decoder_t *d = ghc_media_decoder_init(1);
     struct ghc_media_info info;
     ck_assert_int_eq(ghc_media_decoder_open(d, png, &info), 0);
@@ -844,7 +722,7 @@ START_TEST(decode_images)
     for (int i = 0; i < 40 * 30; i++)
         rgb[3 * i] = 200, rgb[3 * i + 1] = 120, rgb[3 * i + 2] = 40;
     char *jpg = path_in(dir, "solid.jpg");
-    write_image(jpg, AV_CODEC_ID_MJPEG, AV_PIX_FMT_RGB24, AV_PIX_FMT_YUVJ444P, 40, 30, rgb);
+    tu_write_image(jpg, AV_CODEC_ID_MJPEG, AV_PIX_FMT_RGB24, AV_PIX_FMT_YUVJ444P, 40, 30, rgb);
     ck_assert_int_eq(ghc_media_decoder_open(d, jpg, &info), 0);
     READ_OK(d, NULL, &fr);
     const uint8_t col[3] = { 200, 120, 40 };

@@ -81,7 +81,7 @@ START_TEST(prepare_media_to_caches)
     ck_assert_int_eq(mkdir(clips, 0755), 0);
     free(tu_write(dir, "train.cfg", cfg_text));
     snprintf(path, sizeof(path), "%s/a.mkv", clips);
-    tu_write_video(path, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_YUV444P, 48, 32, 9, 16, NULL, tu_fill_pattern);
+    tu_write_video(path, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 48, 32, 9, 16, NULL, tu_fill_pattern);
     uint8_t px[32 * 48 * 3];
     tu_fill_pattern(3, 48, 32, px);
     snprintf(path, sizeof(path), "%s/b.png", clips);
@@ -173,8 +173,9 @@ START_TEST(prepare_config_errors)
     ck_assert_int_eq(cli(dir, &out, "prepare"), 2);
     ck_assert_msg(strstr(out, "prepare needs a configuration (-c FILE)"), "%s", out);
     free(out);
-    /* a folder without media: nothing to do, no encoder loaded */
-    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set 'vae.plugin=\"nosuch\"'") == 0, "%s", out);
+    /* a folder without media: nothing to do, said so, no encoder loaded */
+    ck_assert_int_eq(cli(dir, &out, "prepare -c train.cfg --set 'vae.plugin=\"nosuch\"'"), 3);
+    ck_assert_msg(strstr(out, "no media in the folders of data.datasets") && !strstr(out, "nosuch"), "%s", out);
     free(out);
     free(tu_write(clips, "a.png", "x"));
     free(tu_write(clips, "a.txt", "a caption"));

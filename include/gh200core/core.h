@@ -192,6 +192,10 @@ GHC_API bool ghc_cfg_has(const ghc_cfg_t *cfg, const char *key);
 GHC_API const char *ghc_cfg_where(ghc_cfg_t *cfg, const char *key);
 /* The section's dotted path ("optimizer", "network.targets"). Borrowed, valid with cfg. */
 GHC_API const char *ghc_cfg_path(const ghc_cfg_t *cfg);
+/* (since API 16) The section's settings as text, in file order ("path=\"a\";random={seed=7;};"),
+ * into buf (len bytes, cut short when it does not fit): what identifies them, for a hash.
+ * Returns the length it needs (as snprintf). */
+GHC_API int ghc_cfg_text(ghc_cfg_t *cfg, char *buf, size_t len);
 /* The core that owns this section. */
 GHC_API ghc_core_t *ghc_cfg_core(const ghc_cfg_t *cfg);
 

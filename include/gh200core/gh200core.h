@@ -14,5 +14,6 @@
 #include <gh200core/scheduler.h>
 #include <gh200core/dataset.h>
 #include <gh200core/media.h>
+#include <gh200core/encoder.h>
 
 #endif /* GHC_GH200CORE_H */

@@ -21,6 +21,8 @@ enum ghc_kind {
     GHC_KIND_NETWORK,        /* adapters: attach, params, hooks, save, load, merge */
     GHC_KIND_OPTIMIZER,      /* updates adapter params from their grads */
     GHC_KIND_SCHEDULER,      /* per step: micro-batches to accumulate, lr factor */
+    GHC_KIND_VAE,            /* (since API 16) clips <-> latents (encoder.h) */
+    GHC_KIND_TEXT_ENCODER,   /* (since API 16) captions -> text embeddings (encoder.h) */
     GHC_KIND_COUNT
 };
 
@@ -63,6 +65,8 @@ struct ghc_model_ops;
 struct ghc_network_ops;
 struct ghc_optimizer_ops;
 struct ghc_scheduler_ops;
+struct ghc_vae_ops;
+struct ghc_text_encoder_ops;
 
 /* Register an ops struct under ops->name for its kind. Only from a plugin's init(), for a
  * kind its descriptor declares. The core copies min(ops->struct_size, sizeof) bytes (members
@@ -77,6 +81,9 @@ GHC_API int ghc_register_model(ghc_core_t *core, const struct ghc_model_ops *ops
 GHC_API int ghc_register_network(ghc_core_t *core, const struct ghc_network_ops *ops);
 GHC_API int ghc_register_optimizer(ghc_core_t *core, const struct ghc_optimizer_ops *ops);
 GHC_API int ghc_register_scheduler(ghc_core_t *core, const struct ghc_scheduler_ops *ops);
+/* (since API 16) */
+GHC_API int ghc_register_vae(ghc_core_t *core, const struct ghc_vae_ops *ops);
+GHC_API int ghc_register_text_encoder(ghc_core_t *core, const struct ghc_text_encoder_ops *ops);
 
 GHC_END_DECLS
 

@@ -4,6 +4,8 @@
 #ifndef GHC_TRAIN_H
 #define GHC_TRAIN_H
 
+#include <stdbool.h>
+
 #include <gh200core/core.h>
 
 GHC_BEGIN_DECLS
@@ -75,6 +77,36 @@ GHC_API int ghc_train_check_output(ghc_core_t *core, const struct ghc_train_opts
 /* The keys the core declares for its own sections "train" and "demo" (doc/config.md), or
  * NULL for another name. */
 GHC_API const struct ghc_cfg_key *ghc_train_section_keys(const char *section);
+
+/* ---- prepare (since API 16): media to caches ---------------------------------------------- */
+
+/* `data.prepare`: whether `gh200core -c` runs ghc_prepare before training. */
+enum ghc_prepare_mode {
+    GHC_PREPARE_AUTO = 0,   /* encode what is missing or stale (the default) */
+    GHC_PREPARE_NEVER,      /* train on the caches as they are */
+    GHC_PREPARE_ALWAYS,     /* encode everything again */
+};
+struct ghc_prepare_stats {
+    int64_t files;          /* media files seen */
+    int64_t encoded;        /* of them encoded now */
+    int64_t clips;          /* clips (samples) written */
+    int64_t up_to_date;     /* files whose caches matched their hash */
+    int64_t skipped;        /* bad files skipped (skip_bad_samples) */
+    double  seconds;
+};
+/* The configuration's data.prepare (GHC_PREPARE_AUTO when absent). Returns 0 or GHC_ECONFIG. */
+GHC_API int ghc_prepare_mode(ghc_core_t *core, int *mode);
+/* Encode every media dataset of the `data` section (media.h: a folder of videos and images
+ * with captions; folders without media, absent folders and a configuration without datasets
+ * are left alone: nothing to do) with the configuration's `vae` and
+ * `text_encoder` (encoder.h, loaded when first needed) into gh200core caches beside the media
+ * (doc/prepare.md): per clip <stem>.latent.safetensors and <stem>.text.safetensors, bf16, a
+ * hidden manifest per media file holding the hash of its bytes, caption and settings; a file
+ * whose manifest matches is not read again (unless force). The empty prompt's embedding goes
+ * to the first media folder's .gh200core-empty-prompt.safetensors, and data.empty_prompt
+ * names it when unset. A bad file is an error naming it, or with data.skip_bad_samples a
+ * counted skip. out (may be NULL) gets the counts. Returns 0 or GHC_E*. */
+GHC_API int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out);
 
 /* Ask a running ghc_train() to finish its step, write a checkpoint and return. Safe in a
  * signal handler; `sig` is remembered (ghc_train_stop_signal). */

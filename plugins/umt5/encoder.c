@@ -7,6 +7,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -309,6 +310,64 @@ ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_u
             (long long)c->vocab, c->num_buckets, ghc_dtype_name(ghc_tensor_dtype(enc->embed)));
 out:
     ghc_st_free(st);
+    if (rc < 0) {
+        ghc_umt5_free(enc);
+        return NULL;
+    }
+    return enc;
+}
+
+/* A drawn f32 CPU tensor: `one` 1 everywhere (a norm's weight), else normal times `scale`. */
+static int drawn(ghc_core_t *core, int ndim, const int64_t *shape, bool one, float scale, uint64_t seed,
+                 ghc_tensor_t **out)
+{
+    struct ghc_rng rng = { .seed = seed, .offset = 0 };
+    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, ndim, shape, GHC_DEVICE_CPU, GHC_ROLE_WEIGHTS);
+    int rc = !t ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM)
+           : one ? ghc_op_fill(t, 1.0, NULL) : ghc_op_rand_normal(t, &rng, NULL);
+    if (rc == 0 && !one)
+        rc = ghc_op_scale(t, t, scale, NULL);
+    if (rc < 0)
+        ghc_tensor_free(t);
+    *out = rc < 0 ? NULL : t;
+    return rc;
+}
+
+ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config *cfg, uint64_t seed)
+{
+    const struct ghc_umt5_config *c = cfg;
+    if (c->layers < 1 || c->heads < 1 || c->d_kv < 1 || c->num_buckets < 4 || c->d_ff < 1 || c->d_model < 1 ||
+        c->vocab < 2) {
+        ghc_error_set(core, GHC_EINVAL, "umt5: a random encoder needs layers, heads, d_kv, d_ff, d_model >= 1, "
+                      "vocab >= 2 and num_buckets >= 4");
+        return NULL;
+    }
+    ghc_umt5_t *enc = calloc(1, sizeof(*enc));
+    if (!enc || !(enc->layers = calloc((size_t)c->layers, sizeof(*enc->layers)))) {
+        free(enc);
+        ghc_error_set(core, GHC_ENOMEM, "umt5: out of memory");
+        return NULL;
+    }
+    enc->core = core;
+    enc->cfg = *c;
+    enc->cfg.max_distance = c->max_distance ? c->max_distance : 128;
+    enc->cfg.eps = c->eps > 0.0f ? c->eps : 1e-6f;
+    const int64_t D = c->d_model, I = c->heads * c->d_kv, F = c->d_ff;
+    const int64_t shapes[W_COUNT][2] = {
+        [W_NORM1] = { D, 0 }, [W_Q] = { I, D }, [W_K] = { I, D }, [W_V] = { I, D }, [W_O] = { D, I },
+        [W_BIAS] = { c->num_buckets, c->heads }, [W_NORM2] = { D, 0 }, [W_WI0] = { F, D }, [W_WI1] = { F, D },
+        [W_WO] = { D, F },
+    };
+    int rc = drawn(core, 2, (const int64_t[]){ c->vocab, D }, false, 1.0f, seed, &enc->embed);
+    if (rc == 0)
+        rc = drawn(core, 1, &D, true, 0.0f, 0, &enc->final_norm);
+    for (int64_t l = 0; l < c->layers && rc == 0; l++)
+        for (int j = 0; j < W_COUNT && rc == 0; j++) {
+            bool norm = j == W_NORM1 || j == W_NORM2;
+            float scale = j == W_BIAS ? 0.1f : (float)(1.0 / sqrt((double)shapes[j][1]));
+            rc = drawn(core, norm ? 1 : 2, shapes[j], norm, scale, seed + (uint64_t)(l * W_COUNT + j + 1),
+                       &enc->layers[l].w[j]);
+        }
     if (rc < 0) {
         ghc_umt5_free(enc);
         return NULL;

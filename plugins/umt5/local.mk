@@ -16,3 +16,9 @@ EXTRA_DIST += plugins/umt5/spm.cc
 endif
 EXTRA_DIST += plugins/umt5/make_tables.py
 dist_doc_DATA += doc/text-encoder.md
+# the `umt5` text_encoder plugin (encoder.h)
+plugins_LTLIBRARIES += plugins/ghc_umt5.la
+plugins_ghc_umt5_la_SOURCES = plugins/umt5/plugin.c
+plugins_ghc_umt5_la_CFLAGS = $(PLUGIN_CFLAGS)
+plugins_ghc_umt5_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_ghc_umt5_la_LIBADD = plugins/umt5/libumt5_impl.la libgh200core_ops.la libgh200core.la -lm

@@ -82,6 +82,10 @@ typedef struct ghc_umt5 ghc_umt5_t;
  * umT5's 128 and 1e-6. A PyTorch .pth/.pt/.bin is refused naming the safetensors files to use.
  * NULL on error (a missing tensor or a wrong shape names the tensor); free with ghc_umt5_free. */
 ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_umt5_config *want);
+/* An encoder of shape cfg (max_distance 0 and eps 0: umT5's) with weights drawn from `seed`
+ * (norms 1, the rest normal with variance 1 / fan-in; the embedding standard normal): the
+ * embedded demo's tiny text encoder. NULL on error (a field out of range). */
+ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config *cfg, uint64_t seed);
 /* NULL is a no-op. */
 void ghc_umt5_free(ghc_umt5_t *enc);
 /* The loaded shape. Borrowed; valid until ghc_umt5_free. */

@@ -42,7 +42,34 @@ struct loader {
     ghc_wanvae_t *vae;
     ghc_st_t     *st;
     const char   *path;
+    bool          synth;   /* the weights drawn (ghc_wanvae_opts.random), not read */
+    uint64_t      seed;
 };
+
+/* A drawn weight for official tensor `name` of `shape` (the layout's): norms' gamma 1, biases 0,
+ * the rest normal with variance 1 / fan-in, seeded by the seed and the name. */
+static ghc_tensor_t *synth(struct loader *L, const char *name, int ndim, const int64_t *shape)
+{
+    ghc_wanvae_t *vae = L->vae;
+    ghc_tensor_t *t = ghc_tensor_init(vae->core, GHC_DTYPE_F32, ndim, shape, vae->device, GHC_ROLE_WEIGHTS);
+    if (!t)
+        return NULL;
+    size_t n = strlen(name);
+    bool gamma = n >= 5 && !strcmp(name + n - 5, "gamma"), bias = n >= 4 && !strcmp(name + n - 4, "bias");
+    uint64_t h = L->seed ^ UINT64_C(1469598103934665603);
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)name[i]) * UINT64_C(1099511628211);
+    struct ghc_rng rng = { .seed = h, .offset = 0 };
+    int64_t fan = ghc_tensor_numel(t) / (shape[0] ? shape[0] : 1);
+    int rc = gamma || bias ? ghc_op_fill(t, gamma ? 1.0 : 0.0, NULL) : ghc_op_rand_normal(t, &rng, NULL);
+    if (rc == 0 && !gamma && !bias)
+        rc = ghc_op_scale(t, t, (float)(1.0 / sqrt((double)(fan > 0 ? fan : 1))), NULL);
+    if (rc < 0) {
+        ghc_tensor_free(t);
+        return NULL;
+    }
+    return wv_own(vae, t);
+}
 
 ghc_tensor_t *wv_own(ghc_wanvae_t *vae, ghc_tensor_t *t)
 {
@@ -174,6 +201,8 @@ static ghc_tensor_t *load(struct loader *L, const char *off, int ndim, const int
     char name[328], got[96], want[96];
     struct ghc_st_info info;
     file_name(vae, off, name, sizeof(name));
+    if (L->synth)
+        return synth(L, name, ndim, shape);
     if (!ghc_st_find(L->st, name, &info)) {
         ghc_error_set(vae->core, GHC_ENOTFOUND, "%s: missing tensor '%s' (%s names%s%s%s), expected %s", L->path,
                       name, vae->cfg.names == GHC_WANVAE_NAMES_DIFFUSERS ? "diffusers" : "official",
@@ -565,10 +594,23 @@ static bool has_ext(const char *path, const char *ext)
     return a >= b && strcmp(path + a - b, ext) == 0;
 }
 
-int wv_load(ghc_wanvae_t *vae, const char *path)
+int wv_load(ghc_wanvae_t *vae, const char *path, const struct ghc_wanvae_config *random, uint64_t seed)
 {
-    struct loader L = { vae, NULL, path };
+    struct loader L = { vae, NULL, path, random != NULL, seed };
     int rc;
+    if (random) {
+        vae->cfg = *random;
+        vae->cfg.names = GHC_WANVAE_NAMES_OFFICIAL;
+        vae->cfg.prefix[0] = '\0';
+        if ((vae->cfg.version != 21 && vae->cfg.version != 22) || vae->cfg.z_dim != (vae->cfg.version == 22 ? 48 : 16) ||
+            vae->cfg.base_dim < 1 || vae->cfg.dec_base_dim < 1 || vae->cfg.num_res_blocks < 1 ||
+            vae->cfg.patch != (vae->cfg.version == 22 ? 2 : 1))
+            return ghc_error_set(vae->core, GHC_EINVAL, "%s: a random Wan VAE needs version 21 (z_dim 16, patch 1) or "
+                                 "22 (z_dim 48, patch 2) and widths and blocks >= 1", path);
+        if ((rc = encoder(&L)) < 0 || (rc = decoder(&L)) < 0)
+            return rc;
+        goto tail;
+    }
     if (is_pickle(path) || has_ext(path, ".pth") || has_ext(path, ".pt") || has_ext(path, ".ckpt"))
         return ghc_error_set(vae->core, GHC_EUNSUPPORTED, "%s: a PyTorch pickle checkpoint (.pth); gh200core reads "
                              "safetensors only: use ComfyUI's split_files/vae/wan_2.1_vae.safetensors (Wan2.2 VAE: "
@@ -578,6 +620,7 @@ int wv_load(ghc_wanvae_t *vae, const char *path)
     if ((rc = detect_names(&L)) < 0 || (rc = detect_config(&L)) < 0 || (rc = encoder(&L)) < 0 ||
         (rc = decoder(&L)) < 0)
         goto out;
+tail:;
     const int64_t z = vae->cfg.z_dim;
     /* conv1 (the posterior's 1x1x1): only the mean's rows are used, a prefix of weight and bias */
     ghc_tensor_t *qw = LOAD(&L, "conv1.weight", 2 * z, 2 * z, 1, 1, 1), *qb = qw ? LOAD(&L, "conv1.bias", 2 * z) : NULL;
@@ -623,7 +666,7 @@ int wv_load(ghc_wanvae_t *vae, const char *path)
             vae->cfg.prefix, *vae->cfg.prefix ? "')" : "", (long long)vae->cfg.base_dim, (long long)vae->cfg.dec_base_dim,
             (long long)vae->cfg.dim_mult[0],
             (long long)vae->cfg.dim_mult[1], (long long)vae->cfg.dim_mult[2], (long long)vae->cfg.dim_mult[3],
-            (long long)vae->cfg.num_res_blocks, (long long)z, ghc_st_count(L.st));
+            (long long)vae->cfg.num_res_blocks, (long long)z, L.st ? ghc_st_count(L.st) : 0);
 out:
     ghc_st_free(L.st);
     return rc;

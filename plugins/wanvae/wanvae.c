@@ -488,7 +488,7 @@ ghc_wanvae_t *ghc_wanvae_init(ghc_core_t *core, const char *path, const struct g
     }
     vae->core = core;
     vae->device = opts ? opts->device : GHC_DEVICE_CPU;
-    if (wv_load(vae, path) < 0) {
+    if (wv_load(vae, path, opts ? opts->random : NULL, opts ? opts->seed : 0) < 0) {
         ghc_wanvae_free(vae);
         return NULL;
     }

@@ -45,6 +45,12 @@ struct ghc_wanvae_config {
 /* Options of ghc_wanvae_init; NULL: the defaults (zeroed struct = CPU). */
 struct ghc_wanvae_opts {
     int device;                   /* GHC_DEVICE_CPU (-1); a CUDA ordinal once the ops have kernels */
+    /* NULL, or a layout (version, base_dim, dec_base_dim, patch, dim_mult, num_res_blocks,
+     * temporal_down, z_dim) whose weights are drawn from `seed` instead of read (norms 1, biases
+     * 0, the rest normal with variance 1 / fan-in): the embedded demo's tiny VAE. `path` then
+     * only names it in messages. */
+    const struct ghc_wanvae_config *random;
+    uint64_t seed;
 };
 
 /* Load the VAE from `path`: a .safetensors file (or a sharded index) with official/ComfyUI or

@@ -72,9 +72,10 @@ struct ghc_wanvae {
     int                      n_owned, cap_owned;
 };
 
-/* load.c: read the configuration and every weight of `path` into vae (core, device set).
+/* load.c: read the configuration and every weight of `path` into vae (core, device set); with
+ * `random`, that layout's weights drawn from `seed` instead (path names it in messages).
  * Returns 0 or GHC_E* with the message set. */
-int wv_load(ghc_wanvae_t *vae, const char *path);
+int wv_load(ghc_wanvae_t *vae, const char *path, const struct ghc_wanvae_config *random, uint64_t seed);
 /* Keep t with the VAE (freed by ghc_wanvae_free). Returns t, or NULL (t freed) on ENOMEM. */
 ghc_tensor_t *wv_own(ghc_wanvae_t *vae, ghc_tensor_t *t);
 
