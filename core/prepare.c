@@ -8,10 +8,11 @@
  * settings (media keys, encoder sections) and the files made: a second run with the same hash
  * reads nothing else, an edited caption or setting re-encodes that file, and since the
  * manifest is written last (and every file atomically), a killed run leaves nothing served
- * stale. */
+ * stale. The next media file is hashed and decoded on a thread while one is encoded. */
 #include <config.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,19 +44,19 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
 
-/* The hash of a file's bytes into *h. Returns 0 or GHC_EIO. */
-static int hash_file(ghc_core_t *core, const char *path, uint64_t *h)
+/* The hash of a file's bytes into *h (any thread). Returns 0 or an errno value. */
+static int hash_file(const char *path, uint64_t *h)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return ghc_error_set(core, GHC_EIO, "prepare: %s: %s", path, strerror(errno));
+        return errno ? errno : EIO;
     char buf[1 << 16];
     size_t n;
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
         *h = fnv(*h, buf, n);
     int bad = ferror(f);
     fclose(f);
-    return bad ? ghc_error_set(core, GHC_EIO, "prepare: %s: read error", path) : 0;
+    return bad ? EIO : 0;
 }
 
 /* What makes an encoder section's output, appended to buf: its settings, and the size and time
@@ -178,15 +179,78 @@ static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash,
     return rc;
 }
 
-/* ---- one media file ------------------------------------------------------------------------- */
+/* ---- one media file: read (a worker thread), then encode (the caller's) -------------------- */
 
 struct prep {
     ghc_core_t            *core;
     bool                   force, skip_bad;
-    ghc_media_decoder_t   *dec;
     struct ghc_prepare_stats *st;
     char                   enc_fp[8192];    /* the encoder sections' fingerprint */
 };
+
+/* The reading of one media file, done on a thread of its own while the file before it is
+ * encoded: its hash, whether its caches are up to date, and (when not) its frames decoded.
+ * Touches neither the core nor its error buffer: failures go to msg. */
+struct job {
+    const struct prep *p;
+    const char        *dir, *mfp;
+    const struct ghc_media_settings *m;
+    const struct ghc_media_item *it;
+    ghc_media_decoder_t *dec;          /* owned by the caller, one per job slot */
+    char               hash[24], mpath[8400];
+    bool               current;        /* up to date: nothing to encode */
+    int                rc;             /* 0, or the failure (msg) */
+    char               msg[GHC_ERROR_MAX];
+    struct ghc_media_frames fr;
+    pthread_t          thread;
+    bool               running;
+};
+
+static void *job_read(void *arg)
+{
+    struct job *j = arg;
+    const struct ghc_media_item *it = j->it;
+    j->rc = 0;
+    j->current = false;
+    if (it->bad) {
+        j->rc = GHC_EFORMAT;
+        snprintf(j->msg, sizeof(j->msg), "%s", it->bad);
+        return NULL;
+    }
+    uint64_t h = FNV0;
+    int e = hash_file(it->path, &h);
+    if (e) {
+        j->rc = GHC_EIO;
+        snprintf(j->msg, sizeof(j->msg), "prepare: %s: %s", it->path, strerror(e));
+        return NULL;
+    }
+    h = fnv_str(fnv_str(fnv_str(h, it->caption), j->mfp), j->p->enc_fp);
+    snprintf(j->hash, sizeof(j->hash), "%016llx", (unsigned long long)h);
+    manifest_path(j->dir, it->name, j->mpath, sizeof(j->mpath));
+    if (!j->p->force && up_to_date(j->dir, j->mpath, j->hash)) {
+        j->current = true;
+        return NULL;
+    }
+    if ((j->rc = ghc_media_decoder_open(j->dec, it->path, NULL)) < 0 ||
+        (j->rc = ghc_media_decoder_read(j->dec, j->m, &j->fr)) < 0)
+        snprintf(j->msg, sizeof(j->msg), "%s", ghc_media_decoder_error(j->dec));
+    return NULL;
+}
+
+/* Start job j (on a thread; inline when none can be made). */
+static void job_start(struct job *j)
+{
+    j->running = pthread_create(&j->thread, NULL, job_read, j) == 0;
+    if (!j->running)
+        job_read(j);
+}
+
+static void job_wait(struct job *j)
+{
+    if (j->running)
+        pthread_join(j->thread, NULL);
+    j->running = false;
+}
 
 /* The stem of a media file name: the name without its extension. */
 static void stem_of(const char *name, char *buf, size_t len)
@@ -207,55 +271,43 @@ static int bad_sample(struct prep *p, int rc, const char *msg)
     return 0;
 }
 
-static int prepare_item(struct prep *p, const char *dir, const struct ghc_media_settings *m, const char *mfp,
-                        const struct ghc_media_item *it)
+/* Encode what job j read (after job_wait) and write its caches and manifest. */
+static int job_encode(struct prep *p, struct job *j)
 {
     ghc_core_t *core = p->core;
-    if (it->bad)
-        return bad_sample(p, GHC_EFORMAT, it->bad);
-    /* the hash: media bytes, caption, settings */
-    uint64_t h = FNV0;
-    int rc = hash_file(core, it->path, &h);
-    if (rc < 0)
-        return rc;
-    h = fnv_str(fnv_str(fnv_str(h, it->caption), mfp), p->enc_fp);
-    char hash[24], mpath[8400], stem[4096];
-    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)h);
-    manifest_path(dir, it->name, mpath, sizeof(mpath));
-    stem_of(it->name, stem, sizeof(stem));
-    if (!p->force && up_to_date(dir, mpath, hash)) {
+    const struct ghc_media_item *it = j->it;
+    int rc;
+    if (j->rc < 0)
+        return j->rc == GHC_EFORMAT ? bad_sample(p, j->rc, j->msg) : ghc_error_set(core, j->rc, "%s", j->msg);
+    if (j->current) {
         p->st->up_to_date++;
         return 0;
     }
-    /* decode once, for every clip */
-    struct ghc_media_frames fr;
-    if ((rc = ghc_media_decoder_open(p->dec, it->path, NULL)) < 0 || (rc = ghc_media_decoder_read(p->dec, m, &fr)) < 0) {
-        char msg[GHC_ERROR_MAX];
-        snprintf(msg, sizeof(msg), "%s", ghc_media_decoder_error(p->dec));
-        return rc == GHC_EFORMAT ? bad_sample(p, rc, msg) : ghc_error_set(core, rc, "%s", msg);
-    }
+    const struct ghc_media_frames *fr = &j->fr;
+    char stem[4096];
+    stem_of(it->name, stem, sizeof(stem));
     ghc_vae_t *vae = ghc_vae_get(core);
     ghc_text_encoder_t *te = vae ? ghc_text_encoder_get(core) : NULL;
     if (!te)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
     ghc_tensor_t *text = NULL;
-    char **files = calloc((size_t)(2 * fr.n_clips + 1), sizeof(*files));
+    char **files = calloc((size_t)(2 * fr->n_clips + 1), sizeof(*files));
     int nf = 0;
     if (!files)
         return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
     if ((rc = ghc_text_encoder_encode(te, it->caption, &text)) < 0)
         goto out;
-    for (int64_t c = 0; c < fr.n_clips && rc == 0; c++) {
-        const struct ghc_media_clip *cl = &fr.clips[c];
+    for (int64_t c = 0; c < fr->n_clips && rc == 0; c++) {
+        const struct ghc_media_clip *cl = &fr->clips[c];
         char name[4200], path[8400];
-        int64_t vs[4] = { 3, cl->frames, fr.height, fr.width };
+        int64_t vs[4] = { 3, cl->frames, fr->height, fr->width };
         ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS), *lat = NULL;
         if (!video) {
             rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
             break;
         }
-        ghc_media_to_vae_f32(fr.rgb + (size_t)cl->start * (size_t)fr.height * (size_t)fr.width * 3, cl->frames,
-                             fr.height, fr.width, ghc_tensor_data(video));
+        ghc_media_to_vae_f32(fr->rgb + (size_t)cl->start * (size_t)fr->height * (size_t)fr->width * 3, cl->frames,
+                             fr->height, fr->width, ghc_tensor_data(video));
         if (it->kind == GHC_MEDIA_VIDEO)
             snprintf(name, sizeof(name), "%s_%05lld-%03d", stem, (long long)cl->start, cl->frames);
         else
@@ -269,20 +321,20 @@ static int prepare_item(struct prep *p, const char *dir, const struct ghc_media_
                 break;
             }
             sprintf(files[nf], "%s%s", name, k ? ".text.safetensors" : ".latent.safetensors");
-            snprintf(path, sizeof(path), "%s/%s", dir, files[nf++]);
-            rc = k ? write_bf16(core, path, "text_embed", text, hash) : write_bf16(core, path, "latent", lat, hash);
+            snprintf(path, sizeof(path), "%s/%s", j->dir, files[nf++]);
+            rc = k ? write_bf16(core, path, "text_embed", text, j->hash) : write_bf16(core, path, "latent", lat, j->hash);
         }
         ghc_tensor_free(lat);
         p->st->clips++;
     }
     if (rc == 0) {
-        remove_stale(core, dir, mpath, files, nf);
-        rc = write_manifest(core, mpath, hash, files, nf);
+        remove_stale(core, j->dir, j->mpath, files, nf);
+        rc = write_manifest(core, j->mpath, j->hash, files, nf);
     }
     if (rc == 0) {
         p->st->encoded++;
-        ghc_log(core, GHC_LOG_DEBUG, "prepare: %s: %lld clip%s at %dx%d", it->path, (long long)fr.n_clips,
-                fr.n_clips == 1 ? "" : "s", fr.width, fr.height);
+        ghc_log(core, GHC_LOG_DEBUG, "prepare: %s: %lld clip%s at %dx%d", it->path, (long long)fr->n_clips,
+                fr->n_clips == 1 ? "" : "s", fr->width, fr->height);
     }
 out:
     ghc_tensor_free(text);
@@ -319,6 +371,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
     if (!data || (rc = ghc_cfg_list_len(data, "datasets", &n_sets)) < 0 || n_sets == 0)
         return rc;   /* nothing to prepare (the dataset says what is missing when it opens) */
     struct prep p = { .core = core, .force = force, .st = &st };
+    ghc_media_decoder_t *dec[2] = { NULL, NULL };
     if ((rc = ghc_cfg_get_bool(data, "skip_bad_samples", false, &p.skip_bad)) < 0)
         return rc;
     section_fp(core, "vae", p.enc_fp, sizeof(p.enc_fp));
@@ -351,22 +404,38 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             media_fp(&m, mfp, sizeof(mfp));
             if (!first_dir[0])
                 snprintf(first_dir, sizeof(first_dir), "%s", dir);
-            if (!p.dec && !(p.dec = ghc_media_decoder_init(0)))
-                rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+            for (int k = 0; k < 2 && rc == 0; k++)
+                if (!dec[k] && !(dec[k] = ghc_media_decoder_init(0)))
+                    rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
             ghc_log(core, GHC_LOG_INFO, "prepare: %s: %lld media file%s", dir, (long long)n, n == 1 ? "" : "s");
         }
+        /* file k + 1 is read (hashed, decoded) on a thread while file k is encoded */
+        struct job jobs[2];
+        for (int k = 0; k < 2; k++)
+            jobs[k] = (struct job){ .p = &p, .dir = dir, .mfp = mfp, .m = &m, .dec = dec[k] };
+        if (n > 0 && rc == 0) {
+            jobs[0].it = ghc_media_list_at(list, 0);
+            job_start(&jobs[0]);
+        }
         for (int64_t k = 0; k < n && rc == 0; k++) {
+            struct job *cur = &jobs[k % 2], *next = &jobs[(k + 1) % 2];
             double tk = ghc_progress_now();
             int64_t before = st.encoded;
-            rc = prepare_item(&p, dir, &m, mfp, ghc_media_list_at(list, k));
+            job_wait(cur);
+            if (k + 1 < n) {
+                next->it = ghc_media_list_at(list, k + 1);
+                job_start(next);
+            }
+            rc = job_encode(&p, cur);
             st.files++;
             if (rc == 0 && st.encoded > before) {
                 double el = ghc_progress_now() - t0, per = el / (double)st.files;
                 ghc_log(core, GHC_LOG_INFO, "prepare: [%lld/%lld] %s: encoded in %.2f s; ETA %.0f s", (long long)(k + 1),
-                        (long long)n, ghc_media_list_at(list, k)->name, ghc_progress_now() - tk,
-                        per * (double)(n - k - 1));
+                        (long long)n, cur->it->name, ghc_progress_now() - tk, per * (double)(n - k - 1));
             }
         }
+        for (int k = 0; k < 2; k++)
+            job_wait(&jobs[k]);   /* a failure leaves the next file's reading to finish */
         ghc_media_list_free(list);
     }
     /* the empty prompt, for text dropout: beside the first media dataset, a hidden file */
@@ -391,7 +460,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         if (rc == 0 && !ghc_cfg_has(data, "empty_prompt"))
             rc = ghc_cfg_set_string(data, "empty_prompt", path);
     }
-    ghc_media_decoder_free(p.dec);
+    ghc_media_decoder_free(dec[0]);
+    ghc_media_decoder_free(dec[1]);
     st.seconds = ghc_progress_now() - t0;
     if (rc == 0 && st.files)
         ghc_log(core, GHC_LOG_INFO, "prepare: %lld media files: %lld encoded (%lld clips), %lld up to date, %lld "

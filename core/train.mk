@@ -15,5 +15,5 @@ libgh200core_train_la_SOURCES += core/dataset.c core/dataset_impl.h core/data_fo
 libgh200core_train_la_SOURCES += core/media.c core/media_resize.c core/media_ffmpeg.c core/media_impl.h
 libgh200core_train_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS) $(FFMPEG_CFLAGS)
 libgh200core_train_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
-libgh200core_train_la_LIBADD = libgh200core_ops.la libgh200core.la $(LIBCONFIG_LIBS) $(JANSSON_LIBS) $(FFMPEG_LIBS) -lm
+libgh200core_train_la_LIBADD = libgh200core_ops.la libgh200core.la $(LIBCONFIG_LIBS) $(JANSSON_LIBS) $(FFMPEG_LIBS) $(PTHREAD_LIBS) -lm
 
