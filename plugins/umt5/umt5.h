@@ -1,7 +1,7 @@
 /* umt5.h: the umT5 text encoder of Wan2.x (umT5-XXL, doc/text-encoder.md): its tokenizer
  * (SentencePiece through libsentencepiece, after Wan's prompt cleaning) and its encoder
- * forward, an f32 CPU reference computed through libgh200core_ops. The module of the future
- * text-encoder plugin; not installed. Errors go to the core's message (ghc_error_message),
+ * forward, an f32 CPU reference computed through libgh200core_ops. The module of the `umt5`
+ * text_encoder plugin (plugin.c); not installed. Errors go to the core's message (ghc_error_message),
  * one line naming the file, tensor or text position. */
 #ifndef GHC_UMT5_H
 #define GHC_UMT5_H

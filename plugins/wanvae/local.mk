@@ -1,7 +1,7 @@
 # plugins/wanvae: the Wan2.1 and Wan2.2 video VAEs (encode clips to normalised latents, decode
-# latents to clips; doc/vae.md), a module with its own header (wanvae.h) that the encoder plugin
-# kind and `gh200core prepare` build on. Computes through libgh200core_ops. A convenience library
-# for now; tests/test_wanvae links it.
+# latents to clips; doc/vae.md), a module with its own header (wanvae.h). Computes through
+# libgh200core_ops. A convenience library that the `wanvae` vae plugin (below) and
+# tests/test_wanvae link.
 noinst_LTLIBRARIES += plugins/wanvae/libwanvae.la
 plugins_wanvae_libwanvae_la_SOURCES = plugins/wanvae/wanvae.h plugins/wanvae/wanvae_impl.h \
 	plugins/wanvae/wanvae.c plugins/wanvae/load.c

@@ -5,7 +5,7 @@
  * ops do; today the convolution ops are CPU only). doc/vae.md has the user's side: files,
  * namings, dtypes, memory.
  *
- * Not installed: the module the encoder plugin kind and `gh200core prepare` build on. One clip
+ * Not installed: the module of the `wanvae` vae plugin (plugin.c). One clip
  * per call (no batch). Later additions keep these calls: spatial tiling (an option of
  * ghc_wanvae_init's opts: encode/decode then run per tile with overlap and blending, which
  * changes results, spec encoders.md 2.9), bf16 activations. */
