@@ -117,7 +117,7 @@ static int wait_ranks(pid_t *pid, int n)
             pid[r] = 0;
             live--;
             int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            if (WIFSIGNALED(st) && stage == 0 && !first)
+            if (WIFSIGNALED(st) && stage == 0)   /* each, whichever is reaped first */
                 fprintf(stderr, "gh200core: error: rank %d was killed by signal %d\n", r, WTERMSIG(st));
             if (code && !first) {
                 first = code;

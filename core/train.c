@@ -448,7 +448,7 @@ static int micro_dist(struct ghc_trainer *tr, int32_t ga, int32_t e_step, ghc_te
         /* sigmas: stored ones are the samples' own; drawn ones for the whole batch */
         bool stored_t = tr->c.stored_noise && p->has_timestep;
         const double *sg = sig + off;
-        if (stored_t && b.n > 0 && b.timesteps)
+        if (stored_t && b.n > 0)   /* the samples' own (drawn, as one process, where not all have one) */
             rc = draw_sigmas(tr, b.n, ls[2], ls[3], b.timesteps, &e, sig), sg = sig;
         else if (!stored_t)
             rc = draw_sigmas(tr, p->n, ls[2], ls[3], NULL, &e, sig);
