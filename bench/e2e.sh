@@ -11,11 +11,12 @@
 #   sh bench/e2e.sh [--tokens "4096 32760"] [--layers 40] [--steps 6] [--skip 2]
 #                   [--plans "device:block_attn offload:block"] [--experts] [--no-torch] [--no-ours]
 #                   [--tiny] [--device N] [--dims DIM:FFN:HEADS] [--text-dim N] [--timeout S]
-#                   [--nproc "1 2 4"]
+#                   [--nproc "1 2 4"] [--set KEY=VALUE]... [--label TEXT]
 #
 # The same as environment variables: E2E_TOKENS, E2E_LAYERS, E2E_STEPS, E2E_SKIP, E2E_PLANS,
 # E2E_EXPERTS=1, E2E_TORCH=0, E2E_OURS=0, E2E_DEVICE, E2E_DIMS, E2E_TEXT_DIM, E2E_TIMEOUT,
-# E2E_NPROC. --nproc runs each of our plans on each number N of GPUs (`gh200core --nproc N`,
+# E2E_NPROC. --set passes a setting to every run of ours (e.g. --set model.checkpoint_every=2),
+# --label adds TEXT to their rows' names (to tell such runs apart in one table). --nproc runs each of our plans on each number N of GPUs (`gh200core --nproc N`,
 # data parallel, one rank per GPU): the global batch is N samples (micro_batches = N), one per
 # GPU and step, so the tokens are per GPU; the table's "x 1 GPU" is N times the 1-GPU s/step
 # over the N-GPU s/step (the throughput's scaling).
@@ -55,6 +56,8 @@ dims=${dims:-${E2E_DIMS:-5120:13824:40}}
 text_dim=${text_dim:-${E2E_TEXT_DIM:-4096}}
 tlimit=${E2E_TIMEOUT:-300}
 nprocs=${E2E_NPROC:-1}
+sets=''
+label_extra=''
 while [ $# -gt 0 ]; do
     case $1 in
     --tokens) tokens=$2; shift ;;
@@ -70,6 +73,8 @@ while [ $# -gt 0 ]; do
     --text-dim) text_dim=$2; shift ;;
     --timeout) tlimit=$2; shift ;;
     --nproc) nprocs=$2; shift ;;
+    --set) sets="$sets --set $2"; shift ;;
+    --label) label_extra=$2; shift ;;
     --tiny) ;;   # above
     -h|--help) sed -n '2,/^top=/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "e2e.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
@@ -248,6 +253,7 @@ EOF
     label="$plan"
     [ "$nexp" = 2 ] && label="$plan, 2 experts $mode"
     [ "$np" -gt 1 ] && { name="${name}_np$np"; label="$label, $np GPUs"; }
+    [ -n "$label_extra" ] && { name="${name}_$(echo "$label_extra" | tr -c 'A-Za-z0-9_\n' _)"; label="$label ($label_extra)"; }
     case $pol in
     offload|gh200_uvm) mpol="plugin = \"$pol\"; saved = \"${saved:-host}\";${resident:+ resident = $resident;}" ;;
     *) mpol="plugin = \"$pol\";" ;;
@@ -277,7 +283,8 @@ EOF
     cp "$cfg" "$out/$name.cfg"
     est=-
     if [ "$smi" = 1 ]; then
-        "$cli" estimate -c "$cfg" --tokens "$tok" --device-memory "$(awk -v m="$total_mib" 'BEGIN { printf "%.1f", m / 1024 }')" \
+        # shellcheck disable=SC2086
+        "$cli" estimate -c "$cfg" $sets --tokens "$tok" --device-memory "$(awk -v m="$total_mib" 'BEGIN { printf "%.1f", m / 1024 }')" \
             > "$out/$name.estimate.txt" 2>&1
         est=$(grep -o '= [0-9.]* GiB of' "$out/$name.estimate.txt" | awk '{ print $2 }')
         [ -n "$est" ] || est=-
@@ -285,7 +292,7 @@ EOF
     npa=
     [ "$np" -gt 1 ] && npa="--nproc $np"
     # shellcheck disable=SC2086
-    run_timed "$out/$name.log" "$work/$name.pid" "$cli" $npa -c "$cfg" --set output_dir="\"$work/run_$name\""
+    run_timed "$out/$name.log" "$work/$name.pid" "$cli" $npa -c "$cfg" --set output_dir="\"$work/run_$name\"" $sets
     st=$(status_of $rc "$out/$name.log")
     m="$work/run_$name/metrics.jsonl"
     sps=- peak=-
