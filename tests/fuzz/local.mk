@@ -8,9 +8,9 @@ FUZZ_CFLAGS = -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-r
 FUZZ_TARGETS = safetensors config sharded ghz trainer_state wan22 dataset adapter optimizer cache
 fuzz:
 	$(AM_V_GEN)FUZZ_CC='$(FUZZ_CC)' FUZZ_CFLAGS='$(FUZZ_CFLAGS)' \
-	FUZZ_CPPFLAGS='$(DEFS) -I$(top_builddir) -I$(top_srcdir) -I$(top_srcdir)/include -I$(top_builddir)/include $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS) $(LZ4_CFLAGS) $(ZLIB_CFLAGS)' \
+	FUZZ_CPPFLAGS='$(DEFS) -I$(top_builddir) -I$(top_srcdir) -I$(top_srcdir)/include -I$(top_builddir)/include $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS) $(LZ4_CFLAGS) $(ZLIB_CFLAGS) $(FFMPEG_CFLAGS)' \
 	FUZZ_PLUGINSDIR='$(pluginsdir)' \
-	FUZZ_LIBS='$(LIBCONFIG_LIBS) $(JANSSON_LIBS) $(LZ4_LIBS) $(ZLIB_LIBS) $(SNAPPY_LIBS) $(PTHREAD_LIBS) -ldl -lm' \
+	FUZZ_LIBS='$(LIBCONFIG_LIBS) $(JANSSON_LIBS) $(LZ4_LIBS) $(ZLIB_LIBS) $(SNAPPY_LIBS) $(FFMPEG_LIBS) $(PTHREAD_LIBS) -ldl -lm' \
 	FUZZ_SOURCES='$(libgh200core_la_SOURCES) $(libgh200core_ops_la_SOURCES) $(libgh200core_train_la_SOURCES)' \
 	FUZZ_TARGETS='$(FUZZ_TARGETS)' srcdir='$(srcdir)' builddir='$(builddir)' \
 	$(SHELL) $(srcdir)/tests/fuzz/build.sh && \
