@@ -687,7 +687,9 @@ static int apply_override(ghc_core_t *core, const char *arg)
         return ghc_error_set(core, GHC_ENOMEM, "--set %s: out of memory", arg);
     }
     snprintf(text, n, "v = %s;", value);
-    bool parsed = *value && config_read_string(&tmp, text) == CONFIG_TRUE &&
+    /* an @include in a value is no value: libconfig would open it (a directory ends the
+     * process in its scanner), so such a value stays a string */
+    bool parsed = *value && !strstr(value, "@include") && config_read_string(&tmp, text) == CONFIG_TRUE &&
                   config_setting_length(config_root_setting(&tmp)) == 1;
     free(text);
     config_setting_t *src = parsed ? config_lookup(&tmp, "v") : NULL;

@@ -267,6 +267,21 @@ START_TEST(overrides)
 }
 END_TEST
 
+/* An @include in a --set value is not followed: the value is a string (libconfig's scanner would
+ * open "/", a directory, and end the process; found by fuzz_config). */
+START_TEST(override_include_is_a_string)
+{
+    const char *sets[] = { "scheduler.label={}\n@include \"/\"{}", "output_dir=@include \"/\"" };
+    ghc_core_t *core = load_text("scheduler = { plugin = \"x\"; };\n", 0, sets, 2);
+    ghc_cfg_t *s = ghc_config_section(core, "scheduler");
+    const char *str;
+    ck_assert_int_eq(ghc_cfg_get_string(s, "label", "", &str), 0);
+    ck_assert_str_eq(str, "{}\n@include \"/\"{}");
+    ck_assert_str_eq(ghc_config_output_dir(core), "@include \"/\"");
+    ghc_core_free(core);
+}
+END_TEST
+
 START_TEST(override_errors)
 {
     const char *bad_type[] = { "scheduler.depth=\"deep\"" };
@@ -763,6 +778,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("overrides");
     tcase_add_test(tc, overrides);
+    tcase_add_test(tc, override_include_is_a_string);
     tcase_add_test(tc, override_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("files");
