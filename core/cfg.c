@@ -977,6 +977,15 @@ static int check_includes(ghc_core_t *core, const struct ghc_config *c, const ch
             if (end && (!eol || end < eol)) {
                 char name[4096], path[8192];
                 snprintf(name, sizeof(name), "%.*s", (int)(end - q - 1), q + 1);
+                if (strchr(name, '\\')) {
+                    /* libconfig reads escapes in the name ("\/" is "/"): the path it would open
+                     * is not this one, so no check here could hold for it */
+                    char qs[4096], qn[4096];
+                    rc = ghc_error_set(core, GHC_ECONFIG, "%s:%d: @include \"%s\": a backslash in an @include "
+                                       "path is not supported", ghc_path_quote(shown, qs, sizeof(qs)), line,
+                                       ghc_path_quote(name, qn, sizeof(qn)));
+                    break;
+                }
                 if (name[0] == '/' || !c->dir || strcmp(c->dir, ".") == 0)
                     snprintf(path, sizeof(path), "%s", name);
                 else
