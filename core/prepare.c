@@ -33,16 +33,7 @@
 
 /* ---- hashes and fingerprints ------------------------------------------------------------------ */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * UINT64_C(1099511628211);
-    return h;
-}
-#define FNV0 UINT64_C(1469598103934665603)
-
-static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+static uint64_t fnv_str(uint64_t h, const char *s) { return ghc_fnv1a(h, s, strlen(s) + 1); }
 
 /* The hash of a file's bytes into *h (any thread). Returns 0 or an errno value. */
 static int hash_file(const char *path, uint64_t *h)
@@ -53,7 +44,7 @@ static int hash_file(const char *path, uint64_t *h)
     char buf[1 << 16];
     size_t n;
     while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-        *h = fnv(*h, buf, n);
+        *h = ghc_fnv1a(*h, buf, n);
     int bad = ferror(f);
     fclose(f);
     return bad ? EIO : 0;
@@ -217,7 +208,7 @@ static void *job_read(void *arg)
         snprintf(j->msg, sizeof(j->msg), "%s", it->bad);
         return NULL;
     }
-    uint64_t h = FNV0;
+    uint64_t h = GHC_FNV1A_BASIS;
     int e = hash_file(it->path, &h);
     if (e) {
         j->rc = GHC_EIO;
@@ -441,7 +432,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
     /* the empty prompt, for text dropout: beside the first media dataset, a hidden file */
     if (rc == 0 && first_dir[0]) {
         char path[8400], hash[24];
-        uint64_t h = fnv_str(FNV0, p.enc_fp);
+        uint64_t h = fnv_str(GHC_FNV1A_BASIS, p.enc_fp);
         snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)h);
         snprintf(path, sizeof(path), "%s/.gh200core-empty-prompt.safetensors", first_dir);
         ghc_st_t *old = access(path, F_OK) == 0 ? ghc_st_open(core, path) : NULL;

@@ -545,7 +545,7 @@ static int dist_check_adapters(struct ghc_trainer *tr)
     ghc_core_t *core = tr->core;
     if (!tr->dist || tr->world < 2)
         return 0;
-    uint64_t h = UINT64_C(1469598103934665603);
+    uint64_t h = GHC_FNV1A_BASIS;
     int rc = 0;
     for (int a = 0; a < tr->n_adapters && rc == 0; a++)
         for (int32_t i = 0; i < tr->n_params[a] && rc == 0; i++) {
@@ -555,9 +555,7 @@ static int dist_check_adapters(struct ghc_trainer *tr)
             if (!c)
                 rc = ghc_error_code(core) ? ghc_error_code(core) : GHC_ENOMEM;
             else if ((rc = ghc_op_copy(c, v, NULL)) == 0 && (rc = ghc_op_sync(core, ghc_tensor_device(v), NULL)) == 0) {
-                const unsigned char *p = ghc_tensor_cdata(c);
-                for (size_t k = 0, n = ghc_tensor_nbytes(c); k < n; k++)
-                    h = (h ^ p[k]) * UINT64_C(1099511628211);
+                h = ghc_fnv1a(h, ghc_tensor_cdata(c), ghc_tensor_nbytes(c));
             }
             ghc_tensor_free(c);
         }

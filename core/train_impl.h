@@ -112,6 +112,17 @@ struct ghc_train_cfg {
 
 #define GHC_TRAIN_MAX_ADAPTERS 2
 
+/* 64-bit FNV-1a of p[0..n) continued from h (GHC_FNV1A_BASIS to start): the adapters' checksum
+ * across ranks (train.c) and the hashes of prepare (prepare.c). */
+#define GHC_FNV1A_BASIS UINT64_C(1469598103934665603)
+static inline uint64_t ghc_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * UINT64_C(1099511628211);
+    return h;
+}
+
 struct ghc_trainer {
     ghc_core_t        *core;
     struct ghc_train_cfg c;
