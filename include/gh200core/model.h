@@ -68,7 +68,11 @@ struct ghc_adapter_hook {
      * GEMM) or NULL; dx (f32): add the adapter's input gradient to it (accumulate true), or write
      * it (false, only where plan.backward_writes); NULL where the model needs no input gradient
      * (a linear over a constant: Wan's text context). Accumulates the adapter's own parameter
-     * gradients. Called once per target per model backward, blocks in reverse order. */
+     * gradients. Called once per target per model backward, blocks in reverse order, or once
+     * per row chunk where the model runs a linear over chunks of its rows (Wan's FFN: each
+     * chunk's x its rows of the whole input, its forward or recomputation before its backward);
+     * what a hook keeps from a forward for a backward it keys by x's address and rows, not by
+     * the target alone. */
     int (*backward)(void *user, int32_t target, const ghc_tensor_t *x, const ghc_tensor_t *dy,
                     const ghc_tensor_t *g, ghc_tensor_t *dx, bool accumulate, void *stream);
     /* where plan.fold: w is the weight the GEMMs take ([out, in], bf16 or f32, never e4m3), wf a

@@ -200,7 +200,8 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
     const enum ghc_dtype dt = ghc_tensor_dtype(x);
     /* kept: H as this step's forward wrote it (the recomputation); keep: this forward's H kept
      * for that (one [N, r] per module) */
-    const bool kept = again && md->hc && md->hc_step == net->step && ghc_tensor_same_shape(md->hc, h2) &&
+    const bool kept = again && md->hc && md->hc_step == net->step && md->hc_x == ghc_tensor_cdata(x) &&
+                      ghc_tensor_same_shape(md->hc, h2) &&
                       ghc_tensor_dtype(md->hc) == dt;
     const bool keep = !again;
     if (keep && md->hc && (!ghc_tensor_same_shape(md->hc, h2) || ghc_tensor_dtype(md->hc) != dt)) {
@@ -229,8 +230,10 @@ int lyc_concat_forward(struct lycoris *net, struct lyc_module *md, const ghc_ten
         TRY(ghc_op_cast(wc2, md->p[1], 1.0f, NULL, stream));            /* the weight's spare columns: B */
     }
     net->hc_hits += kept;
-    if (keep)
+    if (keep) {
         md->hc_step = net->step;
+        md->hc_x = ghc_tensor_cdata(x);
+    }
     rc = 1;
 out:
     ghc_tensor_free(x2);

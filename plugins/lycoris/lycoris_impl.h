@@ -43,6 +43,8 @@ struct lyc_module {
     ghc_tensor_t  *hc;              /* K-concatenation: the H its forward wrote in step hc_step
                                      * (for the recomputation), or NULL */
     int64_t        hc_step;
+    const void    *hc_x;            /* ... from the input at this address (a model may run a linear
+                                     * over row chunks of its input, each its own forward) */
     const char    *name;            /* official name "blocks.0.self_attn.q" (the model's) */
     const char    *alias;           /* diffusers name or NULL (the model's) */
     int64_t        in, out;

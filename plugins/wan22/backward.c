@@ -52,14 +52,15 @@ static int grad_prepare(struct wan22 *m)
     TRY(mk(m, &g->G, f, SH(B, L, D)));
     TRY(mk(m, &g->dy, f, SH(B, L, D)));
     TRY(mk(m, &g->du, f, SH(B, L, D)));
-    TRY(mk(m, &g->dF, f, SH(B, L, F)));
-    TRY(mk(m, &g->dF2, f, SH(B, L, F)));
+    const int64_t R = wan22_ffn_rows(m, B * L);   /* the FFN's chunk */
+    TRY(mk(m, &g->dF, f, SH(R, F)));
+    TRY(mk(m, &g->dF2, f, SH(R, F)));
     TRY(mk(m, &g->cD, b, SH(B, L, D)));
     TRY(mkview(m, &g->cD4, g->cD, SH(B, L, H, Dh)));
-    TRY(mk(m, &g->cF, b, SH(B, L, F)));
+    TRY(mk(m, &g->cF, b, SH(R, F)));
     if (m->concat) {   /* K-concatenation: dy cast with the adapter's spare columns */
         TRY(mk(m, &g->gD, b, SH(B, L, D + m->pad)));
-        TRY(mk(m, &g->gF, b, SH(B, L, F + m->pad)));
+        TRY(mk(m, &g->gF, b, SH(R, F + m->pad)));
         TRY(mk(m, &g->gC, b, SH(B, Lc, D + m->pad)));
     }
     TRY(mk(m, &g->dq, b, SH(B, L, D)));
@@ -68,9 +69,6 @@ static int grad_prepare(struct wan22 *m)
     TRY(mkview(m, &g->dq4, g->dq, SH(B, L, H, Dh)));
     TRY(mkview(m, &g->dk4, g->dk, SH(B, L, H, Dh)));
     TRY(mkview(m, &g->dv4, g->dv, SH(B, L, H, Dh)));
-    TRY(mk(m, &g->dqp, f, SH(B, L, D)));
-    TRY(mk(m, &g->dkp, f, SH(B, L, D)));
-    TRY(mk(m, &g->dvp, f, SH(B, L, D)));
     TRY(mk(m, &g->dkc, b, SH(B, Lc, D)));
     TRY(mk(m, &g->dvc, b, SH(B, Lc, D)));
     TRY(mkview(m, &g->dkc4, g->dkc, SH(B, Lc, H, Dh)));
@@ -108,6 +106,52 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
 #define LBWD(j, dx, x, xp, dy, cast, gp, acc) \
     linear_bwd(m, t0 + (j), (dx), (x), (xp), (dy), bw->w[j], bw->wscale[j], (cast), (gp), (acc), stream)
 
+/* The FFN's backward, chunk by chunk of tokens (wan22_ffn_rows): dy = d loss / d its output on
+ * entry, du = d loss / d its input u2 on return. A slot without h1 (a recomputed block) runs
+ * ffn.0 and the GELU of the chunk again first, and writes ffn.2's K-concatenated H again
+ * (ffn.2's forward output is not needed); a slot with h1 kept them. */
+static int ffn_backward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, struct wan22_act *a,
+                        void *stream)
+{
+    int rc = 0;
+    struct wan22_state *s = &m->st;
+    struct wan22_grad *g = &s->grad;
+    const int32_t t0 = block * WAN22_TARGETS;
+    const int64_t BL = s->B * s->L, rows = wan22_ffn_rows(m, BL), F = m->d.ffn_dim;
+    const bool again = a->h1 == NULL;
+    for (int64_t r0 = 0; r0 < BL && rc == 0; r0 += rows) {
+        const int64_t n = BL - r0 < rows ? BL - r0 : rows;
+        struct wan22_ffn_rows v;
+        ghc_tensor_t *dy = NULL, *du = NULL, *cD = NULL, *gD = NULL, *gF = NULL;
+        ghc_tensor_t *dF = wan22_view(m, g->dF, 0, SH(1, n, F)), *dF2 = wan22_view(m, g->dF2, 0, SH(1, n, F));
+        ghc_tensor_t *cF = wan22_view(m, g->cF, 0, SH(1, n, F));
+        if (g->gF)
+            gF = wan22_view(m, g->gF, 0, SH(1, n, F + m->pad));
+        if ((rc = wan22_ffn_rows_view(m, a, r0, n, &v)) < 0 || (rc = wan22_rows(m, g->dy, NULL, r0, n, &dy, NULL)) < 0 ||
+            (rc = wan22_rows(m, g->du, NULL, r0, n, &du, NULL)) < 0 ||
+            (rc = wan22_rows(m, g->cD, NULL, r0, n, &cD, NULL)) < 0 ||
+            (g->gD && (rc = wan22_rows(m, g->gD, NULL, r0, n, &gD, NULL)) < 0) || !dF || !dF2 || !cF || (g->gF && !gF)) {
+            rc = rc < 0 ? rc : GHC_ENOMEM;
+        } else if (again) {   /* the same inputs as this step's forward (model.h) */
+            ghc_linears_recompute(m->lin, true);
+            struct ghc_linear lin = { .target = t0 + WAN22_FFN_2, .w = bw->w[WAN22_FFN_2],
+                                      .w_scale = bw->wscale[WAN22_FFN_2] };
+            wan22_linear_room(m, lin.target, &lin);
+            if ((rc = wan22_ffn_hidden(m, bw, block, &v, stream)) == 0)
+                rc = ghc_linear_restore(m->lin, &lin, v.g, v.gp, stream);
+            ghc_linears_recompute(m->lin, false);
+        }
+        if (rc == 0 && (rc = LBWD(WAN22_FFN_2, dF, v.g, v.gp, dy, cD, gD, false)) == 0 &&
+            (rc = ghc_op_gelu_tanh_bwd(dF2, dF, v.h1, stream)) == 0)
+            rc = LBWD(WAN22_FFN_0, du, v.u2, v.u2p, dF2, cF, gF, false);
+        wan22_ffn_rows_free(&v);
+        ghc_tensor_t *all[] = { dy, du, cD, gD, gF, dF, dF2, cF };
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            ghc_tensor_free(all[i]);
+    }
+    return rc;
+}
+
 /* One block: G holds d loss / d block output on entry and d loss / d block input on return. */
 static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
                           struct wan22_act *a, void *stream)
@@ -122,9 +166,7 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
 
     /* FFN: x3 = x2 + y2 m5 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[5], stream));
-    TRY(LBWD(WAN22_FFN_2, g->dF, a->g, a->gp, g->dy, g->cD, g->gD, false));
-    TRY(ghc_op_gelu_tanh_bwd(g->dF2, g->dF, a->h1, stream));
-    TRY(LBWD(WAN22_FFN_0, g->du, a->u2, a->u2p, g->dF2, g->cF, g->gF, false));
+    TRY(ffn_backward(m, bw, block, a, stream));
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x2, a->st2, NULL, a->m[4], true, stream));
 
     /* cross-attention: x2 = x1 + o_c Woc^T + boc (ungated); dq path, dk/dv for the hook */
@@ -132,8 +174,8 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
     TRY(ghc_op_attention_bwd(g->dq4, hb ? g->dkc4 : NULL, hb ? g->dvc4 : NULL, g->cD4, a->qc4, a->kc4, a->vc4,
                              a->oc, a->lsec, scale, stream));
-    TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));
-    TRY(LBWD(WAN22_CA_Q, g->du, a->c, a->cp, g->dqp, g->cD, g->gD, false));
+    TRY(ghc_op_rmsnorm_bwd(g->dy, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));   /* dy: free again */
+    TRY(LBWD(WAN22_CA_Q, g->du, a->c, a->cp, g->dy, g->cD, g->gD, false));
     if (hb && !wan22_recomputed(m, block)) {
         /* the context's spare columns hold the H of the last block forwarded, not this one's
          * (kept, not recomputed right before): k's and v's written again */
@@ -160,12 +202,14 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o, a->lse, scale, stream));
     TRY(ghc_op_rope(g->dq4, g->dq4, s->f, s->h, s->w, true, stream));
     TRY(ghc_op_rope(g->dk4, g->dk4, s->f, s->h, s->w, true, stream));
-    TRY(ghc_op_rmsnorm_bwd(g->dqp, g->dq, a->qp, a->rq, bw->norm_q, stream));
-    TRY(ghc_op_rmsnorm_bwd(g->dkp, g->dk, a->kp, a->rk, bw->norm_k, stream));
-    TRY(ghc_op_cast(g->dvp, g->dv, 1.0f, NULL, stream));
-    TRY(LBWD(WAN22_SA_Q, g->du, a->u, a->up, g->dqp, g->cD, g->gD, false));
-    TRY(LBWD(WAN22_SA_K, g->du, a->u, a->up, g->dkp, g->cD, g->gD, true));
-    TRY(LBWD(WAN22_SA_V, g->du, a->u, a->up, g->dvp, g->cD, g->gD, true));
+    /* the f32 gradients of q, k and v before their norms, one after the other in dy (free
+     * since SA_O's backward): each linear's backward is queued before the next overwrites it */
+    TRY(ghc_op_rmsnorm_bwd(g->dy, g->dq, a->qp, a->rq, bw->norm_q, stream));
+    TRY(LBWD(WAN22_SA_Q, g->du, a->u, a->up, g->dy, g->cD, g->gD, false));
+    TRY(ghc_op_rmsnorm_bwd(g->dy, g->dk, a->kp, a->rk, bw->norm_k, stream));
+    TRY(LBWD(WAN22_SA_K, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));
+    TRY(ghc_op_cast(g->dy, g->dv, 1.0f, NULL, stream));
+    TRY(LBWD(WAN22_SA_V, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));
     TRY(ghc_op_layernorm_bwd(g->G, g->du, x, a->st1, NULL, a->m[1], true, stream));
 out:
     return rc;

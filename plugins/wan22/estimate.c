@@ -27,6 +27,7 @@ struct est_model {
     int      base;                /* bytes per element of the GEMM operand dtype: 2 bf16, 4 f32 */
     int      block_elem;          /* bytes per block-linear element: base, or 1 for fp8 */
     int64_t  pad;                 /* adapter_pad: the block linears' spare rows and columns */
+    int64_t  ffn_chunk;           /* key ffn_chunk: the FFN's tokens at once */
     char     dims_from[128];      /* for people (struct ghc_model_memory) */
 };
 
@@ -252,7 +253,8 @@ static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
         return rc;
     m->base = dt == 1 ? 4 : 2;
     m->block_elem = dt == 2 ? 1 : m->base;
-    if ((rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0)
+    if ((rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "ffn_chunk", WAN22_FFN_CHUNK, 1, (int64_t)1 << 40, &m->ffn_chunk)) < 0)
         return rc;
     if (dt == 2)
         m->pad = 0;   /* fp8 block linears are stored dense */
@@ -325,29 +327,40 @@ static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
 
 /* ---- activations (bytes for B samples of L tokens) -------------------------------------------- */
 
-/* One block's kept activations (forward.c act_alloc). */
-static uint64_t act_block(const struct est_model *m, uint64_t B, uint64_t L)
+/* One block's kept activations (forward.c act_alloc); ffn: with the FFN's h1 (a block whose
+ * backward reads them kept; the recomputed blocks' slot has none). */
+static uint64_t act_block(const struct est_model *m, uint64_t B, uint64_t L, bool ffn)
 {
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn, H = (uint64_t)m->heads, b = (uint64_t)m->base;
-    uint64_t per_token = 28 * D + 9 * b * D + 4 * F + b * F + 24 + 12 + 8 * H;
+    uint64_t per_token = 20 * D + 9 * b * D + (ffn ? 4 * F : 0) + b * F + 24 + 12 + 8 * H;
     uint64_t ctx = WAN22_TEXT_LEN * (8 * D + 4 + 2 * b * D);
     return B * (L * per_token + ctx + 6 * 4 * D);
 }
 
-/* Everything else a training forward keeps (state_prepare), residual stream excluded. */
+/* The rows of an FFN chunk (wan22_ffn_rows for the configured ffn_chunk). */
+static uint64_t ffn_rows(const struct est_model *m, uint64_t BL)
+{
+    struct wan22 w = { .ffn_chunk = m->ffn_chunk };
+    return (uint64_t)wan22_ffn_rows(&w, (int64_t)BL);
+}
+
+/* Everything else a training forward keeps (state_prepare), residual stream excluded: the text
+ * context, time path, patches, head, and st.y. */
 static uint64_t act_state(const struct est_model *m, uint64_t B, uint64_t L)
 {
     const uint64_t D = (uint64_t)m->dim, b = (uint64_t)m->base;
     return B * (WAN22_TEXT_LEN * ((uint64_t)m->text_dim * b + 2 * D * b) + (uint64_t)m->freq_dim * 4 + 9 * 4 * D +
-                L * 4 * (uint64_t)m->in_ch * 4 + 8 * D + L * 8 + L * D * 4 + L * 4 * (uint64_t)m->out_ch * 4);
+                L * 4 * (uint64_t)m->in_ch * 4 + 8 * D + L * 8 + L * D * 4 + L * 4 * (uint64_t)m->out_ch * 4 +
+                L * D * 4);
 }
 
-/* The backward scratch (backward.c grad_prepare). */
+/* The backward scratch (backward.c grad_prepare): [B L, D] tensors, and the FFN's per chunk. */
 static uint64_t act_grad(const struct est_model *m, uint64_t B, uint64_t L)
 {
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn, b = (uint64_t)m->base;
-    return B * (L * (12 * D + 8 * F + b * D + b * F + 3 * b * D + 12 * D) + WAN22_TEXT_LEN * (2 * b * D + 8 * D) +
-                L * 4 * (uint64_t)m->out_ch * 4 + L * 4 * (uint64_t)m->in_ch * 4);
+    return B * (L * (12 * D + b * D + 3 * b * D) + WAN22_TEXT_LEN * (2 * b * D + 8 * D) +
+                L * 4 * (uint64_t)m->out_ch * 4 + L * 4 * (uint64_t)m->in_ch * 4) +
+           ffn_rows(m, B * L) * (8 * F + b * F);
 }
 
 /* ---- the member ------------------------------------------------------------------------------- */
@@ -359,10 +372,13 @@ static void est_mode(const struct est_model *m, uint64_t B, uint64_t L, int ck, 
 {
     const uint64_t N = (uint64_t)m->layers, D = (uint64_t)m->dim;
     uint64_t n_rec = (N + every - 1) / every, slots_ck = 1 + N - n_rec;
-    uint64_t blk = act_block(m, B, L), resid = B * L * D * 4, state = act_state(m, B, L);
+    uint64_t blk = act_block(m, B, L, true), resid = B * L * D * 4, state = act_state(m, B, L);
+    /* the recomputed blocks' slot: no h1, the FFN's chunk scratch (st.fh1) instead */
+    uint64_t rec = act_block(m, B, L, false) + ffn_rows(m, B * L) * (uint64_t)m->ffn * 4;
     /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn */
     uint64_t attn = ck == 2 ? B * L * D * (uint64_t)m->base + B * (uint64_t)m->heads * L * 4 : 0;
-    out->activations = ck ? slots_ck * blk + (N + 1) * resid + state + n_rec * attn : N * blk + (N + 1) * resid + state;
+    out->activations = ck ? rec + (slots_ck - 1) * blk + (N + 1) * resid + state + n_rec * attn
+                          : N * blk + (N + 1) * resid + state;
     /* saved-activation units: each block's input, with block_attn the recomputed blocks'
      * attention output too (stream.c) */
     out->saved = N * resid + n_rec * attn;

@@ -69,7 +69,9 @@ static int mkpad(struct wan22 *m, ghc_tensor_t **t, ghc_tensor_t **v, enum ghc_d
     return *v ? 0 : GHC_ENOMEM;
 }
 
-static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
+/* A slot's activations; ffn: with the FFN's h1 (a slot the backward reads without recomputing:
+ * checkpointing off, or a block checkpoint_every keeps). */
+static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L, bool ffn)
 {
     int rc = 0;
     const int64_t D = m->d.dim, F = m->d.ffn_dim, H = m->d.heads, Dh = D / H, Lc = WAN22_TEXT_LEN;
@@ -83,7 +85,6 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
     TRY(mkpad(m, &a->up, &a->u, b, B, L, D, 3 * P));
     TRY(mk(m, &a->qp, f, SH(B, L, D)));
     TRY(mk(m, &a->kp, f, SH(B, L, D)));
-    TRY(mk(m, &a->vp, f, SH(B, L, D)));
     TRY(mk(m, &a->rq, f, SH(B * L)));
     TRY(mk(m, &a->rk, f, SH(B * L)));
     TRY(mk(m, &a->q, b, SH(B, L, D)));
@@ -94,7 +95,6 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
     TRY(mkview(m, &a->k4, a->k, SH(B, L, H, Dh)));
     TRY(mkview(m, &a->v4, a->v, SH(B, L, H, Dh)));
     TRY(mk(m, &a->lse, f, SH(B, H, L)));
-    TRY(mk(m, &a->y, f, SH(B, L, D)));
     TRY(mk(m, &a->x1, f, SH(B, L, D)));
     TRY(mk(m, &a->x2, f, SH(B, L, D)));
     TRY(mkpad(m, &a->cp, &a->c, b, B, L, D, P));
@@ -112,7 +112,8 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L)
     TRY(mkpad(m, &a->ocp, &a->oc, b, B, L, D, P));
     TRY(mk(m, &a->lsec, f, SH(B, H, L)));
     TRY(mkpad(m, &a->u2p, &a->u2, b, B, L, D, P));
-    TRY(mk(m, &a->h1, f, SH(B, L, F)));
+    if (ffn)
+        TRY(mk(m, &a->h1, f, SH(B, L, F)));
     TRY(mkpad(m, &a->gp, &a->g, b, B, L, F, P));
 out:
     return rc;
@@ -124,7 +125,8 @@ void wan22_state_free(struct wan22 *m)
     wan22_unit_end(m, &s->uv[0], NULL);   /* open only after a failure */
     wan22_unit_end(m, &s->uv[1], NULL);
     ghc_tensor_t *single[] = { s->ctxv, s->ctxp, s->ctx, s->ctx_in, s->ctx_h, s->sinus, s->e, s->se, s->th,
-                               s->patches, s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq, s->xalt };
+                               s->patches, s->hshift, s->hscale, s->hst, s->hn, s->ho, s->xq, s->xalt,
+                               s->y, s->fh1 };
     for (size_t i = 0; i < sizeof(single) / sizeof(single[0]); i++)
         ghc_tensor_free(single[i]);
     for (int k = 0; k < 6; k++)
@@ -217,8 +219,13 @@ static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
         rc = ghc_error_set(m->core, GHC_ENOMEM, "wan22: out of memory");
         goto out;
     }
+    /* slot 0 of a checkpointed or inference forward keeps no h1: its FFN runs in chunks */
+    const bool chunked = !keep || m->ckpt;
     for (int i = 0; i < s->n_acts; i++)
-        TRY(act_alloc(m, &s->acts[i], B, L));
+        TRY(act_alloc(m, &s->acts[i], B, L, !(chunked && i == 0)));
+    TRY(mk(m, &s->y, f, SH(B, L, D)));
+    if (chunked)
+        TRY(mk(m, &s->fh1, f, SH(wan22_ffn_rows(m, B * L), m->d.ffn_dim)));
     TRY(mk(m, &s->hshift, f, SH(B, D)));
     TRY(mk(m, &s->hscale, f, SH(B, D)));
     TRY(mk(m, &s->hst, f, SH(B * L, 2)));
@@ -322,6 +329,56 @@ static int linear(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_te
 
 /* ---- one block ---------------------------------------------------------------------------------- */
 
+int wan22_rows(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t *p, int64_t r0, int64_t n, ghc_tensor_t **vr,
+               ghc_tensor_t **pr)
+{
+    const int64_t cols = ghc_tensor_dim(t, -1);
+    *vr = NULL;
+    if (pr)
+        *pr = NULL;
+    if (!p) {
+        *vr = wan22_view(m, t, r0 * cols, SH(1, n, cols));
+        return *vr ? 0 : GHC_ENOMEM;
+    }
+    const int64_t pc = ghc_tensor_dim(p, -1);
+    if (!(*pr = wan22_view(m, p, r0 * pc, SH(1, n, pc))) || !(*vr = ghc_tensor_view_cols(*pr, 0, cols)))
+        return GHC_ENOMEM;
+    return 0;
+}
+
+int wan22_ffn_rows_view(struct wan22 *m, struct wan22_act *a, int64_t r0, int64_t n, struct wan22_ffn_rows *v)
+{
+    memset(v, 0, sizeof(*v));
+    int rc;
+    if ((rc = wan22_rows(m, a->u2, a->u2p, r0, n, &v->u2, &v->u2p)) < 0 ||
+        (rc = wan22_rows(m, a->g, a->gp, r0, n, &v->g, &v->gp)) < 0 ||
+        (rc = wan22_rows(m, m->st.y, NULL, r0, n, &v->y, NULL)) < 0)
+        return rc;
+    if (a->h1)
+        return wan22_rows(m, a->h1, NULL, r0, n, &v->h1, NULL);
+    v->h1 = wan22_view(m, m->st.fh1, 0, SH(1, n, m->d.ffn_dim));
+    return v->h1 ? 0 : GHC_ENOMEM;
+}
+
+void wan22_ffn_rows_free(struct wan22_ffn_rows *v)
+{
+    ghc_tensor_t *all[] = { v->u2, v->u2p, v->h1, v->g, v->gp, v->y };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        ghc_tensor_free(all[i]);   /* views: the column views before or after their rows alike */
+    memset(v, 0, sizeof(*v));
+}
+
+int wan22_ffn_hidden(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const struct wan22_ffn_rows *v,
+                     void *stream)
+{
+    int rc = 0;
+    const int32_t t0 = block * WAN22_TARGETS;
+    TRY(BLIN(WAN22_FFN_0, v->h1, v->u2, v->u2p));
+    TRY(ghc_op_gelu_tanh(v->g, v->h1, stream));
+out:
+    return rc;
+}
+
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
                         ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept, void *stream)
 {
@@ -344,15 +401,15 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     TRY(ghc_op_rmsnorm_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, stream));
     TRY(BLIN(WAN22_SA_K, a->kp, a->u, a->up));
     TRY(ghc_op_rmsnorm_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, stream));
-    TRY(BLIN(WAN22_SA_V, a->vp, a->u, a->up));
-    TRY(ghc_op_cast(a->v, a->vp, 1.0f, NULL, stream));
+    TRY(BLIN(WAN22_SA_V, s->y, a->u, a->up));
+    TRY(ghc_op_cast(a->v, s->y, 1.0f, NULL, stream));
     TRY(ghc_op_rope(a->q4, a->q4, s->f, s->h, s->w, false, stream));
     TRY(ghc_op_rope(a->k4, a->k4, s->f, s->h, s->w, false, stream));
     if (!attn_kept)   /* deterministic: a kept o and lse are the bits this would write */
         TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
-    TRY(BLIN(WAN22_SA_O, a->y, a->o, a->op));
+    TRY(BLIN(WAN22_SA_O, s->y, a->o, a->op));
     TRY(ghc_op_copy(a->x1, x, stream));
-    TRY(ghc_op_gated_residual(a->x1, a->y, a->m[2], stream));
+    TRY(ghc_op_gated_residual(a->x1, s->y, a->m[2], stream));
     /* cross-attention: affine pre-norm, no modulation, no gate, no RoPE, all 512 keys */
     TRY(ghc_op_layernorm_fwd(a->c, a->st3, a->x1, bw->norm3_w, bw->norm3_b, NULL, NULL, WAN22_EPS, stream));
     TRY(BLIN(WAN22_CA_Q, a->qcp, a->c, a->cp));
@@ -362,17 +419,24 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     TRY(BLIN(WAN22_CA_V, a->vcp, s->ctx, s->ctxp));
     TRY(ghc_op_cast(a->vc, a->vcp, 1.0f, NULL, stream));
     TRY(ghc_op_attention_fwd(a->oc, a->lsec, a->qc4, a->kc4, a->vc4, scale, stream));
-    TRY(BLIN(WAN22_CA_O, a->y, a->oc, a->ocp));
+    TRY(BLIN(WAN22_CA_O, s->y, a->oc, a->ocp));
     TRY(ghc_op_copy(a->x2, a->x1, stream));
-    TRY(ghc_op_gated_residual(a->x2, a->y, NULL, stream));
-    /* FFN */
+    TRY(ghc_op_gated_residual(a->x2, s->y, NULL, stream));
+    /* FFN, chunk by chunk of tokens (its [rows, F] tensors are the largest of a block); the
+     * recomputation stops at its input: the backward runs it per chunk */
     TRY(ghc_op_layernorm_fwd(a->u2, a->st2, a->x2, NULL, NULL, a->m[3], a->m[4], WAN22_EPS, stream));
-    TRY(BLIN(WAN22_FFN_0, a->h1, a->u2, a->u2p));
-    TRY(ghc_op_gelu_tanh(a->g, a->h1, stream));
-    TRY(BLIN(WAN22_FFN_2, a->y, a->g, a->gp));   /* also when recomputing: the hook's forward runs */
     if (xo) {
+        const int64_t BL = s->B * s->L, rows = wan22_ffn_rows(m, BL);
+        for (int64_t r0 = 0; r0 < BL && rc == 0; r0 += rows) {
+            struct wan22_ffn_rows v;
+            if ((rc = wan22_ffn_rows_view(m, a, r0, BL - r0 < rows ? BL - r0 : rows, &v)) == 0 &&
+                (rc = wan22_ffn_hidden(m, bw, block, &v, stream)) == 0)
+                rc = BLIN(WAN22_FFN_2, v.y, v.g, v.gp);
+            wan22_ffn_rows_free(&v);
+        }
+        TRY(rc);
         TRY(ghc_op_copy(xo, a->x2, stream));
-        TRY(ghc_op_gated_residual(xo, a->y, a->m[5], stream));
+        TRY(ghc_op_gated_residual(xo, s->y, a->m[5], stream));
     }
 out:
     for (int k = 0; k < 6; k++)

@@ -57,6 +57,9 @@ static const struct ghc_cfg_key wan22_keys[] = {
     /* K-concatenation: spare rows and columns a block linear keeps for an adapter's rank-r
      * factors (0: none; adapters of a higher rank take the model's hooks instead) */
     { "adapter_pad", GHC_CFG_INT, "16", "0 to 1024", NULL },
+    /* the FFN runs on at most this many tokens of a batch at once (B L split in equal chunks):
+     * its [tokens, ffn_dim] activations and gradients take memory for this many, not all */
+    { "ffn_chunk", GHC_CFG_INT, "4096", "1 to 2^40", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
@@ -191,7 +194,8 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         (rc = ghc_cfg_list_len(cfg, "checkpoints", &nlist)) < 0 ||
         (rc = ghc_cfg_get_group(cfg, "random", wan22_random_keys, &rnd)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "fp8_gemm", false, &m->fp8_gemm)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0)
+        (rc = ghc_cfg_get_int(cfg, "adapter_pad", 16, 0, 1024, &m->pad)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "ffn_chunk", WAN22_FFN_CHUNK, 1, (int64_t)1 << 40, &m->ffn_chunk)) < 0)
         goto fail;
     m->base = dt == 1 ? GHC_DTYPE_F32 : GHC_DTYPE_BF16;
     m->fp8 = dt == 2;

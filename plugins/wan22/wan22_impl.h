@@ -123,12 +123,11 @@ struct wan22_act {
                                            * when the model keeps spare columns, see wan22_pad_x) */
     ghc_tensor_t *up, *cp, *u2p, *op, *ocp, *gp;   /* u, c, u2, o, oc and g with their spare
                                            * columns (K-concatenation), or NULL */
-    ghc_tensor_t *qp, *kp, *vp;           /* q, k, v linear outputs [B, L, D] f32 */
+    ghc_tensor_t *qp, *kp;                /* q, k linear outputs [B, L, D] f32 (v's: st.y) */
     ghc_tensor_t *rq, *rk;                /* RMSNorm rstd [B L] f32 */
     ghc_tensor_t *q, *k, *v, *o;          /* [B, L, D] base (q, k after RoPE) */
     ghc_tensor_t *q4, *k4, *v4;           /* views [B, L, H, Dh] */
     ghc_tensor_t *lse;                    /* [B, H, L] f32 */
-    ghc_tensor_t *y;                      /* a linear's output before a residual [B, L, D] f32 */
     ghc_tensor_t *x1, *x2;                /* residual after self- and cross-attention f32 */
     ghc_tensor_t *c;                      /* affine LN3 [B, L, D] base */
     ghc_tensor_t *qcp, *rqc, *qc, *qc4;   /* cross q: pre-norm f32, rstd, base, view */
@@ -136,8 +135,12 @@ struct wan22_act {
     ghc_tensor_t *vcp, *vc, *vc4;
     ghc_tensor_t *oc, *lsec;              /* cross-attention output base, lse [B, H, L] */
     ghc_tensor_t *u2;                     /* modulated LN2 [B, L, D] base */
-    ghc_tensor_t *h1;                     /* ffn.0 output (pre-GELU) [B, L, F] f32 */
-    ghc_tensor_t *g;                      /* GELU output [B, L, F] base */
+    ghc_tensor_t *h1;                     /* ffn.0 output (pre-GELU) [B, L, F] f32; NULL in the
+                                           * slot of the recomputed blocks (and of inference):
+                                           * the FFN then runs chunk by chunk through st.fh1 */
+    ghc_tensor_t *g;                      /* GELU output [B, L, F] base (whole in every slot: the
+                                           * adapter keys what it keeps by its input's address,
+                                           * so each chunk's input has its own rows) */
 };
 
 /* Backward scratch, one set for all blocks. */
@@ -145,13 +148,14 @@ struct wan22_grad {
     ghc_tensor_t *G;                      /* d loss / d residual [B, L, D] f32 */
     ghc_tensor_t *dy;                     /* gated output gradient [B, L, D] f32 */
     ghc_tensor_t *du;                     /* gradient of a linear's input [B, L, D] f32 */
-    ghc_tensor_t *dF, *dF2;               /* [B, L, F] f32 */
-    ghc_tensor_t *cD, *cD4, *cF;          /* casts to base: [B, L, D] (and its view), [B, L, F] */
+    ghc_tensor_t *dF, *dF2;               /* [ffn_rows, F] f32: one FFN chunk's */
+    ghc_tensor_t *cD, *cD4, *cF;          /* casts to base: [B, L, D] (and its view), [ffn_rows, F] */
     ghc_tensor_t *gD, *gF, *gC;           /* K-concatenation: dy cast to base with pad spare
-                                           * columns [B, L, D + pad], [B, L, F + pad], and for
+                                           * columns [B, L, D + pad], [ffn_rows, F + pad], and for
                                            * the text rows [B, 512, D + pad], or NULL */
-    ghc_tensor_t *dq, *dk, *dv, *dq4, *dk4, *dv4;   /* attention grads base, views */
-    ghc_tensor_t *dqp, *dkp, *dvp;        /* f32 */
+    ghc_tensor_t *dq, *dk, *dv, *dq4, *dk4, *dv4;   /* attention grads base, views (their f32
+                                           * gradients before the norms go through dy, one at a
+                                           * time) */
     ghc_tensor_t *dkc, *dvc, *dkc4, *dvc4;          /* cross k, v grads [B, 512, D] base */
     ghc_tensor_t *dkcp, *dvcp;            /* f32 */
     ghc_tensor_t *dhead;                  /* head output gradient [B, L, 4 C_out] f32 */
@@ -208,6 +212,10 @@ struct wan22_state {
     int               n_acts;
     ghc_tensor_t     *hshift, *hscale;    /* head modulation [B, D] f32 */
     ghc_tensor_t     *hst, *hn, *ho;      /* head LN stats, modulated LN f32, output [B, L, 4 C_out] */
+    ghc_tensor_t     *y;                  /* a linear's output before a residual, and v's before
+                                           * its cast [B, L, D] f32 (nothing backward reads) */
+    ghc_tensor_t     *fh1;                /* one FFN chunk's ffn.0 output [ffn_rows, F] f32, for
+                                           * the slots that keep no h1; or NULL */
     ghc_tensor_t     *xq;                 /* fp8_gemm: e4m3 scratch for a block linear's input,
                                            * the largest of [B, L, F], [B, L, D], [B, 512, D] */
     struct wan22_grad grad;
@@ -229,6 +237,9 @@ struct wan22 {
     bool                    ckpt_attn;    /* "block_attn": a recomputed block's self-attention output
                                            * and lse are kept (saved) and not recomputed */
     int                     ckpt_every;   /* k: with ckpt, block i is recomputed iff i % k == 0 */
+    int64_t                 ffn_chunk;    /* the FFN runs on at most this many of the batch's B L
+                                           * tokens at once (key ffn_chunk): its [rows, F] tensors
+                                           * are that long; wan22_ffn_rows */
     double                  boundary;     /* high-noise expert iff t >= boundary * 1000 */
     int32_t                 n_experts;    /* 1, or 2 (0 = high noise, 1 = low noise) */
     int32_t                 active;
@@ -282,6 +293,19 @@ static inline void wan22_linear_room(const struct wan22 *m, int32_t t, struct gh
 static inline bool wan22_recomputed(const struct wan22 *m, int64_t i)
 {
     return m->ckpt && i % m->ckpt_every == 0;
+}
+
+#define WAN22_FFN_CHUNK 4096   /* ffn_chunk's default: GEMMs of 4096 rows run at full speed */
+
+/* Rows of an FFN chunk for BL = B L tokens: BL split into the fewest chunks of at most
+ * ffn_chunk rows, of equal length (from 64 rows on rounded up to a multiple of 64; the last
+ * chunk shorter). */
+static inline int64_t wan22_ffn_rows(const struct wan22 *m, int64_t BL)
+{
+    int64_t n = (BL + m->ffn_chunk - 1) / m->ffn_chunk, rows = (BL + n - 1) / n;
+    if (n > 1 && rows >= 64)
+        rows = (rows + 63) / 64 * 64;
+    return rows < BL ? rows : BL;
 }
 
 /* The activation slots a training forward (keep) allocates for N blocks: one per block with
@@ -365,11 +389,28 @@ int wan22_weights_each(struct wan22 *m, struct wan22_weights *w,
 int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch *batch, ghc_tensor_t *out,
                   bool keep, void *stream);
 /* One block's forward from x (f32 [B, L, D]) into xo, filling `a`. xo NULL: not the output (the
- * recomputation before the backward, which needs only `a`); attn_kept: a->o and a->lse hold
- * this block's self-attention output already (restored), which is then not computed. */
+ * recomputation before the backward, which needs only `a`: it stops at the FFN's input u2, the
+ * backward runs the FFN chunk by chunk); attn_kept: a->o and a->lse hold this block's
+ * self-attention output already (restored), which is then not computed. */
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block,
                         const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept,
                         void *stream);
+/* One FFN chunk: rows [r0, r0 + n) of the batch's B L tokens, as [1, n, cols] views of the
+ * slot's u2 and g (with their spare columns: u2p, gp, or NULL), its h1 (the slot's, or the
+ * first n rows of st.fh1) and st.y. */
+struct wan22_ffn_rows {
+    ghc_tensor_t *u2, *u2p, *h1, *g, *gp, *y;
+};
+int  wan22_ffn_rows_view(struct wan22 *m, struct wan22_act *a, int64_t r0, int64_t n, struct wan22_ffn_rows *v);
+void wan22_ffn_rows_free(struct wan22_ffn_rows *v);
+/* Rows [r0, r0 + n) of t ([.., cols] dense, or the first cols of the dense p: mkpad) as
+ * [1, n, cols] (*vr) and p's rows as [1, n, p's cols] (*pr; NULL when p is; pr may be NULL when
+ * p is). 0 or GHC_ENOMEM. */
+int  wan22_rows(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t *p, int64_t r0, int64_t n, ghc_tensor_t **vr,
+                ghc_tensor_t **pr);
+/* ffn.0 and the GELU of one chunk (v): h1 and g (the hook's forward of ffn.0 runs). */
+int  wan22_ffn_hidden(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const struct wan22_ffn_rows *v,
+                      void *stream);
 /* Release the forward state and backward scratch. */
 void wan22_state_free(struct wan22 *m);
 /* A view of `t`'s memory with another shape (wrapped; same numel or less). */
