@@ -48,3 +48,17 @@ EXTRA_DIST += bench/bench_mem.c
 
 # ---- e2e: the whole training step through the CLI beside diffusers + peft (issue 23) ----
 EXTRA_DIST += bench/e2e.sh bench/e2e_torch.py
+
+# ---- bench_umt5: the umT5-XXL encoder beside transformers' UMT5EncoderModel (bench/umt5.sh) ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_umt5
+bench_bench_umt5_SOURCES = bench/bench_umt5.c
+bench_bench_umt5_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
+bench_bench_umt5_LDADD = plugins/umt5/libumt5_impl.la libgh200core_ops.la libgh200core.la $(CUDA_LIBS) -lm
+if HAVE_SENTENCEPIECE
+# the tokenizer's shim is C++: link with the C++ driver (its runtime)
+nodist_EXTRA_bench_bench_umt5_SOURCES = bench/cxx_link.cc
+endif
+endif
+EXTRA_DIST += bench/bench_umt5.c bench/umt5.sh bench/umt5_ref.py
+# ---- end bench_umt5 ----

@@ -1024,7 +1024,6 @@ static int no_kernel(const struct op_ctx *c)
 
 int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream)
 {
-    (void)stream;
     struct op_ctx c = OP_CTX("embedding", y, table, ids);
     NEED(&c, "y", y, DT_F32_BF16);
     NEED(&c, "table", table, DT_FLOAT);
@@ -1043,7 +1042,7 @@ int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tenso
                 return bad(&c, "ids", ids, "ids in [0, %lld) (the rows of 'table'); element %lld is %lld",
                            (long long)V, (long long)i, (long long)id);
         }
-    return DISPATCH_CPU(&c, ghc_cpu_embedding(y, table, ids));
+    return DISPATCH(&c, ghc_cpu_embedding(y, table, ids), ghc_k_embedding(y, table, ids, stream));
 }
 
 int32_t ghc_rel_pos_bucket(int64_t r, int32_t num_buckets, int32_t max_distance, bool bidirectional)
@@ -1069,7 +1068,6 @@ int32_t ghc_rel_pos_bucket(int64_t r, int32_t num_buckets, int32_t max_distance,
 int ghc_op_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t num_buckets, int32_t max_distance,
                         bool bidirectional, void *stream)
 {
-    (void)stream;
     struct op_ctx c = OP_CTX("rel_pos_bias", bias, table);
     NEED(&c, "bias", bias, DT_F32);
     NEED(&c, "table", table, DT_FLOAT);
@@ -1081,13 +1079,13 @@ int ghc_op_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t n
     SHAPE(&c, "table", table, num_buckets, ghc_tensor_dim(bias, 0));
     if (ghc_tensor_numel(bias) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_rel_pos_bias(bias, table, num_buckets, max_distance, bidirectional));
+    return DISPATCH(&c, ghc_cpu_rel_pos_bias(bias, table, num_buckets, max_distance, bidirectional),
+                    ghc_k_rel_pos_bias(bias, table, num_buckets, max_distance, bidirectional, stream));
 }
 
 int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
                               const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale, void *stream)
 {
-    (void)stream;
     struct op_ctx c = OP_CTX("attention_bias_fwd", o, q, k, v, bias, key_mask);
     NEED(&c, "q", q, DT_F32_BF16);
     const unsigned dt = DT(ghc_tensor_dtype(q));
@@ -1118,7 +1116,8 @@ int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_
         if (ins[i] && a < o1 && o0 < a + ghc_tensor_nbytes(ins[i]))
             return bad(&c, "o", o, "memory apart from the inputs");
     }
-    return DISPATCH_CPU(&c, ghc_cpu_attention_bias_fwd(o, q, k, v, bias, key_mask, scale));
+    return DISPATCH(&c, ghc_cpu_attention_bias_fwd(o, q, k, v, bias, key_mask, scale),
+                    ghc_k_attention_bias_fwd(o, q, k, v, bias, key_mask, scale, stream));
 }
 
 /* ==== convolution / VAE (since API 16) ========================================================== */

@@ -13,24 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gh200core/encoder.h>
+#include <gh200core/gh200core.h>
 #include <gh200core/ops.h>
 #include <gh200core/safetensors.h>
 
 #include "../plugins/umt5/umt5.h"
 #include "testutil.h"
+#include "umt5_golden.h"   /* defines: fixture, golden_check, UMT5_BF16_ATOL */
 
 static ghc_core_t *core;
 
 static void setup(void) { core = ghc_core_init(); }
 static void teardown(void) { ghc_core_free(core); }
-
-static char *fixture(const char *name)
-{
-    char *p = malloc(1024);
-    ck_assert_ptr_nonnull(p);
-    snprintf(p, 1024, "%s/tests/fixtures/umt5/%s", tu_env("GHC_TOP_SRCDIR"), name);
-    return p;
-}
 
 static json_t *tokens_json(void)
 {
@@ -372,56 +367,9 @@ END_TEST
 #define ATOL 1e-5
 #define RTOL 1e-5
 
-/* Load `file` and check its output for every golden prompt, padded (mask) and on the true
- * tokens only, against golden `out` (out_f32 or out_quant). */
 static void check_encoder(const char *file, const char *out_name)
 {
-    char *p = fixture(file), *g = fixture("golden.safetensors");
-    ghc_umt5_t *enc = ghc_umt5_init(core, p, NULL);
-    ck_assert_msg(enc != NULL, "%s", ghc_error_message(core));
-    const struct ghc_umt5_config *c = ghc_umt5_get_config(enc);
-    ck_assert_int_eq(c->vocab, 416);
-    ck_assert_int_eq(c->d_model, 32);
-    ck_assert_int_eq(c->d_kv, 8);
-    ck_assert_int_eq(c->d_ff, 40);
-    ck_assert_int_eq(c->layers, 2);
-    ck_assert_int_eq(c->heads, 4);
-    ck_assert_int_eq(c->num_buckets, 32);
-    ck_assert_int_eq(c->max_distance, 128);
-    ghc_st_t *st = ghc_st_open(core, g);
-    ck_assert_ptr_nonnull(st);
-    ghc_tensor_t *ids = ghc_st_load(st, "ids", GHC_DTYPE_I32, GHC_ROLE_WORKSPACE);
-    ghc_tensor_t *mask = ghc_st_load(st, "mask", GHC_DTYPE_I32, GHC_ROLE_WORKSPACE);
-    ghc_tensor_t *want = ghc_st_load(st, out_name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
-    ck_assert(ids && mask && want);
-    const int64_t B = ghc_tensor_dim(ids, 0), n = ghc_tensor_dim(ids, 1), D = c->d_model;
-    ck_assert_int_eq(B, 3);
-    for (int64_t b = 0; b < B; b++) {
-        const int32_t *pi = (const int32_t *)ghc_tensor_cdata(ids) + b * n;
-        const int32_t *pm = (const int32_t *)ghc_tensor_cdata(mask) + b * n;
-        int32_t L = 0;
-        while (L < n && pm[L])
-            L++;
-        for (int pass = 0; pass < 2; pass++) {
-            ghc_tensor_t *y = pass ? ghc_umt5_encode(enc, pi, NULL, L) : ghc_umt5_encode(enc, pi, pm, (int32_t)n);
-            ck_assert_msg(y != NULL, "%s", ghc_error_message(core));
-            ck_assert_int_eq(ghc_tensor_ndim(y), 2);
-            ck_assert_int_eq(ghc_tensor_dim(y, 0), L);   /* trimmed to the true length */
-            ck_assert_int_eq(ghc_tensor_dim(y, 1), D);
-            const float *py = ghc_tensor_cdata(y), *pw = (const float *)ghc_tensor_cdata(want) + b * n * D;
-            for (int64_t i = 0; i < L * D; i++)
-                ck_assert_msg(fabs(py[i] - pw[i]) <= ATOL + RTOL * fabs(pw[i]), "%s %s prompt %lld pass %d [%lld]: "
-                              "%.8g vs %.8g", file, out_name, (long long)b, pass, (long long)i, py[i], pw[i]);
-            ghc_tensor_free(y);
-        }
-    }
-    ghc_tensor_free(ids);
-    ghc_tensor_free(mask);
-    ghc_tensor_free(want);
-    ghc_st_free(st);
-    ghc_umt5_free(enc);
-    free(p);
-    free(g);
+    golden_check(core, file, out_name, NULL, ATOL, RTOL);
 }
 
 START_TEST(enc_transformers_sharded)
@@ -439,6 +387,73 @@ END_TEST
 START_TEST(enc_official)
 {
     check_encoder("official.safetensors", "out_quant");
+}
+END_TEST
+
+/* The bf16 place on the CPU (the same code a GPU runs, through the CPU ops): every file within
+ * bf16's precision, padded, unpadded and batched; a random encoder of umT5's head size near its
+ * f32 self. */
+START_TEST(enc_bf16)
+{
+    const struct ghc_umt5_place bf16 = { GHC_DEVICE_CPU, GHC_DTYPE_BF16 };
+    golden_check(core, "hf/model.safetensors.index.json", "out_f32", &bf16, UMT5_BF16_ATOL, UMT5_BF16_RTOL);
+    golden_check(core, "comfy_fp8_scaled.safetensors", "out_quant", &bf16, UMT5_BF16_ATOL, UMT5_BF16_RTOL);
+    golden_check(core, "official.safetensors", "out_quant", &bf16, UMT5_BF16_ATOL, UMT5_BF16_RTOL);
+    random_batch_check(core, &bf16, 40, UMT5_BF16_RANDOM_ATOL, UMT5_BF16_RANDOM_RTOL, UMT5_BF16_RANDOM_L2);
+}
+END_TEST
+
+/* A batch of prompts of different true lengths, some unpadded (no mask), equals each prompt run
+ * alone; a bad prompt is named by its index, and every output is NULL. */
+START_TEST(enc_batch)
+{
+    const struct ghc_umt5_config cfg = { .vocab = 50, .d_model = 24, .d_kv = 4, .d_ff = 40, .layers = 2, .heads = 3,
+                                         .num_buckets = 32 };
+    ghc_umt5_t *enc = ghc_umt5_init_random(core, &cfg, 7, NULL);
+    ck_assert_msg(enc != NULL, "%s", ghc_error_message(core));
+    enum { B = 4, N = 11 };
+    int32_t ids[B * N], mask[B * N];
+    const int32_t L[B] = { 11, 3, 7, 1 };
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < N; i++) {
+            ids[b * N + i] = i < L[b] ? (b * 7 + i * 3) % 49 + 1 : 0;
+            mask[b * N + i] = i < L[b];
+        }
+    ghc_tensor_t *out[B];
+    ck_assert_msg(ghc_umt5_encode_batch(enc, ids, mask, B, N, out) == 0, "%s", ghc_error_message(core));
+    for (int b = 0; b < B; b++) {
+        ghc_tensor_t *one = ghc_umt5_encode(enc, ids + b * N, NULL, L[b]);
+        ck_assert_ptr_nonnull(one);
+        ck_assert_int_eq(ghc_tensor_dim(out[b], 0), L[b]);
+        const float *a = ghc_tensor_cdata(out[b]), *w = ghc_tensor_cdata(one);
+        for (int64_t i = 0; i < L[b] * cfg.d_model; i++)
+            ck_assert_msg(fabsf(a[i] - w[i]) <= 1e-5f + 1e-5f * fabsf(w[i]), "prompt %d [%lld]: %g vs %g", b,
+                          (long long)i, a[i], w[i]);
+        ghc_tensor_free(one);
+        ghc_tensor_free(out[b]);
+    }
+    /* without a mask every row runs all N positions */
+    ck_assert_int_eq(ghc_umt5_encode_batch(enc, ids, NULL, 2, N, out), 0);
+    ck_assert_int_eq(ghc_tensor_dim(out[1], 0), N);
+    ghc_tensor_free(out[0]);
+    ghc_tensor_free(out[1]);
+    /* prompt 2's id out of range, prompt 1's mask not 1s then 0s */
+    ids[2 * N + 5] = 50;
+    ck_assert_int_eq(ghc_umt5_encode_batch(enc, ids, mask, B, N, out), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "prompt 2: id 50 at position 5"));
+    for (int b = 0; b < B; b++)
+        ck_assert_ptr_null(out[b]);
+    ids[2 * N + 5] = 1;
+    mask[1 * N + 9] = 1;
+    ck_assert_int_eq(ghc_umt5_encode_batch(enc, ids, mask, B, N, out), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "prompt 1: mask[9]"));
+    /* a place other than f32 or bf16, or no device, is refused */
+    const struct ghc_umt5_place f16 = { GHC_DEVICE_CPU, GHC_DTYPE_F16 }, bad = { -2, GHC_DTYPE_F32 };
+    ck_assert_ptr_null(ghc_umt5_init_random(core, &cfg, 7, &f16));
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "dtype F16"));
+    ck_assert_ptr_null(ghc_umt5_init_random(core, &cfg, 7, &bad));
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "device -2"));
+    ghc_umt5_free(enc);
 }
 END_TEST
 
@@ -483,7 +498,7 @@ static char *rewrite(const char *dir, const char *drop, const char *reshape, con
 static void expect_load_error(const char *dir, const char *drop, const char *reshape, const char *msg)
 {
     char *p = rewrite(dir, drop, reshape, "");
-    ck_assert_ptr_null(ghc_umt5_init(core, p, NULL));
+    ck_assert_ptr_null(ghc_umt5_init(core, p, NULL, NULL));
     ck_assert_int_eq(ghc_error_code(core), GHC_EFORMAT);
     ck_assert_msg(strstr(ghc_error_message(core), msg) != NULL, "'%s' lacks '%s'", ghc_error_message(core), msg);
     free(p);
@@ -494,7 +509,7 @@ START_TEST(enc_errors)
     char *dir = tu_tmpdir();
     /* the official names under "encoder." load (musubi's layout) */
     char *p = rewrite(dir, NULL, NULL, "encoder.");
-    ghc_umt5_t *enc = ghc_umt5_init(core, p, NULL);
+    ghc_umt5_t *enc = ghc_umt5_init(core, p, NULL, NULL);
     ck_assert_msg(enc != NULL, "%s", ghc_error_message(core));
     const int32_t ids[3] = { 5, 9, 1 };
     ghc_tensor_t *y = ghc_umt5_encode(enc, ids, NULL, 3);
@@ -521,25 +536,67 @@ START_TEST(enc_errors)
     /* a configuration that disagrees with the file; one that agrees and sets max_distance */
     p = fixture("official.safetensors");
     struct ghc_umt5_config want = { .heads = 8 };
-    ck_assert_ptr_null(ghc_umt5_init(core, p, &want));
+    ck_assert_ptr_null(ghc_umt5_init(core, p, &want, NULL));
     ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "heads is 4 in the file, the configuration says 8"));
     want = (struct ghc_umt5_config){ .heads = 4, .d_model = 32, .max_distance = 64 };
-    enc = ghc_umt5_init(core, p, &want);
+    enc = ghc_umt5_init(core, p, &want, NULL);
     ck_assert_ptr_nonnull(enc);
     ck_assert_int_eq(ghc_umt5_get_config(enc)->max_distance, 64);
     ghc_umt5_free(enc);
     free(p);
     /* the official .pth is refused naming the safetensors files */
     char *pth = tu_write(dir, "models_t5_umt5-xxl-enc-bf16.pth", "PK");
-    ck_assert_ptr_null(ghc_umt5_init(core, pth, NULL));
+    ck_assert_ptr_null(ghc_umt5_init(core, pth, NULL, NULL));
     ck_assert_int_eq(ghc_error_code(core), GHC_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "umt5_xxl_fp16.safetensors"));
     free(pth);
     /* a missing file */
-    ck_assert_ptr_null(ghc_umt5_init(core, "/nonexistent/umt5.safetensors", NULL));
+    ck_assert_ptr_null(ghc_umt5_init(core, "/nonexistent/umt5.safetensors", NULL, NULL));
     ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "/nonexistent/umt5.safetensors"));
     tu_rm_rf(dir);
     free(dir);
+}
+END_TEST
+
+/* The `umt5` plugin's `device` and `dtype` keys, made by the core as `gh200core prepare` makes
+ * it: on the CPU bf16 encodes near f32; another dtype is refused naming the file and line. */
+START_TEST(plugin_place_keys)
+{
+    static const char *const dtypes[3] = { "f32", "bf16", "f16" };
+    const char *text = "a cat on a piano";
+    float ref[17 * 64];
+    for (int d = 0; d < 3; d++) {
+        char cfg[512];
+        snprintf(cfg, sizeof(cfg), "mempolicy = { plugin = \"host\"; };\n"
+                 "text_encoder = { plugin = \"umt5\"; device = -1;\n dtype = \"%s\"; random = { d_model = 64; "
+                 "heads = 2; d_kv = 32; d_ff = 96; }; };\n", dtypes[d]);
+        ghc_core_t *c = ghc_core_init();
+        ck_assert_msg(ghc_plugin_add_path(c, tu_env("GHC_BUILD_PLUGINS")) == 0 &&
+                      ghc_config_load_string(c, cfg, "t.cfg", NULL, NULL, 0) == 0 && ghc_run_init(c) == 0, "%s",
+                      ghc_error_message(c));
+        ghc_text_encoder_t *te = ghc_text_encoder_get(c);
+        if (d == 2) {
+            ck_assert_ptr_null(te);
+            ck_assert_msg(strstr(ghc_error_message(c), "t.cfg:3") && strstr(ghc_error_message(c), "f16"), "%s",
+                          ghc_error_message(c));
+        } else {
+            ck_assert_msg(te != NULL, "%s", ghc_error_message(c));
+            ghc_tensor_t *y = NULL;
+            ck_assert_msg(ghc_text_encoder_encode(te, text, &y) == 0, "%s", ghc_error_message(c));
+            ck_assert_int_eq(ghc_tensor_numel(y), 17 * 64);   /* the bytes and the EOS */
+            const float *py = ghc_tensor_cdata(y);
+            for (int i = 0; i < 17 * 64; i++) {
+                if (d == 0)
+                    ref[i] = py[i];
+                else
+                    ck_assert_msg(fabsf(py[i] - ref[i]) <= UMT5_BF16_ATOL + UMT5_BF16_RTOL * fabsf(ref[i]),
+                                  "bf16 [%d]: %g vs %g", i, py[i], ref[i]);
+            }
+            ghc_tensor_free(y);
+        }
+        ghc_run_free(c);
+        ghc_core_free(c);
+    }
 }
 END_TEST
 
@@ -581,6 +638,9 @@ int main(void)
     tcase_add_test(t, enc_transformers_sharded);
     tcase_add_test(t, enc_comfy_fp8);
     tcase_add_test(t, enc_official);
+    tcase_add_test(t, enc_bf16);
+    tcase_add_test(t, enc_batch);
+    tcase_add_test(t, plugin_place_keys);
     tcase_add_test(t, enc_errors);
     tcase_add_test(t, config_xxl);
     suite_add_tcase(s, t);

@@ -272,12 +272,15 @@ GHC_API int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_te
 
 /* ==== text encoder (umT5: plugins/umt5, doc/text-encoder.md; since API 16) =========================
  * The ops of a T5-family encoder that the ops above lack: the token embedding lookup, T5's
- * relative-position bias and attention with an additive bias and a key padding mask. CPU
- * only for now: on a CUDA tensor they return GHC_EUNSUPPORTED ("no CUDA kernel yet"). */
+ * relative-position bias and attention with an additive bias and a key padding mask. On the
+ * CPU and on CUDA (kernels/cuda/text.cu, since API 16: the embedding and the bias bit-identical
+ * to the CPU; attention as batched cuBLASLt GEMMs around an f32 softmax, P rounded to q's dtype
+ * before P V, so bf16 agrees with the CPU within bf16's precision). */
 
 /* y[i, :] = table[ids[i], :] in y's dtype (nearest even). ids: I32 or I64, n elements (any
  * shape); table [V, D] any float dtype; y f32 or bf16 with n rows of D (e.g. [n, D]). An id
- * outside [0, V) is GHC_EINVAL naming its position. */
+ * outside [0, V) is GHC_EINVAL naming its position on the CPU; CUDA cannot see device ids
+ * without a synchronisation and writes that row as NaN (check ids on the host first). */
 GHC_API int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream);
 
 /* T5's bucket of the relative position r = key - query (transformers'

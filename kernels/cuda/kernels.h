@@ -83,6 +83,12 @@ int ghc_k_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);
 /* kernels/cuda/inputs.cu (since API 14) */
 int ghc_k_timestep_embedding(ghc_tensor_t *out, const ghc_tensor_t *t, bool cos_first, double max_period, void *stream);
 int ghc_k_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *mask, void *stream);
+/* kernels/cuda/text.cu: the text-encoder ops (umT5; since API 16) */
+int ghc_k_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream);
+int ghc_k_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t num_buckets, int32_t max_distance,
+                       bool bidirectional, void *stream);
+int ghc_k_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                             const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale, void *stream);
 int ghc_k_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target, void *stream);
 /* optimizer updates (kernels/cuda/optim*.cu) */
 int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args, void *stream);

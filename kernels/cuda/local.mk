@@ -37,3 +37,5 @@ endif
 CUDA_KERNEL_SOURCES += kernels/cuda/lora.cu
 # the model-input ops: timestep embedding, padded text rows (API 14)
 CUDA_KERNEL_SOURCES += kernels/cuda/inputs.cu
+# the text-encoder ops (umT5): embedding, relative-position bias, attention with bias and mask
+CUDA_KERNEL_SOURCES += kernels/cuda/text.cu

@@ -38,9 +38,11 @@ struct layer {
 struct ghc_umt5 {
     ghc_core_t            *core;
     struct ghc_umt5_config cfg;
-    ghc_tensor_t          *embed;        /* [vocab, d_model], the file's dtype (f32, bf16 or f16) */
+    int                    device;       /* GHC_DEVICE_CPU or a CUDA ordinal: every tensor below lives there */
+    enum ghc_dtype         dtype;        /* the linears' and the activations' between the norms */
+    ghc_tensor_t          *embed;        /* [vocab, d_model]: the file's dtype when bf16 or f16, else `dtype` */
     ghc_tensor_t          *final_norm;   /* [d_model] f32 */
-    struct layer          *layers;
+    struct layer          *layers;       /* norms and bias tables f32, linears `dtype` */
 };
 
 void ghc_umt5_config_xxl(struct ghc_umt5_config *cfg)
@@ -104,13 +106,28 @@ static int find(ghc_core_t *core, ghc_st_t *st, const char *path, const char *na
     return 0;
 }
 
-/* Load a found tensor as f32 (or, keep_16, in its 16-bit file dtype), dequantising fp8 with
- * ComfyUI's per-tensor scale (X.scale_weight, or X.weight_scale). */
-static int load(ghc_core_t *core, ghc_st_t *st, const char *path, const struct ghc_st_info *info, bool keep_16,
+/* *t (a CPU tensor) times scale in `dt`, rounded once; *t replaced (NULL on error). */
+static int convert(ghc_core_t *core, ghc_tensor_t **t, enum ghc_dtype dt, float scale)
+{
+    ghc_tensor_t *w = ghc_tensor_init(core, dt, ghc_tensor_ndim(*t), ghc_tensor_shape(*t), GHC_DEVICE_CPU,
+                                      GHC_ROLE_WEIGHTS);
+    int rc = w ? ghc_tensor_convert_cpu(w, *t, scale) : ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+    ghc_tensor_free(*t);
+    if (rc < 0) {
+        ghc_tensor_free(w);
+        w = NULL;
+    }
+    *t = w;
+    return rc;
+}
+
+/* Load a found tensor on the CPU as `dt` (f32, bf16 or f16), dequantising fp8 with ComfyUI's
+ * per-tensor scale (X.scale_weight, or X.weight_scale) in f32 first. */
+static int load(ghc_core_t *core, ghc_st_t *st, const char *path, const struct ghc_st_info *info, enum ghc_dtype dt,
                 ghc_tensor_t **out)
 {
     float scale = 1.0f;
-    enum ghc_dtype dt = GHC_DTYPE_F32;
+    const enum ghc_dtype want = dt;
     if (info->dtype == GHC_DTYPE_F8_E4M3 || info->dtype == GHC_DTYPE_F8_E5M2) {
         char base[300], sname[320];
         size_t n = strlen(info->name);
@@ -132,21 +149,58 @@ static int load(ghc_core_t *core, ghc_st_t *st, const char *path, const struct g
         if (!one)
             return ghc_error_set(core, GHC_EUNSUPPORTED, "%s: scale '%s' is not one number; only per-tensor fp8 "
                                  "scales are supported", path, sname);
+        dt = GHC_DTYPE_F32;   /* scaled in f32, then rounded once to `want` */
     } else if (!ghc_dtype_is_float(info->dtype)) {
         return ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s' is %s, expected a float dtype", path, info->name,
                              ghc_dtype_name(info->dtype));
-    } else if (keep_16 && (info->dtype == GHC_DTYPE_BF16 || info->dtype == GHC_DTYPE_F16)) {
-        dt = info->dtype;
     }
     ghc_tensor_t *t = ghc_st_load(st, info->name, dt, GHC_ROLE_WEIGHTS);
     if (!t)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_EIO;
-    if (scale != 1.0f) {
-        float *v = ghc_tensor_data(t);
-        for (int64_t i = 0; i < ghc_tensor_numel(t); i++)
-            v[i] *= scale;
+    if (dt == want && scale == 1.0f) {
+        *out = t;
+        return 0;
     }
+    int rc = convert(core, &t, want, scale);
     *out = t;
+    return rc;
+}
+
+/* Move *t (a CPU tensor) to `device` (GHC_DEVICE_CPU: leave it), freeing the host copy. */
+static int to_device(ghc_core_t *core, ghc_tensor_t **t, int device)
+{
+    if (device == GHC_DEVICE_CPU)
+        return 0;
+    ghc_tensor_t *d = ghc_tensor_init(core, ghc_tensor_dtype(*t), ghc_tensor_ndim(*t), ghc_tensor_shape(*t), device,
+                                      GHC_ROLE_WEIGHTS);
+    int rc = !d ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM) : ghc_op_copy(d, *t, NULL);
+    if (rc == 0)
+        rc = ghc_op_sync(core, device, NULL);   /* the host copy may go */
+    if (rc < 0) {
+        ghc_tensor_free(d);
+        return rc;
+    }
+    ghc_tensor_free(*t);
+    *t = d;
+    return 0;
+}
+
+/* The CPU dtype a tensor of slot j (W_COUNT: the final norm) is loaded in. */
+static enum ghc_dtype slot_dtype(const ghc_umt5_t *enc, int j)
+{
+    return j == W_COUNT || j == W_NORM1 || j == W_NORM2 || j == W_BIAS ? GHC_DTYPE_F32 : enc->dtype;
+}
+
+/* Check a placement (NULL: the CPU in f32) and record it. */
+static int set_place(ghc_core_t *core, ghc_umt5_t *enc, const struct ghc_umt5_place *place)
+{
+    enc->device = place ? place->device : GHC_DEVICE_CPU;
+    enc->dtype = place ? place->dtype : GHC_DTYPE_F32;
+    if (enc->dtype != GHC_DTYPE_F32 && enc->dtype != GHC_DTYPE_BF16)
+        return ghc_error_set(core, GHC_EINVAL, "umt5: dtype %s, expected F32 or BF16", ghc_dtype_name(enc->dtype));
+    if (enc->device < GHC_DEVICE_CPU)
+        return ghc_error_set(core, GHC_EINVAL, "umt5: device %d is neither the cpu (-1) nor a CUDA ordinal",
+                             enc->device);
     return 0;
 }
 
@@ -206,7 +260,8 @@ static int match(ghc_core_t *core, const char *path, const char *what, int64_t w
     return 0;
 }
 
-ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_umt5_config *want)
+ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_umt5_config *want,
+                          const struct ghc_umt5_place *place)
 {
     static const char *const pickles[] = { ".pth", ".pt", ".bin", ".ckpt", ".pkl" };
     for (size_t i = 0; i < sizeof(pickles) / sizeof(pickles[0]); i++)
@@ -232,6 +287,8 @@ ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_u
         return NULL;
     }
     enc->core = core;
+    if ((rc = set_place(core, enc, place)) < 0)
+        goto out;
     if (!(st = ghc_st_open(core, path))) {
         rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_EIO;
         goto out;
@@ -281,11 +338,13 @@ ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_u
     }
     /* every tensor, its shape checked */
     if ((rc = find(core, st, path, embed_name, 2, (const int64_t[]){ c->vocab, c->d_model }, &info)) < 0 ||
-        (rc = load(core, st, path, &info, true, &enc->embed)) < 0)
+        (rc = load(core, st, path, &info, info.dtype == GHC_DTYPE_BF16 || info.dtype == GHC_DTYPE_F16 ? info.dtype
+                   : enc->dtype, &enc->embed)) < 0 || (rc = to_device(core, &enc->embed, enc->device)) < 0)
         goto out;
     snprintf(name, sizeof(name), "%s%s", nm.prefix, nm.official ? "norm.weight" : "encoder.final_layer_norm.weight");
     if ((rc = find(core, st, path, name, 1, (const int64_t[]){ c->d_model }, &info)) < 0 ||
-        (rc = load(core, st, path, &info, false, &enc->final_norm)) < 0)
+        (rc = load(core, st, path, &info, slot_dtype(enc, W_COUNT), &enc->final_norm)) < 0 ||
+        (rc = to_device(core, &enc->final_norm, enc->device)) < 0)
         goto out;
     if (!(enc->layers = calloc((size_t)c->layers, sizeof(*enc->layers)))) {
         rc = ghc_error_set(core, GHC_ENOMEM, "umt5: out of memory");
@@ -301,13 +360,15 @@ ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_u
         for (int j = 0; j < W_COUNT; j++) {
             tensor_name(&nm, l, j, name, sizeof(name));
             if ((rc = find(core, st, path, name, shapes[j][1] ? 2 : 1, shapes[j], &info)) < 0 ||
-                (rc = load(core, st, path, &info, false, &enc->layers[l].w[j])) < 0)
+                (rc = load(core, st, path, &info, slot_dtype(enc, j), &enc->layers[l].w[j])) < 0 ||
+                (rc = to_device(core, &enc->layers[l].w[j], enc->device)) < 0)
                 goto out;
         }
     ghc_log(core, GHC_LOG_INFO, "umt5: %s: %s names, %lld layers, d_model %lld, %lld heads of %lld, d_ff %lld, "
-            "vocab %lld, %d buckets; embedding %s", path, nm.official ? "official" : "transformers",
+            "vocab %lld, %d buckets; embedding %s, linears %s on %s%d", path, nm.official ? "official" : "transformers",
             (long long)c->layers, (long long)D, (long long)c->heads, (long long)c->d_kv, (long long)F,
-            (long long)c->vocab, c->num_buckets, ghc_dtype_name(ghc_tensor_dtype(enc->embed)));
+            (long long)c->vocab, c->num_buckets, ghc_dtype_name(ghc_tensor_dtype(enc->embed)),
+            ghc_dtype_name(enc->dtype), enc->device < 0 ? "cpu" : "cuda:", enc->device < 0 ? 0 : enc->device);
 out:
     ghc_st_free(st);
     if (rc < 0) {
@@ -317,9 +378,10 @@ out:
     return enc;
 }
 
-/* A drawn f32 CPU tensor: `one` 1 everywhere (a norm's weight), else normal times `scale`. */
+/* A drawn CPU tensor in `dt`: `one` 1 everywhere (a norm's weight), else normal times `scale`
+ * drawn in f32 (then rounded once to dt). */
 static int drawn(ghc_core_t *core, int ndim, const int64_t *shape, bool one, float scale, uint64_t seed,
-                 ghc_tensor_t **out)
+                 enum ghc_dtype dt, ghc_tensor_t **out)
 {
     struct ghc_rng rng = { .seed = seed, .offset = 0 };
     ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, ndim, shape, GHC_DEVICE_CPU, GHC_ROLE_WEIGHTS);
@@ -327,13 +389,16 @@ static int drawn(ghc_core_t *core, int ndim, const int64_t *shape, bool one, flo
            : one ? ghc_op_fill(t, 1.0, NULL) : ghc_op_rand_normal(t, &rng, NULL);
     if (rc == 0 && !one)
         rc = ghc_op_scale(t, t, scale, NULL);
+    if (rc == 0 && dt != GHC_DTYPE_F32)
+        rc = convert(core, &t, dt, 1.0f);
     if (rc < 0)
         ghc_tensor_free(t);
     *out = rc < 0 ? NULL : t;
     return rc;
 }
 
-ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config *cfg, uint64_t seed)
+ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config *cfg, uint64_t seed,
+                                 const struct ghc_umt5_place *place)
 {
     const struct ghc_umt5_config *c = cfg;
     if (c->layers < 1 || c->heads < 1 || c->d_kv < 1 || c->num_buckets < 4 || c->d_ff < 1 || c->d_model < 1 ||
@@ -350,6 +415,7 @@ ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config 
     }
     enc->core = core;
     enc->cfg = *c;
+    int rc = set_place(core, enc, place);
     enc->cfg.max_distance = c->max_distance ? c->max_distance : 128;
     enc->cfg.eps = c->eps > 0.0f ? c->eps : 1e-6f;
     const int64_t D = c->d_model, I = c->heads * c->d_kv, F = c->d_ff;
@@ -358,15 +424,19 @@ ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config 
         [W_BIAS] = { c->num_buckets, c->heads }, [W_NORM2] = { D, 0 }, [W_WI0] = { F, D }, [W_WI1] = { F, D },
         [W_WO] = { D, F },
     };
-    int rc = drawn(core, 2, (const int64_t[]){ c->vocab, D }, false, 1.0f, seed, &enc->embed);
-    if (rc == 0)
-        rc = drawn(core, 1, &D, true, 0.0f, 0, &enc->final_norm);
+    /* drawn in f32 on the CPU (the same weights wherever they go), then placed */
+    if (rc == 0 && (rc = drawn(core, 2, (const int64_t[]){ c->vocab, D }, false, 1.0f, seed, enc->dtype,
+                               &enc->embed)) == 0)
+        rc = to_device(core, &enc->embed, enc->device);
+    if (rc == 0 && (rc = drawn(core, 1, &D, true, 0.0f, 0, GHC_DTYPE_F32, &enc->final_norm)) == 0)
+        rc = to_device(core, &enc->final_norm, enc->device);
     for (int64_t l = 0; l < c->layers && rc == 0; l++)
         for (int j = 0; j < W_COUNT && rc == 0; j++) {
             bool norm = j == W_NORM1 || j == W_NORM2;
             float scale = j == W_BIAS ? 0.1f : (float)(1.0 / sqrt((double)shapes[j][1]));
-            rc = drawn(core, norm ? 1 : 2, shapes[j], norm, scale, seed + (uint64_t)(l * W_COUNT + j + 1),
-                       &enc->layers[l].w[j]);
+            if ((rc = drawn(core, norm ? 1 : 2, shapes[j], norm, scale, seed + (uint64_t)(l * W_COUNT + j + 1),
+                            slot_dtype(enc, j), &enc->layers[l].w[j])) == 0)
+                rc = to_device(core, &enc->layers[l].w[j], enc->device);
         }
     if (rc < 0) {
         ghc_umt5_free(enc);
@@ -377,9 +447,12 @@ ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config 
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
-/* Scratch of one forward over L positions. */
+/* Scratch of one forward over B prompts of n positions (N = B n rows), on the encoder's device:
+ * the residual x and the output y in f32, the rest in the encoder's dtype; q4 .. o4 are
+ * [B, n, H, d_kv] views of q .. o. ids, mask and host are the inputs and output on the CPU. */
 struct scratch {
-    ghc_tensor_t *x, *h, *q, *k, *v, *o, *q4, *k4, *v4, *o4, *bias, *a, *b, *mask;
+    ghc_tensor_t *ids, *mask, *x, *h, *q, *k, *v, *o, *q4, *k4, *v4, *o4, *bias, *a, *b, *y;
+    ghc_tensor_t *host_ids, *host_mask, *host_y;
 };
 
 static void scratch_free(struct scratch *s)
@@ -389,14 +462,15 @@ static void scratch_free(struct scratch *s)
         ghc_tensor_free(t[i]);
 }
 
-static ghc_tensor_t *f32(ghc_core_t *core, int ndim, const int64_t *shape)
+static ghc_tensor_t *act(const ghc_umt5_t *enc, enum ghc_dtype dt, int ndim, const int64_t *shape)
 {
-    return ghc_tensor_init(core, GHC_DTYPE_F32, ndim, shape, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+    return ghc_tensor_init(enc->core, dt, ndim, shape, enc->device, GHC_ROLE_ACTIVATIONS);
 }
 
-static ghc_tensor_t *heads_view(ghc_core_t *core, ghc_tensor_t *t, int64_t L, int64_t H, int64_t dk)
+static ghc_tensor_t *heads_view(const ghc_umt5_t *enc, ghc_tensor_t *t, int64_t B, int64_t n)
 {
-    return ghc_tensor_wrap(core, GHC_DTYPE_F32, 4, (const int64_t[]){ 1, L, H, dk }, GHC_DEVICE_CPU,
+    return ghc_tensor_wrap(enc->core, ghc_tensor_dtype(t), 4,
+                           (const int64_t[]){ B, n, enc->cfg.heads, enc->cfg.d_kv }, enc->device,
                            ghc_tensor_data(t));
 }
 
@@ -426,79 +500,135 @@ static int layer_forward(const ghc_umt5_t *enc, const struct layer *ly, struct s
     return 0;
 }
 
-ghc_tensor_t *ghc_umt5_encode(ghc_umt5_t *enc, const int32_t *ids, const int32_t *mask, int32_t n)
+/* Check one prompt's ids and mask; *L = its true length. */
+static int check_prompt(const ghc_umt5_t *enc, int32_t p, const int32_t *ids, const int32_t *mask, int32_t n,
+                        int64_t *L)
+{
+    ghc_core_t *core = enc->core;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= enc->cfg.vocab)
+            return ghc_error_set(core, GHC_EINVAL, "umt5: prompt %d: id %d at position %d is outside the vocabulary "
+                                 "[0, %lld)", p, ids[i], i, (long long)enc->cfg.vocab);
+    *L = n;
+    if (!mask)
+        return 0;
+    for (*L = 0; *L < n && mask[*L] == 1; (*L)++) {}   /* 1s then 0s; L = the 1s */
+    for (int32_t i = (int32_t)*L; i < n; i++)
+        if (mask[i] != 0)
+            return ghc_error_set(core, GHC_EINVAL, "umt5: prompt %d: mask[%d] is %d after the padding began at %lld "
+                                 "(expected 1s then 0s)", p, i, mask[i], (long long)*L);
+    if (*L == 0)
+        return ghc_error_set(core, GHC_EINVAL, "umt5: prompt %d: the mask has no token (the EOS at least is "
+                             "expected)", p);
+    return 0;
+}
+
+/* The scratch of B prompts of n positions, the inputs on the device. */
+static int scratch_init(const ghc_umt5_t *enc, struct scratch *s, const int32_t *ids, const int32_t *mask,
+                        const int64_t *L, int64_t B, int64_t n)
+{
+    ghc_core_t *core = enc->core;
+    const struct ghc_umt5_config *c = &enc->cfg;
+    const int64_t N = B * n, D = c->d_model, I = c->heads * c->d_kv, F = c->d_ff;
+    const enum ghc_dtype dt = enc->dtype, f = GHC_DTYPE_F32;
+    bool padded = false;
+    for (int64_t b = 0; b < B; b++)
+        padded |= L[b] < n;
+    if (!(s->host_ids = ghc_tensor_wrap(core, GHC_DTYPE_I32, 1, &N, GHC_DEVICE_CPU, (void *)ids)) ||
+        !(s->x = act(enc, f, 2, (const int64_t[]){ N, D })) || !(s->h = act(enc, dt, 2, (const int64_t[]){ N, D })) ||
+        !(s->q = act(enc, dt, 2, (const int64_t[]){ N, I })) || !(s->k = act(enc, dt, 2, (const int64_t[]){ N, I })) ||
+        !(s->v = act(enc, dt, 2, (const int64_t[]){ N, I })) || !(s->o = act(enc, dt, 2, (const int64_t[]){ N, I })) ||
+        !(s->q4 = heads_view(enc, s->q, B, n)) || !(s->k4 = heads_view(enc, s->k, B, n)) ||
+        !(s->v4 = heads_view(enc, s->v, B, n)) || !(s->o4 = heads_view(enc, s->o, B, n)) ||
+        !(s->bias = act(enc, f, 3, (const int64_t[]){ c->heads, n, n })) ||
+        !(s->a = act(enc, dt, 2, (const int64_t[]){ N, F })) || !(s->b = act(enc, dt, 2, (const int64_t[]){ N, F })) ||
+        !(s->y = act(enc, f, 2, (const int64_t[]){ N, D })))
+        return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+    if (padded) {   /* the padded keys' mask, [B, n] f32 */
+        if (!(s->host_mask = ghc_tensor_init(core, f, 2, (const int64_t[]){ B, n }, GHC_DEVICE_CPU,
+                                             GHC_ROLE_WORKSPACE)))
+            return ghc_error_code(core);
+        float *m = ghc_tensor_data(s->host_mask);
+        for (int64_t i = 0; i < N; i++)
+            m[i] = (float)mask[i];
+    }
+    if (enc->device == GHC_DEVICE_CPU) {
+        s->ids = s->host_ids;
+        s->mask = s->host_mask;
+        s->host_ids = s->host_mask = NULL;
+        return 0;
+    }
+    int rc;
+    if (!(s->ids = act(enc, GHC_DTYPE_I32, 1, &N)) || (padded && !(s->mask = act(enc, f, 2, (const int64_t[]){ B, n }))))
+        return ghc_error_code(core);
+    if ((rc = ghc_op_copy(s->ids, s->host_ids, NULL)) < 0 ||
+        (padded && (rc = ghc_op_copy(s->mask, s->host_mask, NULL)) < 0))
+        return rc;
+    return 0;
+}
+
+int ghc_umt5_encode_batch(ghc_umt5_t *enc, const int32_t *ids, const int32_t *mask, int32_t B, int32_t n,
+                          ghc_tensor_t **out)
 {
     ghc_core_t *core = enc->core;
     const struct ghc_umt5_config *c = &enc->cfg;
     struct scratch s = { 0 };
-    ghc_tensor_t *idt = NULL, *y = NULL, *out = NULL;
+    int64_t *L = NULL;
     int rc = 0;
-    int64_t L = n;
-    if (n < 1) {
-        ghc_error_set(core, GHC_EINVAL, "umt5: %d ids, expected at least 1", n);
-        return NULL;
-    }
-    for (int32_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= c->vocab) {
-            ghc_error_set(core, GHC_EINVAL, "umt5: id %d at position %d is outside the vocabulary [0, %lld)", ids[i],
-                          i, (long long)c->vocab);
-            return NULL;
-        }
-    if (mask) {   /* 1s then 0s; L = the 1s */
-        for (L = 0; L < n && mask[L] == 1; L++) {}
-        for (int32_t i = (int32_t)L; i < n; i++)
-            if (mask[i] != 0) {
-                ghc_error_set(core, GHC_EINVAL, "umt5: mask[%d] is %d after the padding began at %lld (expected "
-                              "1s then 0s)", i, mask[i], (long long)L);
-                return NULL;
-            }
-        if (L == 0) {
-            ghc_error_set(core, GHC_EINVAL, "umt5: the mask has no token (the EOS at least is expected)");
-            return NULL;
-        }
-    }
-    const int64_t D = c->d_model, H = c->heads, dk = c->d_kv, I = H * dk, F = c->d_ff;
-    if (!(idt = ghc_tensor_wrap(core, GHC_DTYPE_I32, 1, (const int64_t[]){ n }, GHC_DEVICE_CPU, (void *)ids)) ||
-        !(s.x = f32(core, 2, (const int64_t[]){ n, D })) || !(s.h = f32(core, 2, (const int64_t[]){ n, D })) ||
-        !(s.q = f32(core, 2, (const int64_t[]){ n, I })) || !(s.k = f32(core, 2, (const int64_t[]){ n, I })) ||
-        !(s.v = f32(core, 2, (const int64_t[]){ n, I })) || !(s.o = f32(core, 2, (const int64_t[]){ n, I })) ||
-        !(s.q4 = heads_view(core, s.q, n, H, dk)) || !(s.k4 = heads_view(core, s.k, n, H, dk)) ||
-        !(s.v4 = heads_view(core, s.v, n, H, dk)) || !(s.o4 = heads_view(core, s.o, n, H, dk)) ||
-        !(s.bias = f32(core, 3, (const int64_t[]){ H, n, n })) || !(s.a = f32(core, 2, (const int64_t[]){ n, F })) ||
-        !(s.b = f32(core, 2, (const int64_t[]){ n, F })) ||
-        !(y = ghc_tensor_init(core, GHC_DTYPE_F32, 2, (const int64_t[]){ n, D }, GHC_DEVICE_CPU,
-                              GHC_ROLE_TEXT_EMBEDS))) {
-        rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+    for (int32_t b = 0; b < B; b++)
+        out[b] = NULL;
+    if (n < 1 || B < 1)
+        return ghc_error_set(core, GHC_EINVAL, "umt5: %d prompts of %d ids, expected at least 1 of 1", B, n);
+    if (!(L = malloc(sizeof(*L) * (size_t)B)))
+        return ghc_error_set(core, GHC_ENOMEM, "umt5: out of memory");
+    for (int32_t b = 0; b < B && rc == 0; b++)
+        rc = check_prompt(enc, b, ids + (int64_t)b * n, mask ? mask + (int64_t)b * n : NULL, n, &L[b]);
+    if (rc < 0 || (rc = scratch_init(enc, &s, ids, mask, L, B, n)) < 0)
         goto out;
-    }
-    if (mask && L < n) {
-        if (!(s.mask = f32(core, 2, (const int64_t[]){ 1, n }))) {
-            rc = ghc_error_code(core);
-            goto out;
-        }
-        float *m = ghc_tensor_data(s.mask);
-        for (int32_t i = 0; i < n; i++)
-            m[i] = (float)mask[i];
-    }
-    if ((rc = ghc_op_embedding(s.x, enc->embed, idt, NULL)) < 0)
+    if ((rc = ghc_op_embedding(s.x, enc->embed, s.ids, NULL)) < 0)
         goto out;
     for (int64_t l = 0; l < c->layers; l++)
         if ((rc = layer_forward(enc, &enc->layers[l], &s)) < 0)
             goto out;
-    if ((rc = ghc_op_rmsnorm_fwd(y, NULL, s.x, enc->final_norm, c->eps, NULL)) < 0)
+    if ((rc = ghc_op_rmsnorm_fwd(s.y, NULL, s.x, enc->final_norm, c->eps, NULL)) < 0)
         goto out;
-    if (L == n) {
-        out = y;
-        y = NULL;
-    } else if ((out = ghc_tensor_init(core, GHC_DTYPE_F32, 2, (const int64_t[]){ L, D }, GHC_DEVICE_CPU,
-                                      GHC_ROLE_TEXT_EMBEDS))) {
-        memcpy(ghc_tensor_data(out), ghc_tensor_cdata(y), (size_t)(L * D) * sizeof(float));
-    } else {
-        rc = ghc_error_code(core);
+    const int64_t D = c->d_model, N = (int64_t)B * n;
+    if (enc->device == GHC_DEVICE_CPU) {
+        s.host_y = s.y;
+        s.y = NULL;
+    } else if (!(s.host_y = ghc_tensor_init(core, GHC_DTYPE_F32, 2, (const int64_t[]){ N, D }, GHC_DEVICE_CPU,
+                                            GHC_ROLE_TEXT_EMBEDS))) {
+        rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+        goto out;
+    } else if ((rc = ghc_op_copy(s.host_y, s.y, NULL)) < 0 || (rc = ghc_op_sync(core, enc->device, NULL)) < 0) {
+        goto out;
+    }
+    if (B == 1 && L[0] == n) {   /* the whole output */
+        out[0] = s.host_y;
+        s.host_y = NULL;
+        goto out;
+    }
+    for (int32_t b = 0; b < B && rc == 0; b++) {   /* each prompt's true rows */
+        if (!(out[b] = ghc_tensor_init(core, GHC_DTYPE_F32, 2, (const int64_t[]){ L[b], D }, GHC_DEVICE_CPU,
+                                       GHC_ROLE_TEXT_EMBEDS)))
+            rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+        else
+            memcpy(ghc_tensor_data(out[b]), (const float *)ghc_tensor_cdata(s.host_y) + (int64_t)b * n * D,
+                   (size_t)(L[b] * D) * sizeof(float));
     }
 out:
     scratch_free(&s);
-    ghc_tensor_free(idt);
-    ghc_tensor_free(y);
-    return rc < 0 ? NULL : out;
+    free(L);
+    if (rc < 0)
+        for (int32_t b = 0; b < B; b++) {
+            ghc_tensor_free(out[b]);
+            out[b] = NULL;
+        }
+    return rc;
+}
+
+ghc_tensor_t *ghc_umt5_encode(ghc_umt5_t *enc, const int32_t *ids, const int32_t *mask, int32_t n)
+{
+    ghc_tensor_t *out = NULL;
+    return ghc_umt5_encode_batch(enc, ids, mask, 1, n, &out) < 0 ? NULL : out;
 }

@@ -1,6 +1,8 @@
 /* plugin.c: the `umt5` text_encoder plugin (encoder.h): umT5 (umt5.h) with its SentencePiece
  * tokenizer, read from `path` and `tokenizer`, or for the embedded demo drawn at random from a
- * small shape (`random`), its ids then the caption's UTF-8 bytes. */
+ * small shape (`random`), its ids then the caption's UTF-8 bytes. It runs where `device` and
+ * `dtype` say (a GPU in bf16 by default where the memory policy gives CUDA memory); captions in
+ * and embeddings out stay on the host either way. */
 #include <config.h>
 
 #include <stdint.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include <gh200core/encoder.h>
+#include <gh200core/mempolicy.h>
 #include <gh200core/plugin.h>
 #include <gh200core/run.h>
 
@@ -29,6 +32,8 @@ static const struct ghc_cfg_key umt5_keys[] = {
     { "tokenizer", GHC_CFG_STRING, NULL, "the SentencePiece model (spiece.model / tokenizer.model)", NULL },
     { "text_len", GHC_CFG_INT, "512", "1 to 4096 (Wan: 512)", NULL },
     { "clean", GHC_CFG_BOOL, "true", "Wan's prompt cleaning first", NULL },
+    { "device", GHC_CFG_INT, "(0 with CUDA device memory, else -1)", "-1 to 1023", NULL },
+    { "dtype", GHC_CFG_STRING, "(bf16 on a GPU, f32 on the cpu)", "f32, bf16", NULL },
     { "random", GHC_CFG_GROUP, NULL, NULL, umt5_random_keys },
     { NULL, 0, NULL, NULL, NULL }
 };
@@ -56,18 +61,40 @@ static void umt5p_free(void *self)
     free(p);
 }
 
+/* The `device` and `dtype` keys: by default the GPU (in bf16) where the run's memory policy gives
+ * CUDA memory, else the CPU (in f32). */
+static int umt5p_place(ghc_core_t *core, ghc_cfg_t *cfg, struct ghc_umt5_place *place)
+{
+    static const char *const dtypes[] = { "f32", "bf16", NULL };
+    int64_t device = GHC_DEVICE_CPU;
+    int dt, rc;
+    if (ghc_cfg_has(cfg, "device")) {
+        if ((rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0)
+            return rc;
+    } else {
+        device = ghc_mem_default_device(core);
+    }
+    if ((rc = ghc_cfg_get_choice(cfg, "dtype", device == GHC_DEVICE_CPU ? 0 : 1, dtypes, &dt)) < 0)
+        return rc;
+    place->device = (int)device;
+    place->dtype = dt == 1 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+    return 0;
+}
+
 static int umt5p_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
     const char *path = NULL, *tok = NULL;
     ghc_cfg_t *rnd = NULL;
     int64_t text_len;
     bool clean;
+    struct ghc_umt5_place place;
     int rc;
     if ((rc = ghc_cfg_get_string(cfg, "path", NULL, &path)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "tokenizer", NULL, &tok)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "text_len", 512, 1, 4096, &text_len)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "clean", true, &clean)) < 0 ||
-        (rc = ghc_cfg_get_group(cfg, "random", umt5_random_keys, &rnd)) < 0)
+        (rc = ghc_cfg_get_group(cfg, "random", umt5_random_keys, &rnd)) < 0 ||
+        (rc = umt5p_place(core, cfg, &place)) < 0)
         return rc;
     if (!path == !rnd)
         return ghc_error_set(core, GHC_ECONFIG, "%s: text_encoder: give either 'path' (the umT5 .safetensors) or "
@@ -93,11 +120,11 @@ static int umt5p_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
             rc = ghc_cfg_get_int(rnd, k[i], def[i], i == 5 ? 0 : 1, max[i], &v[i]);
         struct ghc_umt5_config c = { .vocab = BYTE_IDS + 256, .d_model = v[0], .layers = v[1], .heads = v[2],
                                      .d_kv = v[3], .d_ff = v[4], .num_buckets = 32 };
-        if (rc == 0 && !(p->enc = ghc_umt5_init_random(core, &c, (uint64_t)v[5])))
+        if (rc == 0 && !(p->enc = ghc_umt5_init_random(core, &c, (uint64_t)v[5], &place)))
             rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_EINVAL;
     } else {
         if ((rc = ghc_cfg_resolve_path(cfg, "path", path, abs, sizeof(abs))) == 0 &&
-            !(p->enc = ghc_umt5_init(core, abs, NULL)))
+            !(p->enc = ghc_umt5_init(core, abs, NULL, &place)))
             rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_EIO;
         if (rc == 0 && (rc = ghc_cfg_resolve_path(cfg, "tokenizer", tok, abs, sizeof(abs))) == 0 &&
             !(p->tok = ghc_umt5_tok_init(core, abs)))
@@ -164,6 +191,6 @@ GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_umt5 = {
     .kinds = GHC_KIND_BIT(GHC_KIND_TEXT_ENCODER),
     .name = "umt5",
     .version = GHC_VERSION,
-    .description = "the umT5-XXL text encoder of Wan with its SentencePiece tokenizer, CPU",
+    .description = "the umT5-XXL text encoder of Wan with its SentencePiece tokenizer, CPU or CUDA",
     .init = umt5_plugin_init,
 };

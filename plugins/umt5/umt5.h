@@ -1,6 +1,7 @@
 /* umt5.h: the umT5 text encoder of Wan2.x (umT5-XXL, doc/text-encoder.md): its tokenizer
  * (SentencePiece through libsentencepiece, after Wan's prompt cleaning) and its encoder
- * forward, an f32 CPU reference computed through libgh200core_ops. The module of the `umt5`
+ * forward through libgh200core_ops: on the CPU in f32 (the reference) or on a CUDA device in f32 or
+ * bf16 (struct ghc_umt5_place). The module of the `umt5`
  * text_encoder plugin (plugin.c); not installed. Errors go to the core's message (ghc_error_message),
  * one line naming the file, tensor or text position. */
 #ifndef GHC_UMT5_H
@@ -72,20 +73,34 @@ void ghc_umt5_config_xxl(struct ghc_umt5_config *cfg);
 
 typedef struct ghc_umt5 ghc_umt5_t;
 
+/* Where an encoder computes: `device` GHC_DEVICE_CPU (-1) or a CUDA ordinal (its tensors come
+ * from the run's memory policy), `dtype` GHC_DTYPE_F32 or GHC_DTYPE_BF16: the linears' weights
+ * and the activations between the norms. The residual stream, the norms, the bias tables, the
+ * attention's softmax and the output are f32 either way. A NULL place is the CPU in f32. */
+struct ghc_umt5_place {
+    int            device;
+    enum ghc_dtype dtype;
+};
+
 /* Load an encoder from a .safetensors file or a sharded checkpoint's .safetensors.index.json:
  * transformers/diffusers/ComfyUI names (shared.weight, encoder.block.{i}.layer...) or Wan's
  * official names (token_embedding.weight, blocks.{i}..., optionally under "encoder."), any
- * float dtype, ComfyUI fp8 "scaled" weights dequantised with their scale_weight. Linears and
- * norms are kept in f32 on the CPU, the embedding in its file dtype (f32, bf16 or f16). The
+ * float dtype, ComfyUI fp8 "scaled" weights dequantised with their scale_weight (in f32, then
+ * rounded once to the place's dtype). Linears are kept in place->dtype, norms and bias tables
+ * in f32, the embedding in its file dtype when that is bf16 or f16 (else place->dtype), all on
+ * place->device, one tensor at a time through host memory. The
  * shape comes from the tensors; `want` (NULL: none) fixes fields: each non-zero one must
  * match the file (GHC_EFORMAT otherwise), max_distance and eps (not in the file) default to
  * umT5's 128 and 1e-6. A PyTorch .pth/.pt/.bin is refused naming the safetensors files to use.
  * NULL on error (a missing tensor or a wrong shape names the tensor); free with ghc_umt5_free. */
-ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_umt5_config *want);
+ghc_umt5_t *ghc_umt5_init(ghc_core_t *core, const char *path, const struct ghc_umt5_config *want,
+                          const struct ghc_umt5_place *place);
 /* An encoder of shape cfg (max_distance 0 and eps 0: umT5's) with weights drawn from `seed`
- * (norms 1, the rest normal with variance 1 / fan-in; the embedding standard normal): the
- * embedded demo's tiny text encoder. NULL on error (a field out of range). */
-ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config *cfg, uint64_t seed);
+ * (norms 1, the rest normal with variance 1 / fan-in; the embedding standard normal; drawn in
+ * f32 on the CPU, so the same weights on every place, rounded once to its dtype): the embedded
+ * demo's tiny text encoder. NULL on error (a field out of range). */
+ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config *cfg, uint64_t seed,
+                                 const struct ghc_umt5_place *place);
 /* NULL is a no-op. */
 void ghc_umt5_free(ghc_umt5_t *enc);
 /* The loaded shape. Borrowed; valid until ghc_umt5_free. */
@@ -98,6 +113,14 @@ const struct ghc_umt5_config *ghc_umt5_get_config(const ghc_umt5_t *enc);
  * padded batch, and the output is trimmed to L = the number of 1s. NULL on error (an id out of
  * range names its position). */
 ghc_tensor_t *ghc_umt5_encode(ghc_umt5_t *enc, const int32_t *ids, const int32_t *mask, int32_t n);
+/* B prompts at once (one forward over B n rows, the GEMMs B times taller): ids [B, n] and mask
+ * (NULL, or [B, n] of rows as above) row-major; out[b] = prompt b's new f32 CPU tensor [L_b,
+ * d_model] (each its own; the caller frees them). A row without a mask runs all n positions.
+ * Returns 0, or a negative GHC_E* with every out[b] NULL (an id or mask entry out of range
+ * names its prompt and position). The ids and masks are checked on the host; a device encoder
+ * copies them over, runs, and waits for the output. */
+int ghc_umt5_encode_batch(ghc_umt5_t *enc, const int32_t *ids, const int32_t *mask, int32_t B, int32_t n,
+                          ghc_tensor_t **out);
 
 GHC_END_DECLS
 
