@@ -780,6 +780,28 @@ int ghc_cfg_set_string(ghc_cfg_t *cfg, const char *key, const char *value)
     return rc;
 }
 
+int ghc_cfg_remove(ghc_cfg_t *cfg, const char *key)
+{
+    char q[256];
+    config_setting_t *s = config_setting_get_member(cfg->s, key);
+    if (!s)
+        return 0;
+    forget(cfg->core->config, s);
+    if (config_setting_remove(cfg->s, key) != CONFIG_TRUE)
+        return ghc_error_set(cfg->core, GHC_EINTERNAL, "%s: %s: cannot remove it", ghc_cfg_where(cfg, NULL),
+                             qualified(cfg, key, q, sizeof(q)));
+    return 0;
+}
+
+int ghc_cfg_set_int(ghc_cfg_t *cfg, const char *key, int64_t value)
+{
+    config_setting_t *s;
+    int rc = set_key(cfg, key, CONFIG_TYPE_INT64, true, &s);
+    if (rc == 0 && !config_setting_set_int64(s, value))
+        rc = ghc_error_set(cfg->core, GHC_ENOMEM, "config: out of memory");
+    return rc;
+}
+
 int ghc_cfg_set_group(ghc_cfg_t *cfg, const char *key, ghc_cfg_t **out)
 {
     config_setting_t *s;
@@ -815,6 +837,8 @@ static const struct ghc_cfg_key core_keys[] = {
     { "allow_insecure_plugins", GHC_CFG_BOOL, "false", NULL,  NULL },
     { "output_dir",  GHC_CFG_STRING, "output", NULL,          NULL },
     { "seed",        GHC_CFG_INT,    "42",     "0 to 2^63-1", NULL },
+    /* "auto": the trainer picks the memory policy and checkpointing that fit (estimate.c) */
+    { "plan",        GHC_CFG_STRING, "configured", "configured, auto", NULL },
     { "mempolicy",   GHC_CFG_GROUP,  NULL,     NULL,          NULL },
     { "backend",     GHC_CFG_GROUP,  NULL,     NULL,          NULL },
     { "cache",       GHC_CFG_GROUP,  NULL,     NULL,          NULL },

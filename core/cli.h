@@ -45,6 +45,20 @@ struct ghc_estimate {
  * not fit, the first plan that does (out->plan). Returns 0 whether or not it fits. */
 int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct ghc_estimate *out, FILE *print);
 
+/* plan = "auto" (top-level key): choose the fastest plan whose estimate fits the card and set it
+ * into the configuration before the run's plugins exist: the memory policy (device, then
+ * offload with saved activations on the host and as many resident blocks as fit; a configured
+ * gh200_uvm or other policy is kept), the model's checkpointing and checkpoint_every. */
+struct ghc_plan_opts {
+    int64_t batch;       /* samples per micro-batch; 0: data.batch_size */
+    int64_t tokens;      /* tokens per sample; 0: the dataset's largest (its headers) */
+    double  device_gib;  /* the card's free memory; 0: the model's device asked (CUDA) */
+};
+/* Returns 0 with the choice for people in `chosen` ("" when plan is not "auto"), or GHC_E*. A
+ * plan fits when its estimate (allowance included) leaves this share of the card free. */
+#define GHC_PLAN_AUTO_HEADROOM 0.03
+int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *chosen, size_t len);
+
 /* `gh200core diag`: the machine probe of the gh200_uvm plugin, printed with pass/fail marks to
  * `out`, and as JSON to json_path when not NULL. *failed gets the number of failed checks. */
 int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *json_path, FILE *out, int *failed);

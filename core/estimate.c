@@ -16,7 +16,9 @@
 #include <string.h>
 
 #include <gh200core/gh200core.h>
+#include <gh200core/dataset.h>
 #include <gh200core/mempolicy.h>
+#include <gh200core/ops.h>
 
 #include "cli.h"
 
@@ -84,7 +86,8 @@ static void place(const struct ghc_model_memory *mm, const struct ghc_network_me
     }
     /* the ring of block buffers, and offload's resident blocks (each expert's; the model's
      * blocks counted as its weights over one block's, at most) */
-    uint64_t blocks = mm->block ? mm->weights / mm->block : 0, res = (uint64_t)p->resident;
+    uint64_t blocks = mm->blocks > 0 ? (uint64_t)mm->blocks : mm->block ? mm->weights / mm->block : 0;
+    uint64_t res = (uint64_t)p->resident;
     out->ring = offload ? ((uint64_t)p->ring + (res < blocks ? res : blocks) * (uint64_t)(mm->experts > 1 ? mm->experts : 1)) *
                 mm->block : 0;
     out->saved_ring = saved_off ? (uint64_t)p->sring * (p->saved_unit + 256) : 0;   /* the largest unit */
@@ -181,12 +184,15 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     if (mem && (rc = ghc_cfg_get_string(mem, "plugin", "host", &policy)) < 0)
         return rc;
     cfg.policy = policy;
-    if (mem && ((rc = ghc_cfg_get_int(mem, "ring", 2, 2, 64, &cfg.ring)) < 0 ||
-                (rc = ghc_cfg_get_int(mem, "resident", 0, 0, 100000, &cfg.resident)) < 0))
+    /* the keys of the policies that have them (a getter records its default in the section,
+     * which must stay valid for the policy: plan = "auto" runs the policy after this) */
+    bool off = strcmp(policy, "offload") == 0, saving = off || strcmp(policy, "gh200_uvm") == 0;
+    if (mem && off && ((rc = ghc_cfg_get_int(mem, "ring", 2, 2, 64, &cfg.ring)) < 0 ||
+                       (rc = ghc_cfg_get_int(mem, "resident", 0, 0, 100000, &cfg.resident)) < 0))
         return rc;
-    const char *saved = "host";
-    if (mem && ((rc = ghc_cfg_get_string(mem, "saved", "host", &saved)) < 0 ||
-                (rc = ghc_cfg_get_int(mem, "saved_ring", 3, 2, 64, &cfg.sring)) < 0))
+    const char *saved = "host";   /* gh200_uvm's "auto": the host, unless integrated (not known here) */
+    if (mem && saving && ((rc = ghc_cfg_get_string(mem, "saved", off ? "host" : "auto", &saved)) < 0 ||
+                          (rc = ghc_cfg_get_int(mem, "saved_ring", 3, 2, 64, &cfg.sring)) < 0))
         return rc;
     cfg.saved_device = strcmp(saved, "device") == 0;
     /* without a network section: the default network's defaults */
@@ -251,5 +257,198 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
             fprintf(print, "plan:  none fits (tried the lighter checkpointing modes, saved activations on the host "
                     "and the offload policy); fewer tokens or a smaller batch\n");
     }
+    return 0;
+}
+
+/* ---- plan = "auto" ------------------------------------------------------------------------------ */
+
+/* A plan the trainer may take: the policy, where it keeps saved activations and offload's
+ * resident blocks; the model's checkpointing and k. */
+struct auto_plan {
+    const char *policy;         /* "device", "offload", or the configured policy (kept) */
+    const char *ckpt;           /* "off", "block_attn", "block" */
+    int64_t     every, resident;
+};
+
+/* Write plan p into the configuration. final: the plan chosen: a policy other than the
+ * configured one then gets a section of its own (the configured keys are not its keys); the
+ * configured one keeps its keys. A trial only sets what the estimate reads. */
+static int auto_set(ghc_core_t *core, const struct auto_plan *p, const char *configured, int device, bool final)
+{
+    ghc_cfg_t *root = ghc_config_root(core), *mem, *model = ghc_config_section(core, "model");
+    int rc = 0;
+    bool same = strcmp(p->policy, configured) == 0;
+    if (final && !same && (rc = ghc_cfg_remove(root, "mempolicy")) < 0)
+        return rc;
+    if ((rc = ghc_cfg_set_group(root, "mempolicy", &mem)) < 0 || (rc = ghc_cfg_set_string(mem, "plugin", p->policy)) < 0)
+        return rc;
+    if (strcmp(p->policy, "offload") == 0 &&
+        ((rc = ghc_cfg_set_string(mem, "saved", "host")) < 0 || (rc = ghc_cfg_set_int(mem, "resident", p->resident)) < 0 ||
+         (final && !same && (rc = ghc_cfg_set_int(mem, "device", device)) < 0)))
+        return rc;
+    if (!p->ckpt)   /* a model without these keys: the policy alone */
+        return 0;
+    if ((rc = ghc_cfg_set_string(model, "checkpointing", p->ckpt)) < 0)
+        return rc;
+    return strcmp(p->ckpt, "off") == 0 ? ghc_cfg_remove(model, "checkpoint_every")
+                                        : ghc_cfg_set_int(model, "checkpoint_every", p->every);
+}
+
+/* Whether plan p fits o's card (set into the configuration, estimated). */
+static int auto_try(ghc_core_t *core, struct auto_plan *p, bool ck_keys, const char *configured, int device,
+                    const struct ghc_estimate_opts *eo, struct ghc_estimate *e)
+{
+    if (!ck_keys)
+        p->ckpt = NULL;
+    int rc = auto_set(core, p, configured, device, false);
+    if (rc == 0)
+        rc = ghc_cli_estimate(core, eo, e, NULL);
+    return rc < 0 ? rc : e->fits == 1;
+}
+
+/* The largest batch of tokens of the dataset's samples (its headers; before the run's
+ * plugins exist: the local backend, no cache) for a model whose token covers patch[3]. */
+static int auto_tokens(ghc_core_t *core, const int64_t patch[3], int64_t *tokens)
+{
+    ghc_dataset_t *ds;
+    int rc = ghc_dataset_open(core, &ds);
+    if (rc < 0)
+        return rc;
+    *tokens = 0;
+    for (int64_t i = 0; i < ghc_dataset_samples(ds); i++) {
+        struct ghc_data_sample_info in;
+        if (!ghc_dataset_sample_at(ds, i, &in))
+            continue;
+        int64_t t = 1;
+        for (int d = 0; d < 3; d++) {
+            int64_t p = patch[d] > 0 ? patch[d] : 1;
+            t *= (in.latent_shape[1 + d] + p - 1) / p;
+        }
+        *tokens = t > *tokens ? t : *tokens;
+    }
+    ghc_dataset_free(ds);
+    return 0;
+}
+
+int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *chosen, size_t len)
+{
+    static const char *const plans[] = { "configured", "auto", NULL };
+    ghc_cfg_t *root = ghc_config_root(core), *model = ghc_config_section(core, "model");
+    ghc_cfg_t *mem = ghc_config_section(core, "mempolicy"), *data = ghc_config_section(core, "data");
+    const char *model_name = NULL, *configured = "host";
+    int which = 0, rc;
+    *chosen = 0;
+    if (!root || (rc = ghc_cfg_get_choice(root, "plan", 0, plans, &which)) < 0 || which == 0)
+        return root ? (rc < 0 ? rc : 0) : 0;
+    if (!model || (rc = ghc_cfg_get_string(model, "plugin", NULL, &model_name)) < 0 || !model_name)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: plan = \"auto\" needs a model section with a plugin",
+                             ghc_cfg_where(root, "plan"));
+    if (mem && (rc = ghc_cfg_get_string(mem, "plugin", "host", &configured)) < 0)
+        return rc;
+    char conf[64];
+    snprintf(conf, sizeof(conf), "%s", configured);   /* the section may be replaced below */
+    /* the model's device: its `device` key, else CUDA device 0 where there is one */
+    int64_t device = 0;
+    uint64_t fr = 0, tot = 0;
+    if (ghc_cfg_has(model, "device") && (rc = ghc_cfg_get_int(model, "device", 0, -1, 1023, &device)) < 0)
+        return rc;
+    double gib = o->device_gib;
+    if (device >= 0 && gib <= 0) {
+        if (ghc_op_device_memory(core, (int)device, &fr, &tot) < 0)
+            device = -1;   /* no CUDA build, or no such GPU: the model computes on the CPU */
+        else
+            gib = fr / GIB;
+        ghc_error_clear(core);
+    }
+    if (device < 0 || strcmp(conf, "host") == 0) {
+        snprintf(chosen, len, "plan: auto: the model computes on the CPU: the configured plan");
+        return 0;
+    }
+    /* the tokens: given, or the dataset's largest sample (the demo's is made by the run) */
+    int64_t batch = o->batch, tokens = o->tokens;
+    if (tokens <= 0 && ghc_config_section(core, "demo")) {
+        snprintf(chosen, len, "plan: auto: the demo makes its data during the run: the configured plan");
+        return 0;
+    }
+    if (batch <= 0 && (rc = data ? ghc_cfg_get_int(data, "batch_size", 1, 1, 1 << 20, &batch) : (batch = 1, 0)) < 0)
+        return rc;
+    struct ghc_model_memory mm = { .struct_size = sizeof(mm) };
+    if ((rc = load_named(core, model, "model", model_name)) < 0 ||
+        (rc = ghc_model_estimate(core, model_name, model, batch, 1, &mm)) < 0)
+        return rc;
+    if (tokens <= 0 && (rc = auto_tokens(core, mm.patch, &tokens)) < 0)
+        return rc;
+    /* the candidates, fastest first: the device policy with no recomputation, then every k-th
+     * block recomputed with the attention kept (fewest first); the streaming policy (offload,
+     * saved activations on the host) with the attention kept and as many resident blocks as
+     * fit; then block checkpointing (the attention recomputed too) on the device, and streamed.
+     * A configured gh200_uvm (or another policy of its own) is kept throughout. */
+    uint64_t blocks = mm.blocks > 0 ? (uint64_t)mm.blocks : mm.block ? mm.weights / mm.block : 1;
+    /* the model's checkpointing keys, where its modes say it has them (wan22's) */
+    bool ck_keys = false;
+    for (int m = 0; m < mm.n_modes; m++)
+        ck_keys = ck_keys || strstr(mm.modes[m].set, "checkpointing=block_attn") != NULL;
+    if (!ck_keys)
+        blocks = 1;
+    bool keep_policy = strcmp(conf, "device") != 0 && strcmp(conf, "offload") != 0;
+    const char *dev_pol = keep_policy ? conf : "device", *stream_pol = keep_policy ? conf : "offload";
+    /* a plan fits when its estimate leaves GHC_PLAN_AUTO_HEADROOM of the card free */
+    struct ghc_estimate_opts eo = { .batch = batch, .tokens = tokens, .adapters = true,
+                                    .device_gib = gib * (1.0 - GHC_PLAN_AUTO_HEADROOM) };
+    struct ghc_estimate e;
+    struct auto_plan p = { .policy = dev_pol, .ckpt = "off", .every = 1 };
+    int fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+    int64_t last_rec = 0;
+    for (int64_t k = (int64_t)blocks; fit == 0 && k >= 1; k--) {
+        int64_t rec = ((int64_t)blocks + k - 1) / k;   /* blocks recomputed with every k */
+        if (rec == last_rec)
+            continue;
+        last_rec = rec;
+        p = (struct auto_plan){ .policy = dev_pol, .ckpt = "block_attn", .every = k };
+        fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+    }
+    if (fit == 0 && !keep_policy) {
+        /* the most resident blocks that fit (the estimate grows with them) */
+        int64_t lo = -1, hi = (int64_t)blocks;
+        while (fit >= 0 && lo < hi) {
+            int64_t mid = (lo + hi + 1) / 2;
+            p = (struct auto_plan){ .policy = "offload", .ckpt = "block_attn", .every = 1, .resident = mid };
+            if ((fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e)) == 1)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (fit >= 0 && lo >= 0) {
+            p.resident = lo;
+            fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+        } else if (fit >= 0) {
+            fit = 0;
+        }
+    }
+    if (fit == 0) {
+        p = (struct auto_plan){ .policy = dev_pol, .ckpt = "block", .every = 1 };
+        fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+    }
+    if (fit == 0 && !keep_policy) {   /* the leanest: block checkpointing, everything streamed */
+        p = (struct auto_plan){ .policy = stream_pol, .ckpt = "block", .every = 1 };
+        fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+    }
+    if (fit < 0)
+        return fit;
+    if ((rc = auto_set(core, &p, conf, (int)device, true)) < 0)
+        return rc;
+    char res[48] = "";
+    if (strcmp(p.policy, "offload") == 0)
+        snprintf(res, sizeof(res), ", saved on the host, %lld resident blocks", (long long)p.resident);
+    char ck[48];
+    if (!p.ckpt)
+        snprintf(ck, sizeof(ck), "as configured");
+    else if (strcmp(p.ckpt, "off") == 0 || p.every <= 1)
+        snprintf(ck, sizeof(ck), "%s", p.ckpt);
+    else
+        snprintf(ck, sizeof(ck), "%s every %lld", p.ckpt, (long long)p.every);
+    snprintf(chosen, len, "plan: auto for %lld x %lld tokens, %.1f GiB free on cuda:%d: mempolicy %s%s, "
+             "checkpointing %s: %.1f GiB estimated%s", (long long)batch, (long long)tokens, gib, (int)device, p.policy,
+             res, ck, e.device_total / GIB, fit ? "" : " (does not fit: no plan does; fewer tokens or a smaller batch)");
     return 0;
 }

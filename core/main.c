@@ -554,6 +554,12 @@ static int train_ranked(ghc_core_t *core, const struct cli *cli, const struct gh
             (dist && (rc = dist->barrier(dist->user)) < 0) || (!first && (rc = ghc_prepare(core, false, NULL)) < 0))
             return fail(core, rc);
     }
+    /* plan = "auto": the policy and checkpointing that fit this card, before the plugins load */
+    char chosen[512];
+    if ((rc = ghc_cli_plan_auto(core, &(struct ghc_plan_opts){ 0 }, chosen, sizeof(chosen))) < 0)
+        return fail(core, rc);
+    if (*chosen)
+        ghc_log(core, GHC_LOG_INFO, "%s", chosen);
     if ((rc = ghc_run_init(core)) < 0)
         return fail(core, rc);
     int n = 0;
@@ -854,7 +860,16 @@ int main(int argc, char **argv)
     }
     if (cmd && strcmp(cmd, "estimate") == 0) {
         struct ghc_estimate est;
-        int rc = ghc_cli_estimate(core, &cli.est, &est, stdout);
+        /* plan = "auto": the plan the trainer would take for these tokens and this card */
+        struct ghc_plan_opts po = { .batch = cli.est.batch > 0 ? cli.est.batch : 1,
+                                    .tokens = cli.est.tokens > 0 ? cli.est.tokens : 32760,
+                                    .device_gib = cli.est.device_gib };
+        char chosen[512];
+        int rc = ghc_cli_plan_auto(core, &po, chosen, sizeof(chosen));
+        if (rc == 0 && *chosen)
+            printf("%s\n", chosen);
+        if (rc == 0)
+            rc = ghc_cli_estimate(core, &cli.est, &est, stdout);
         status = rc < 0 ? fail(core, rc) : est.fits == 0 ? EXIT_NOFIT : EXIT_OK;
         goto out;
     }

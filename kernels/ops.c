@@ -291,6 +291,24 @@ int ghc_op_sync(ghc_core_t *core, int device, void *stream)
 #endif
 }
 
+int ghc_op_device_memory(ghc_core_t *core, int device, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+#ifdef GHC_HAVE_CUDA
+    int major, minor;
+    size_t fr = 0, tot = 0;
+    int err = device < 0 ? 0 : ghc_k_device_info(device, NULL, 0, &major, &minor, &fr, &tot);
+    if (device < 0 || err)
+        return ghc_error_set(core, GHC_ECUDA, "device memory: CUDA device %d: %s", device,
+                             device < 0 ? "not a CUDA ordinal" : ghc_k_error_string(err));
+    *free_bytes = fr;
+    *total_bytes = tot;
+    return 0;
+#else
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "device memory: device %d: this build has no CUDA", device);
+#endif
+}
+
 /* ---- casts and random numbers ------------------------------------------------------------- */
 
 int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng,

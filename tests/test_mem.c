@@ -15,6 +15,7 @@
 
 #include <gh200core/gh200core.h>
 #include <gh200core/mempolicy.h>
+#include <gh200core/safetensors.h>
 
 #include "../core/cli.h"
 #include "../plugins/gh200_uvm/uvm_sm.h"
@@ -768,6 +769,131 @@ START_TEST(estimate_cli)
 }
 END_TEST
 
+/* plan = "auto" (ghc_cli_plan_auto): the fastest plan whose estimate fits the card with its
+ * headroom, set into the configuration. An A14B expert at 4096 tokens on 79.6 GiB: the device
+ * policy with the fewest recomputed blocks that fit (the next fewer do not); at 32760 tokens
+ * with both experts: offload with the most resident blocks that fit; on 8 GiB none fits (the leanest is set,
+ * the line says so); the model on the CPU and plan = "configured": nothing changes. The tokens
+ * come from the dataset's largest latent when not given. */
+static ghc_core_t *auto_core(const char *extra)
+{
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "plan = \"auto\";\nmempolicy = { plugin = \"offload\"; ring = 3; saved = \"device\"; };\n"
+             "model = { plugin = \"wan22\"; dtype = \"bf16\"; device = 0; checkpointing = \"block\";\n"
+             "  random = { dim = 5120; ffn_dim = 13824; heads = 40; layers = 40; experts = 1; }; };\n%s", extra);
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
+    ck_assert_msg(ghc_config_load_string(core, text, "auto.cfg", NULL, NULL, 0) == 0, "%s", ghc_error_message(core));
+    return core;
+}
+
+static int64_t cfg_int(ghc_core_t *core, const char *section, const char *key)
+{
+    int64_t v = -1;
+    ck_assert_int_eq(ghc_cfg_get_int(ghc_config_section(core, section), key, -1, -1, 1 << 20, &v), 0);
+    return v;
+}
+
+static const char *cfg_str(ghc_core_t *core, const char *section, const char *key)
+{
+    const char *v = NULL;
+    ck_assert_int_eq(ghc_cfg_get_string(ghc_config_section(core, section), key, "", &v), 0);
+    return v;
+}
+
+/* Whether the configuration in effect fits gib (with the auto headroom), with section.key = v. */
+static bool fits_with(ghc_core_t *core, int64_t tokens, double gib, const char *section, const char *key, int64_t v)
+{
+    struct ghc_estimate e;
+    struct ghc_estimate_opts o = { .batch = 1, .tokens = tokens, .adapters = true,
+                                   .device_gib = gib * (1.0 - GHC_PLAN_AUTO_HEADROOM) };
+    ck_assert_int_eq(ghc_cfg_set_int(ghc_config_section(core, section), key, v), 0);
+    ck_assert_int_eq(ghc_cli_estimate(core, &o, &e, NULL), 0);
+    return e.fits == 1;
+}
+
+START_TEST(plan_auto)
+{
+    char chosen[512];
+    /* 4096 tokens, one expert, 79.6 GiB */
+    ghc_core_t *core = auto_core("");
+    struct ghc_plan_opts o = { .batch = 1, .tokens = 4096, .device_gib = 79.6 };
+    ck_assert_msg(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
+    printf("plan_auto: %s\n", chosen);
+    ck_assert_str_eq(cfg_str(core, "mempolicy", "plugin"), "device");
+    ck_assert_msg(!ghc_cfg_has(ghc_config_section(core, "mempolicy"), "saved"), "the offload keys stayed");
+    ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block_attn");
+    int64_t k = cfg_int(core, "model", "checkpoint_every");
+    ck_assert_msg(k > 1 && k < 40 && strstr(chosen, "mempolicy device") && strstr(chosen, "block_attn every"), "%s",
+                  chosen);
+    ck_assert(fits_with(core, 4096, 79.6, "model", "checkpoint_every", k));
+    int64_t rec = (40 + k - 1) / k, k2 = 40 / (rec - 1);   /* one block fewer recomputed */
+    while ((40 + k2 - 1) / k2 != rec - 1)
+        k2++;
+    ck_assert_msg(!fits_with(core, 4096, 79.6, "model", "checkpoint_every", k2), "every %lld fits too (chosen every %lld)", (long long)k2,
+                  (long long)k);
+    ghc_core_free(core);
+    /* 32760 tokens, both experts: every block resident under offload */
+    core = auto_core("");
+    ghc_cfg_t *rnd;
+    ck_assert_int_eq(ghc_cfg_set_group(ghc_config_section(core, "model"), "random", &rnd), 0);
+    ck_assert_int_eq(ghc_cfg_set_int(rnd, "experts", 2), 0);
+    o.tokens = 32760;
+    ck_assert_msg(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
+    printf("plan_auto: %s\n", chosen);
+    ck_assert_str_eq(cfg_str(core, "mempolicy", "plugin"), "offload");
+    ck_assert_str_eq(cfg_str(core, "mempolicy", "saved"), "host");
+    ck_assert_int_eq(cfg_int(core, "mempolicy", "ring"), 3);   /* the configured policy's own keys stay */
+    ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block_attn");
+    /* the most resident blocks that fit (the device ring's 3 blocks beside them) */
+    int64_t r = cfg_int(core, "mempolicy", "resident");
+    ck_assert_msg(r >= 30 && strstr(chosen, "mempolicy offload"), "%s", chosen);
+    ck_assert(fits_with(core, 32760, 79.6, "mempolicy", "resident", r));
+    ck_assert(r == 40 || !fits_with(core, 32760, 79.6, "mempolicy", "resident", r + 1));
+    /* 8 GiB: nothing fits; the leanest is set and the line says so */
+    o.device_gib = 8;
+    ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
+    ck_assert_msg(strstr(chosen, "does not fit") && strstr(chosen, "0 resident"), "%s", chosen);
+    ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block");
+    ghc_core_free(core);
+    /* the model on the CPU; plan = "configured" */
+    core = auto_core("");
+    ck_assert_int_eq(ghc_cfg_set_int(ghc_config_section(core, "model"), "device", -1), 0);
+    ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
+    ck_assert_msg(strstr(chosen, "the configured plan"), "%s", chosen);
+    ck_assert_str_eq(cfg_str(core, "mempolicy", "plugin"), "offload");
+    ck_assert_int_eq(ghc_cfg_set_string(ghc_config_root(core), "plan", "configured"), 0);
+    ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
+    ck_assert_str_eq(chosen, "");
+    ghc_core_free(core);
+    /* the tokens of the dataset's largest latent: [16, 3, 8, 12] -> 3 x 4 x 6 */
+    char *dir = tu_tmpdir(), data[4200];
+    ghc_core_t *wc = ghc_core_init();
+    static const int64_t shapes[2][4] = { { 16, 1, 8, 8 }, { 16, 3, 8, 12 } }, txt[2] = { 5, 4096 };
+    float *zeros = calloc(5 * 4096, sizeof(float));
+    for (int i = 0; i < 4; i++) {   /* s0, s1: latent (zeros) and text (zeros) */
+        char path[4400];
+        ghc_st_writer_t *w = ghc_st_writer_init(wc);
+        ck_assert_int_eq(ghc_st_writer_add_raw(w, i % 2 ? "text_embed" : "latent", GHC_DTYPE_F32, i % 2 ? 2 : 4,
+                                               i % 2 ? txt : shapes[i / 2], zeros), 0);
+        snprintf(path, sizeof(path), "%s/s%d.%s.safetensors", dir, i / 2, i % 2 ? "text" : "latent");
+        ck_assert_msg(ghc_st_writer_finish(w, path) == 0, "%s", ghc_error_message(wc));
+        ghc_st_writer_free(w);
+    }
+    free(zeros);
+    ghc_core_free(wc);
+    snprintf(data, sizeof(data), "data = { batch_size = 2; datasets = ( { path = \"%s\"; } ); };\n", dir);
+    core = auto_core(data);
+    struct ghc_plan_opts od = { .device_gib = 79.6 };
+    ck_assert_msg(ghc_cli_plan_auto(core, &od, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
+    ck_assert_msg(strstr(chosen, "auto for 2 x 72 tokens") && strstr(chosen, "checkpointing off"), "%s", chosen);
+    ghc_core_free(core);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* The --set arguments on estimate's "plan:" line into buf (empty when there is none). */
 static void plan_args(const char *out, char *buf, size_t len)
 {
@@ -788,6 +914,16 @@ START_TEST(estimate_plan)
              "--set 'model.checkpoints=[\"%s/Wan2.2-T2V-A14B/high_noise_model/i.safetensors.index.json\", "
              "\"%s/Wan2.2-T2V-A14B/low_noise_model/i.safetensors.index.json\"]'", tu_env("GHC_CLI"),
              tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_TOP_SRCDIR"), dir, dir);
+    /* as shipped (plan = "auto"): the plan the trainer would take on an 80 GiB card first */
+    snprintf(cmd, sizeof(cmd), "%s --device-memory 80", base);
+    ck_assert_msg(tu_run(cmd, &out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "plan: auto for 1 x 32760 tokens, 80.0 GiB free on cuda:0: mempolicy offload, saved on "
+                              "the host, ") && strstr(out, "resident blocks, checkpointing block_attn") &&
+                  strstr(out, "of 80.0 GiB: fits"), "%s", out);
+    free(out);
+    /* the rest: the sections as written */
+    size_t bl = strlen(base);
+    snprintf(base + bl, sizeof(base) - bl, " --set plan='\"configured\"'");
     ck_assert_msg(tu_run(base, &out) == 0, "%s", out);
     ck_assert_msg(strstr(out, "dims:  from the variant the checkpoint names say: A14B T2V expert (files absent") &&
                   strstr(out, "2 experts, dim 5120, ffn 13824, 40 blocks") &&
@@ -910,6 +1046,7 @@ static Suite *mem_suite(void)
     tcase_set_timeout(cli, 120);
     tcase_add_test(cli, estimate_matches_peak);
     tcase_add_test(cli, estimate_cli);
+    tcase_add_test(cli, plan_auto);
     tcase_add_test(cli, estimate_plan);
     tcase_add_test(cli, diag_cli);
     suite_add_tcase(s, cli);

@@ -192,6 +192,12 @@ struct ghc_model_memory {
     int32_t  n_modes;
     int32_t  mode;
     struct ghc_model_mode modes[GHC_MODEL_MEMORY_MODES];
+    /* (since API 17) the latent frames, rows and columns one token covers (Wan: 1, 2, 2), so
+     * that a caller turns a latent's shape into `tokens`; 0: 1 */
+    int64_t  patch[3];
+    /* (since API 17) blocks per expert (offload's resident unit is `block` bytes); 0: weights
+     * over block */
+    int64_t  blocks;
 };
 
 struct ghc_model_ops {

@@ -32,6 +32,10 @@ GHC_API int ghc_op_fill(ghc_tensor_t *t, double value, void *stream);
 /* Block until the work queued on `stream` of `device` is done (tests, benchmarks, I/O).
  * No-op on the CPU. */
 GHC_API int ghc_op_sync(ghc_core_t *core, int device, void *stream);
+/* (since API 17) The free and total memory of CUDA device `device` in bytes (cudaMemGetInfo),
+ * e.g. to choose a plan that fits it. GHC_EUNSUPPORTED in a build without CUDA, GHC_ECUDA (no
+ * such device). */
+GHC_API int ghc_op_device_memory(ghc_core_t *core, int device, uint64_t *free_bytes, uint64_t *total_bytes);
 
 /* ---- casts and random numbers --------------------------------------------------------------- */
 

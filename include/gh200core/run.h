@@ -52,6 +52,12 @@ GHC_API int ghc_config_resolve_output_dir(ghc_core_t *core);
  * message says where) or GHC_ENOMEM. */
 /* `key` = the string `value`. A string there keeps its place; any other value is replaced. */
 GHC_API int ghc_cfg_set_string(ghc_cfg_t *cfg, const char *key, const char *value);
+/* (since API 17) Remove `key` (a value or a section with everything in it); 0 also when it is
+ * absent. Handles into a removed section are no longer valid. */
+GHC_API int ghc_cfg_remove(ghc_cfg_t *cfg, const char *key);
+/* (since API 17) `key` = the integer `value`. An integer there keeps its place; any other
+ * value is replaced. */
+GHC_API int ghc_cfg_set_int(ghc_cfg_t *cfg, const char *key, int64_t value);
 /* The nested section `key`, added empty when absent. A group there is kept as it is; any other
  * value is replaced. The handle belongs to the core. */
 GHC_API int ghc_cfg_set_group(ghc_cfg_t *cfg, const char *key, ghc_cfg_t **out);

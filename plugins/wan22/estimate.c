@@ -418,6 +418,8 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         .shapes = { { m.dim, m.dim, 8 * m.layers }, { m.dim, m.ffn, m.layers }, { m.ffn, m.dim, m.layers } },
         .saved = ck ? ckpt.saved : off.saved,
         .saved_unit = ck ? ckpt.saved_unit : off.saved_unit,
+        .patch = { 1, 2, 2 },   /* WAN22_PATCH: 1 x 2 x 2 */
+        .blocks = m.layers,
     };
     snprintf(r.checkpointing, sizeof(r.checkpointing), "%s",
              ck == 2 ? "per block, attention kept" : ck ? "per block" : "off");
