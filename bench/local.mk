@@ -48,3 +48,12 @@ EXTRA_DIST += bench/bench_mem.c
 
 # ---- e2e: the whole training step through the CLI beside diffusers + peft (issue 23) ----
 EXTRA_DIST += bench/e2e.sh bench/e2e_torch.py
+
+# ---- bench_vae: our Wan2.1 VAE encode beside diffusers' AutoencoderKLWan (bench/vae.sh) ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_vae
+bench_bench_vae_SOURCES = bench/bench_vae.c
+bench_bench_vae_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
+bench_bench_vae_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
+endif
+EXTRA_DIST += bench/bench_vae.c bench/vae.sh bench/vae_ref.py
