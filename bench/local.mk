@@ -62,3 +62,12 @@ endif
 endif
 EXTRA_DIST += bench/bench_umt5.c bench/umt5.sh bench/umt5_ref.py
 # ---- end bench_umt5 ----
+
+# ---- bench_vae: our Wan2.1 VAE encode beside diffusers' AutoencoderKLWan (bench/vae.sh) ----
+if HAVE_CUDA
+EXTRA_PROGRAMS += bench/bench_vae
+bench_bench_vae_SOURCES = bench/bench_vae.c
+bench_bench_vae_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
+bench_bench_vae_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
+endif
+EXTRA_DIST += bench/bench_vae.c bench/vae.sh bench/vae_ref.py

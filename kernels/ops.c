@@ -1028,7 +1028,7 @@ int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *
 
 /* ==== text encoder (umT5) ======================================================================= */
 
-/* The text-encoder and VAE ops have CPU references only (so far): a tensor on a CUDA device is
+/* The text-encoder ops have CPU references only (so far): a tensor on a CUDA device is
  * GHC_EUNSUPPORTED. */
 static int no_kernel(const struct op_ctx *c)
 {
@@ -1203,7 +1203,7 @@ int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *ca
     SHAPE(&c, "y", y, B, Co, st / a.stride_t + 1, sh / a.stride_h + 1, sw / a.stride_w + 1);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_conv3d(y, x, cache, w, bias, &a));
+    return DISPATCH(&c, ghc_cpu_conv3d(y, x, cache, w, bias, &a), ghc_k_conv3d(y, x, cache, w, bias, &a, stream));
 }
 
 int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream)
@@ -1216,7 +1216,7 @@ int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_ten
     LIKE(&c, "y", y, x);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_channel_rmsnorm(y, x, gamma));
+    return DISPATCH(&c, ghc_cpu_channel_rmsnorm(y, x, gamma), ghc_k_channel_rmsnorm(y, x, gamma, stream));
 }
 
 int ghc_op_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale, const ghc_tensor_t *shift,
@@ -1232,7 +1232,8 @@ int ghc_op_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tens
     LIKE(&c, "y", y, x);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_channel_affine(y, x, scale, shift));
+    return DISPATCH(&c, ghc_cpu_channel_affine(y, x, scale, shift),
+                    ghc_k_channel_affine(y, x, scale, shift, stream));
 }
 
 int ghc_op_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
@@ -1245,7 +1246,7 @@ int ghc_op_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream)
           2 * ghc_tensor_dim(x, 4));
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_upsample2x(y, x));
+    return DISPATCH(&c, ghc_cpu_upsample2x(y, x), ghc_k_upsample2x(y, x, stream));
 }
 
 int ghc_op_copy_frames(ghc_tensor_t *dst, int64_t dst_t, const ghc_tensor_t *src, int64_t src_t, int64_t n,
@@ -1267,7 +1268,8 @@ int ghc_op_copy_frames(ghc_tensor_t *dst, int64_t dst_t, const ghc_tensor_t *src
                              (long long)ghc_tensor_dim(dst, 2));
     if (n == 0 || ghc_tensor_numel(dst) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_copy_frames(dst, dst_t, src, src_t, n));
+    return DISPATCH(&c, ghc_cpu_copy_frames(dst, dst_t, src, src_t, n),
+                    ghc_k_copy_frames(dst, dst_t, src, src_t, n, stream));
 }
 
 int ghc_op_frame_attention(ghc_tensor_t *o, const ghc_tensor_t *qkv, float scale, void *stream)
@@ -1284,7 +1286,7 @@ int ghc_op_frame_attention(ghc_tensor_t *o, const ghc_tensor_t *qkv, float scale
         return ghc_error_set(c.core, GHC_EINVAL, "frame_attention: scale %g is not finite", (double)scale);
     if (ghc_tensor_numel(o) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_frame_attention(o, qkv, scale));
+    return DISPATCH(&c, ghc_cpu_frame_attention(o, qkv, scale), ghc_k_frame_attention(o, qkv, scale, stream));
 }
 
 int ghc_op_clamp(ghc_tensor_t *y, const ghc_tensor_t *x, float lo, float hi, void *stream)
@@ -1297,7 +1299,7 @@ int ghc_op_clamp(ghc_tensor_t *y, const ghc_tensor_t *x, float lo, float hi, voi
         return ghc_error_set(c.core, GHC_EINVAL, "clamp: need lo <= hi, got %g, %g", (double)lo, (double)hi);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_clamp(y, x, lo, hi));
+    return DISPATCH(&c, ghc_cpu_clamp(y, x, lo, hi), ghc_k_clamp(y, x, lo, hi, stream));
 }
 int ghc_op_avg_down3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t fs, void *stream)
 {
@@ -1318,7 +1320,7 @@ int ghc_op_avg_down3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_
           ghc_tensor_dim(x, 4) / fs);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_avg_down3d(y, x, ft, fs));
+    return DISPATCH(&c, ghc_cpu_avg_down3d(y, x, ft, fs), ghc_k_avg_down3d(y, x, ft, fs, stream));
 }
 
 int ghc_op_dup_up3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t fs, int32_t drop, void *stream)
@@ -1339,11 +1341,11 @@ int ghc_op_dup_up3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t ft, int32_t 
           ghc_tensor_dim(x, 4) * fs);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_dup_up3d(y, x, ft, fs, drop));
+    return DISPATCH(&c, ghc_cpu_dup_up3d(y, x, ft, fs, drop), ghc_k_dup_up3d(y, x, ft, fs, drop, stream));
 }
 
 /* patchify (un = false) or unpatchify: y's shape from x's. */
-static int vae_patch(const char *op, ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, bool un)
+static int vae_patch(const char *op, ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, bool un, void *stream)
 {
     struct op_ctx c = OP_CTX(op, y, x);
     NEED(&c, "y", y, DT_F32_BF16);
@@ -1364,17 +1366,17 @@ static int vae_patch(const char *op, ghc_tensor_t *y, const ghc_tensor_t *x, int
     }
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH_CPU(&c, ghc_cpu_vae_patch(y, x, p, un));
+    return DISPATCH(&c, ghc_cpu_vae_patch(y, x, p, un), ghc_k_vae_patch(y, x, p, un, stream));
 }
 
 int ghc_op_vae_patchify(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, void *stream)
 {
-    return vae_patch("vae_patchify", y, x, p, false);
+    return vae_patch("vae_patchify", y, x, p, false, stream);
 }
 
 int ghc_op_vae_unpatchify(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, void *stream)
 {
-    return vae_patch("vae_unpatchify", y, x, p, true);
+    return vae_patch("vae_unpatchify", y, x, p, true, stream);
 }
 /* ==== end convolution / VAE ==================================================================== */
 

@@ -47,7 +47,7 @@ logs="$out/suites.log"
 : > "$logs"
 
 # ---- the suites ----
-for t in ${GHC_SUITES:-test_cuda_device test_ops_cuda test_gemm_attn_cuda test_umt5_cuda test_wan22 test_optim_cuda test_lycoris_cuda \
+for t in ${GHC_SUITES:-test_cuda_device test_ops_cuda test_gemm_attn_cuda test_umt5_cuda test_vae_cuda test_wan22 test_optim_cuda test_lycoris_cuda \
          test_data_cuda test_mem_cuda test_optim test_lycoris test_data test_mem test_tensor test_ops_cpu}; do
     bin="$top/tests/.libs/$t"
     [ -x "$bin" ] || bin="$top/tests/$t"

@@ -154,7 +154,7 @@ TESTS += tests/test_tensor tests/test_safetensors tests/test_ops_cpu
 # GPU suites: exit 77 without a device
 if HAVE_CUDA
 check_PROGRAMS += tests/test_ops_cuda tests/test_gemm_attn_cuda
-tests_test_ops_cuda_SOURCES = tests/test_ops_cuda.c tests/testutil.h
+tests_test_ops_cuda_SOURCES = tests/test_ops_cuda.c tests/testutil.h tests/cuda_testutil.h
 tests_test_ops_cuda_CFLAGS = $(TEST_CFLAGS)
 tests_test_ops_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
 tests_test_gemm_attn_cuda_SOURCES = tests/test_gemm_attn_cuda.c tests/testutil.h
@@ -162,7 +162,7 @@ tests_test_gemm_attn_cuda_CFLAGS = $(TEST_CFLAGS)
 tests_test_gemm_attn_cuda_LDADD = libgh200core_ops.la $(TEST_LIBS)
 TESTS += tests/test_ops_cuda tests/test_gemm_attn_cuda
 endif
-EXTRA_DIST += tests/test_ops_cuda.c tests/test_gemm_attn_cuda.c tests/gpu-suite.sh
+EXTRA_DIST += tests/test_ops_cuda.c tests/test_gemm_attn_cuda.c tests/gpu-suite.sh tests/cuda_testutil.h
 
 if HAVE_CUDA
 check_PROGRAMS += tests/test_cuda_device

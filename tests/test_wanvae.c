@@ -388,24 +388,12 @@ static const struct model M21 = { "weights_diffusers.safetensors", "names_tiny21
 static const struct model M22 = { "weights22_diffusers.safetensors", "names_tiny22.txt", "case22.safetensors", 22,
                                   48, 2, 2, 2 };
 
-static char *fixture(const char *name)
-{
-    char *p = malloc(1024);
-    ck_assert_ptr_nonnull(p);
-    snprintf(p, 1024, "%s/tests/fixtures/wanvae/%s", tu_env("GHC_TOP_SRCDIR"), name);
-    return p;
-}
+static char *fixture(const char *name) { return tu_fixture("wanvae", name); }
 
 /* Tensor `name` of the model's case file as f32. */
 static ghc_tensor_t *case_tensor(const struct model *m, const char *name)
 {
-    char *path = fixture(m->cases);
-    ghc_st_t *st = ghc_st_open(core, path);
-    ck_assert_msg(st != NULL, "%s", ghc_error_message(core));
-    ghc_tensor_t *t = keep(ghc_st_load(st, name, F32, GHC_ROLE_WORKSPACE));
-    ghc_st_free(st);
-    free(path);
-    return t;
+    return keep(tu_fixture_tensor(core, "wanvae", m->cases, name));
 }
 
 static ghc_wanvae_t *open_vae(const char *path)
@@ -545,6 +533,51 @@ START_TEST(test_vae22_diffusers) { check_vae(&M22, false); }
 END_TEST
 
 START_TEST(test_vae22_official) { check_vae(&M22, true); }
+END_TEST
+
+/* Spatial tiling against diffusers' enable_tiling (tiles of 32 pixels every 16: 2 x 3 tiles of
+ * the 48 x 64 clip, 3 x 4 latent tiles of its decode, the last row and column smaller) on the
+ * tiny Wan2.1 model; a tile as large as the frame changes nothing (bit for bit); bad tiles and
+ * tiling the Wan2.2 VAE are refused. */
+START_TEST(test_vae_tiled)
+{
+    struct model m = M21;
+    m.cases = "case_tiled.safetensors";
+    char *path = fixture(M21.weights);
+    const struct ghc_wanvae_opts tiled = { .device = GHC_DEVICE_CPU, .tile = 32, .tile_stride = 16 };
+    const struct ghc_wanvae_opts whole = { .device = GHC_DEVICE_CPU, .tile = 64 };
+    ghc_wanvae_t *vae = ghc_wanvae_init(core, path, &tiled), *ref = ghc_wanvae_init(core, path, &whole);
+    ck_assert_msg(vae && ref, "%s", ghc_error_message(core));
+    ghc_tensor_t *lat = NULL, *out = NULL, *lat2 = NULL;
+    ck_assert_msg(ghc_wanvae_encode(vae, case_tensor(&m, "video"), &lat) == 0, "%s", ghc_error_message(core));
+    keep(lat);
+    near("tiled latent", lat, case_tensor(&m, "latent"), ATOL, RTOL);
+    ck_assert_msg(ghc_wanvae_decode(vae, case_tensor(&m, "z"), &out) == 0, "%s", ghc_error_message(core));
+    keep(out);
+    near("tiled decode", out, case_tensor(&m, "decoded"), ATOL, RTOL);
+    ck_assert_msg(ghc_wanvae_encode(ref, case_tensor(&m, "video"), &lat2) == 0, "%s", ghc_error_message(core));
+    keep(lat2);
+    ghc_tensor_t *plain = NULL;
+    ghc_wanvae_free(vae);
+    vae = open_vae(path);   /* no tiling */
+    ck_assert_int_eq(ghc_wanvae_encode(vae, case_tensor(&m, "video"), &plain), 0);
+    keep(plain);
+    ck_assert(memcmp(ghc_tensor_cdata(lat2), ghc_tensor_cdata(plain), ghc_tensor_nbytes(plain)) == 0);
+    ghc_wanvae_free(vae);
+    ghc_wanvae_free(ref);
+    const struct ghc_wanvae_opts bad[2] = { { .device = GHC_DEVICE_CPU, .tile = 36 },
+                                            { .device = GHC_DEVICE_CPU, .tile = 32, .tile_stride = 40 } };
+    for (int i = 0; i < 2; i++) {
+        ck_assert_ptr_null(ghc_wanvae_init(core, path, &bad[i]));
+        ck_assert_int_eq(ghc_error_code(core), GHC_EINVAL);
+        ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "multiples of 8"));
+    }
+    free(path);
+    path = fixture(M22.weights);
+    ck_assert_ptr_null(ghc_wanvae_init(core, path, &tiled));
+    ck_assert_int_eq(ghc_error_code(core), GHC_EUNSUPPORTED);
+    free(path);
+}
 END_TEST
 
 /* An image (F = 1: one chunk), and the 9-frame clip (three chunks, the cache carrying frames
@@ -774,6 +807,7 @@ int main(void)
     tcase_add_test(vae, test_vae22_diffusers);
     tcase_add_test(vae, test_vae22_official);
     tcase_add_test(vae, test_vae_image_and_chunks);
+    tcase_add_test(vae, test_vae_tiled);
     tcase_add_test(vae, test_vae_f32_prefix);
     tcase_add_test(vae, test_vae_bf16_inputs);
     tcase_add_test(vae, test_vae_file_errors);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <gh200core/run.h>
+#include <gh200core/safetensors.h>
 
 /* An environment variable the test harness sets (tests/local.mk); fails the test if unset. */
 static inline const char *tu_env(const char *name)
@@ -20,6 +21,29 @@ static inline const char *tu_env(const char *name)
     const char *v = getenv(name);
     ck_assert_msg(v != NULL, "%s is not set: run through `make check`", name);
     return v;
+}
+
+/* The path of tests/fixtures/<dir>/<name> in the source tree; the caller frees it. */
+static inline char *tu_fixture(const char *dir, const char *name)
+{
+    char *p = malloc(1024);
+    ck_assert_ptr_nonnull(p);
+    snprintf(p, 1024, "%s/tests/fixtures/%s/%s", tu_env("GHC_TOP_SRCDIR"), dir, name);
+    return p;
+}
+
+/* Tensor `name` of the fixture file tests/fixtures/<dir>/<file> as f32 on the CPU (the test
+ * fails where it cannot be read); the caller frees it. */
+static inline ghc_tensor_t *tu_fixture_tensor(ghc_core_t *core, const char *dir, const char *file, const char *name)
+{
+    char *path = tu_fixture(dir, file);
+    ghc_st_t *st = ghc_st_open(core, path);
+    ck_assert_msg(st != NULL, "%s", ghc_error_message(core));
+    ghc_tensor_t *t = ghc_st_load(st, name, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+    ck_assert_msg(t != NULL, "%s: %s", path, ghc_error_message(core));
+    ghc_st_free(st);
+    free(path);
+    return t;
 }
 
 /* A fresh temporary folder; the caller frees the string. */

@@ -313,7 +313,9 @@ GHC_API int ghc_op_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, co
  * The ops of the Wan video VAEs (doc/vae.md): video tensors are [B, C, T, H, W] (batch,
  * channels, frames, height, width), dense, f32 or bf16 (read as f32, fp32 accumulation, written
  * in the output's dtype); weights f32 or bf16. No operand may alias another unless an op says so.
- * CPU only for now: a CUDA tensor gets GHC_EUNSUPPORTED ("no CUDA kernel yet"). */
+ * CUDA kernels too (kernels/cuda/vae.cu): conv3d runs through cuDNN's convolution (loaded at run
+ * time; bf16 activations, fp32 accumulation, channels-last inside) where it is available, else
+ * on an implicit GEMM of exact fp32 products; frame_attention through cuBLASLt GEMMs. */
 
 /* Geometry of ghc_op_conv3d. A zeroed struct is a stride-1 convolution without padding. */
 struct ghc_conv3d {

@@ -1,8 +1,8 @@
 /* attention_cudnn.c: cuDNN's fused flash attention as a second path behind ghc_op_attention_fwd
  * and ghc_op_attention_bwd (the contract in ops.h; attention.cu chooses).
  *
- * cuDNN is loaded at run time (dlopen of libcudnn.so.9), so a build with cuDNN's headers runs
- * where the library is absent: our own kernels then run. The graphs are the ones cuDNN's
+ * cuDNN is loaded at run time (cudnn_graph.c: dlopen of libcudnn.so.9), so a build with cuDNN's
+ * headers runs where the library is absent: our own kernels then run. The graphs are the ones cuDNN's
  * frontend builds for its SDPA node, written against the backend API in C (cuDNN fuses the
  * pattern into one flash-attention kernel each way):
  *   forward:  S = Q K^T; S *= scale; M = rowmax S; E = exp(S - M); Z = rowsum E;
@@ -28,10 +28,7 @@
 #include <string.h>
 
 #ifdef GHC_HAVE_CUDNN
-#include <cuda_runtime_api.h>
-#include <cudnn_graph.h>
-#include <dlfcn.h>
-#include <pthread.h>
+#include "cudnn_impl.h"   /* the library, handles and graph helpers (cudnn_graph.c) */
 #endif
 
 static int g_impl = GHC_K_ATTN_AUTO;
@@ -50,8 +47,6 @@ const char *ghc_k_attention_last(void) { return g_last; }
 void ghc_k_attention_note(const char *path) { g_last = path; }
 
 #ifndef GHC_HAVE_CUDNN
-
-int ghc_k_cudnn_version(void) { return 0; }
 
 const char *ghc_k_cudnn_why(void) { return "built without cuDNN's headers"; }
 
@@ -74,168 +69,28 @@ int ghc_k_cudnn_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *
 
 #else /* GHC_HAVE_CUDNN */
 
-/* ---- the library, loaded once -------------------------------------------------------------- */
+/* ---- graph pieces -------------------------------------------------------------------------- */
 
-static struct {
-    size_t (*version)(void);
-    cudnnStatus_t (*create)(cudnnHandle_t *);
-    cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t);
-    cudnnStatus_t (*create_desc)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *);
-    cudnnStatus_t (*destroy_desc)(cudnnBackendDescriptor_t);
-    cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t);
-    cudnnStatus_t (*set_attr)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
-                              int64_t, const void *);
-    cudnnStatus_t (*get_attr)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
-                              cudnnBackendAttributeType_t, int64_t, int64_t *, void *);
-    cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
-    const char *(*error_string)(cudnnStatus_t);
-    void (*last_error)(char *, size_t);
-    int loaded; /* 0 not tried, 1 loaded, -1 absent */
-    int version_num;
-} lib;
+static char g_why[512] = ""; /* why cuDNN declined the last problem it declined */
 
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Under g_lock. */
-static bool cudnn_load(void)
-{
-    if (lib.loaded)
-        return lib.loaded > 0;
-    lib.loaded = -1;
-    void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        return false;
-#define SYM(field, name)                                   \
-    do {                                                   \
-        *(void **)&lib.field = dlsym(h, name);             \
-        if (!lib.field) {                                  \
-            dlclose(h);                                    \
-            return false;                                  \
-        }                                                  \
-    } while (0)
-    SYM(version, "cudnnGetVersion");
-    SYM(create, "cudnnCreate");
-    SYM(set_stream, "cudnnSetStream");
-    SYM(create_desc, "cudnnBackendCreateDescriptor");
-    SYM(destroy_desc, "cudnnBackendDestroyDescriptor");
-    SYM(finalize, "cudnnBackendFinalize");
-    SYM(set_attr, "cudnnBackendSetAttribute");
-    SYM(get_attr, "cudnnBackendGetAttribute");
-    SYM(execute, "cudnnBackendExecute");
-    SYM(error_string, "cudnnGetErrorString");
-    SYM(last_error, "cudnnGetLastErrorString");
-#undef SYM
-    const size_t v = lib.version();
-    if (v < 90000 || v >= 100000) { /* the backend API of cuDNN 9 */
-        dlclose(h);
-        return false;
-    }
-    lib.version_num = (int)v;
-    lib.loaded = 1;
-    return true;
-}
-
-int ghc_k_cudnn_version(void)
-{
-    pthread_mutex_lock(&g_lock);
-    const int v = cudnn_load() ? lib.version_num : 0;
-    pthread_mutex_unlock(&g_lock);
-    return v;
-}
-
-/* ---- building graphs ----------------------------------------------------------------------- */
-
-#define MAX_DESC 96
-
-/* A graph under construction: every descriptor it made (destroyed with it), the first failure. */
-struct build {
-    cudnnBackendDescriptor_t d[MAX_DESC];
-    int n;
-    cudnnBackendDescriptor_t ops[32];
-    int nops;
-    cudnnStatus_t st;
-    int line; /* where st was set */
-};
-
-/* Why cuDNN declined the last problem it declined (ghc_k_cudnn_why). */
-static char g_why[512] = "";
-
-static cudnnBackendDescriptor_t mk(struct build *b, cudnnBackendDescriptorType_t type)
-{
-    if (b->st || b->n == MAX_DESC) {
-        b->st = b->st ? b->st : CUDNN_STATUS_INTERNAL_ERROR;
-        return NULL;
-    }
-    cudnnBackendDescriptor_t d = NULL;
-    if ((b->st = lib.create_desc(type, &d)) != CUDNN_STATUS_SUCCESS) {
-        b->line = -(int)type;
-        return NULL;
-    }
-    return b->d[b->n++] = d;
-}
-
-#define set(b, d, name, type, count, value) set_(b, d, name, type, count, value, __LINE__)
-static void set_(struct build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-                 cudnnBackendAttributeType_t type, int64_t count, const void *value, int line)
-{
-    if (!b->st && (b->st = lib.set_attr(d, name, type, count, value)))
-        b->line = line;
-}
-
-#define fin(b, d) fin_(b, d, __LINE__)
-static void fin_(struct build *b, cudnnBackendDescriptor_t d, int line)
-{
-    if (!b->st && (b->st = lib.finalize(d)))
-        b->line = line;
-}
-
-static void build_free(struct build *b)
-{
-    for (int i = b->n - 1; i >= 0; i--)
-        lib.destroy_desc(b->d[i]);
-    b->n = 0;
-}
-
-/* A tensor: uid > 0 names a real one (variant pack), 0 makes a virtual one (an uid above 1000). */
-static cudnnBackendDescriptor_t tensor(struct build *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
+/* A 4-D tensor (see ghc_dnn_tensor). */
+static cudnnBackendDescriptor_t tensor(struct ghc_dnn_build *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
                                        const int64_t str[4])
 {
-    static const int64_t one[4] = {1, 1, 1, 1}; /* a scalar: the backend wants every operand 4-D */
-    cudnnBackendDescriptor_t t = mk(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const bool virt = uid == 0, byval = uid < 0;
-    const int64_t id = virt ? 1000 + b->n : byval ? -uid : uid, align = 16;
-    const int64_t nd = 4;
-    set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, byval ? one : dim);
-    set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, byval ? one : str);
-    set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
-    set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-    if (virt)
-        set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
-    if (byval)
-        set(b, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
-    fin(b, t);
-    return t;
-}
-
-static void add_op(struct build *b, cudnnBackendDescriptor_t op)
-{
-    fin(b, op);
-    if (!b->st)
-        b->ops[b->nops++] = op;
+    return ghc_dnn_tensor(b, uid, dt, 4, dim, str);
 }
 
 /* y = x (mode) [x2], in fp32. */
-static void pointwise(struct build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+static void pointwise(struct ghc_dnn_build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
                       cudnnBackendDescriptor_t x2, cudnnBackendDescriptor_t y)
 {
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
     const float alpha = 1.0f;
-    cudnnBackendDescriptor_t pw = mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    cudnnBackendDescriptor_t pw = ghc_dnn_mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
     set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
     set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     fin(b, pw);
-    cudnnBackendDescriptor_t op = mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    cudnnBackendDescriptor_t op = ghc_dnn_mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
     if (x2)
@@ -243,100 +98,48 @@ static void pointwise(struct build *b, cudnnPointwiseMode_t mode, cudnnBackendDe
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha);
     set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha);
-    add_op(b, op);
+    ghc_dnn_add_op(b, op);
 }
 
 /* y = reduce(x) over the dims where y is 1, in fp32. */
-static void reduction(struct build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+static void reduction(struct ghc_dnn_build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
                       cudnnBackendDescriptor_t y)
 {
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t r = mk(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    cudnnBackendDescriptor_t r = ghc_dnn_mk(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
     set(b, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     set(b, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
     fin(b, r);
-    cudnnBackendDescriptor_t op = mk(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    cudnnBackendDescriptor_t op = ghc_dnn_mk(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
     set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r);
     set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
     set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    add_op(b, op);
+    ghc_dnn_add_op(b, op);
 }
 
 /* c = a b (batched over the first two dims), fp32 accumulation. */
-static void matmul(struct build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bm,
+static void matmul(struct ghc_dnn_build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bm,
                    cudnnBackendDescriptor_t c)
 {
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t m = mk(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    cudnnBackendDescriptor_t m = ghc_dnn_mk(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     set(b, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     fin(b, m);
-    cudnnBackendDescriptor_t op = mk(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    cudnnBackendDescriptor_t op = ghc_dnn_mk(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bm);
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
     set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m);
-    add_op(b, op);
+    ghc_dnn_add_op(b, op);
 }
 
 /* y = x seen with other dims and strides (a transposition, for the graph). */
-static void reshape(struct build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
+static void reshape(struct ghc_dnn_build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
 {
-    cudnnBackendDescriptor_t op = mk(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    cudnnBackendDescriptor_t op = ghc_dnn_mk(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
     set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
     set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    add_op(b, op);
-}
-
-/* The operation graph, the heuristics' engine configurations in order, and the first plan
- * that finalizes. */
-static cudnnBackendDescriptor_t make_plan(struct build *b, cudnnHandle_t handle, int64_t *workspace)
-{
-    cudnnBackendDescriptor_t g = mk(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    set(b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    set(b, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, b->nops, b->ops);
-    fin(b, g);
-    const cudnnBackendHeurMode_t hmode = CUDNN_HEUR_MODE_A;
-    cudnnBackendDescriptor_t heur = mk(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g);
-    set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hmode);
-    fin(b, heur);
-    if (b->st)
-        return NULL;
-    int64_t count = 0;
-    if ((b->st = lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL))) {
-        b->line = __LINE__;
-        return NULL;
-    }
-    if (count > 8)
-        count = 8;
-    cudnnBackendDescriptor_t cfg[8];
-    for (int64_t i = 0; i < count; i++)
-        cfg[i] = mk(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    int64_t got = 0;
-    if (b->st || (b->st = lib.get_attr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                       &got, cfg))) {
-        b->line = b->line ? b->line : __LINE__;
-        return NULL;
-    }
-    for (int64_t i = 0; i < got; i++) {
-        cudnnBackendDescriptor_t plan = mk(b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        set(b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-        set(b, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
-        fin(b, plan);
-        int64_t n = 0;
-        if (!b->st && !(b->st = lib.get_attr(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                             workspace)))
-            return plan;
-        b->line = b->line ? b->line : __LINE__;
-        if (b->n == MAX_DESC || i + 1 == got)
-            break; /* the last engine's reason stays */
-        b->st = CUDNN_STATUS_SUCCESS; /* this engine declined: the next */
-    }
-    if (!b->st) {
-        b->st = CUDNN_STATUS_NOT_SUPPORTED;
-        b->line = __LINE__;
-    }
-    return NULL;
+    ghc_dnn_add_op(b, op);
 }
 
 /* ---- the plans ----------------------------------------------------------------------------- */
@@ -348,20 +151,19 @@ struct plan_key {
     int64_t ldo;
 };
 
-static void note_why(const struct build *b, const struct plan_key *key)
+static void note_why(const struct ghc_dnn_build *b, const struct plan_key *key)
 {
-    char msg[256] = "";
-    lib.last_error(msg, sizeof msg);
-    snprintf(g_why, sizeof g_why, "%s B%d H%d Lq%d Lk%d Dh%d: %s at attention_cudnn.c:%d%s%s",
-             key->bwd ? "backward" : "forward", key->B, key->H, key->Lq, key->Lk, key->D, lib.error_string(b->st),
-             b->line, *msg ? ": " : "", msg);
+    char why[400];
+    ghc_dnn_why(why, sizeof why, b, "attention_cudnn.c");
+    snprintf(g_why, sizeof g_why, "%s B%d H%d Lq%d Lk%d Dh%d: %s", key->bwd ? "backward" : "forward", key->B,
+             key->H, key->Lq, key->Lk, key->D, why);
 }
 
 const char *ghc_k_cudnn_why(void) { return g_why; }
 
 struct plan {
     struct plan_key key;
-    struct build b; /* owns every descriptor; NULL plan: cuDNN declined this problem */
+    struct ghc_dnn_build b; /* owns every descriptor; NULL plan: cuDNN declined this problem */
     cudnnBackendDescriptor_t plan;
     int64_t workspace;
 };
@@ -369,7 +171,6 @@ struct plan {
 #define MAX_PLANS 16
 static struct plan *g_plans[MAX_PLANS];
 static int g_next;
-static cudnnHandle_t g_handle[64];
 
 /* [B, L, H, Dh] seen as [B, H, L, Dh], its tokens ld elements apart; t: the last two swapped. */
 static void bhld(int64_t dim[4], int64_t str[4], int B, int H, int L, int D, int64_t ld, bool t)
@@ -384,7 +185,7 @@ static void dense(int64_t dim[4], int64_t str[4], int64_t a, int64_t b, int64_t 
     str[0] = b * c * d, str[1] = c * d, str[2] = d, str[3] = 1;
 }
 
-static void build_fwd(struct build *b, const struct plan_key *k)
+static void build_fwd(struct ghc_dnn_build *b, const struct plan_key *k)
 {
     const int B = k->B, H = k->H, Lq = k->Lq, Lk = k->Lk, D = k->D;
     const int64_t ld = (int64_t)H * D;
@@ -418,7 +219,7 @@ static void build_fwd(struct build *b, const struct plan_key *k)
     matmul(b, p, v, o);
 }
 
-static void build_bwd(struct build *b, const struct plan_key *k)
+static void build_bwd(struct ghc_dnn_build *b, const struct plan_key *k)
 {
     const int B = k->B, H = k->H, Lq = k->Lq, Lk = k->Lk, D = k->D;
     const int64_t ld = (int64_t)H * D;
@@ -471,18 +272,15 @@ static void build_bwd(struct build *b, const struct plan_key *k)
 }
 
 /* The plan for a problem (built at first use; NULL when cuDNN is absent or declines it). Under
- * g_lock. */
+ * ghc_dnn_lock. */
 static struct plan *get_plan(const struct plan_key *key)
 {
-    if (!cudnn_load() || key->dev < 0 || key->dev >= 64)
+    cudnnHandle_t handle = ghc_dnn_handle(key->dev);
+    if (!handle)
         return NULL;
     for (int i = 0; i < MAX_PLANS; i++)
         if (g_plans[i] && !memcmp(&g_plans[i]->key, key, sizeof *key))
             return g_plans[i]->plan ? g_plans[i] : NULL;
-    if (!g_handle[key->dev] && lib.create(&g_handle[key->dev]) != CUDNN_STATUS_SUCCESS) {
-        g_handle[key->dev] = NULL;
-        return NULL;
-    }
     struct plan *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
@@ -491,15 +289,15 @@ static struct plan *get_plan(const struct plan_key *key)
         build_bwd(&p->b, key);
     else
         build_fwd(&p->b, key);
-    p->plan = p->b.st ? NULL : make_plan(&p->b, g_handle[key->dev], &p->workspace);
+    p->plan = p->b.st ? NULL : ghc_dnn_make_plan(&p->b, handle, &p->workspace);
     if (!p->plan) {
         note_why(&p->b, key);
-        build_free(&p->b);
+        ghc_dnn_free(&p->b);
     }
     struct plan **slot = &g_plans[g_next];
     g_next = (g_next + 1) % MAX_PLANS;
     if (*slot) {
-        build_free(&(*slot)->b);
+        ghc_dnn_free(&(*slot)->b);
         free(*slot);
     }
     *slot = p;
@@ -508,24 +306,8 @@ static struct plan *get_plan(const struct plan_key *key)
 
 static int execute(struct plan *p, void *stream, int n, const int64_t *uids, void **ptrs, void *workspace)
 {
-    cudnnHandle_t h = g_handle[p->key.dev];
-    if (lib.set_stream(h, (cudaStream_t)stream) != CUDNN_STATUS_SUCCESS)
-        return (int)cudaErrorUnknown;
-    struct build b = {0};
-    cudnnBackendDescriptor_t vp = mk(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
-    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
-    set(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-    fin(&b, vp);
-    if (!b.st)
-        b.st = lib.execute(h, p->plan, vp);
-    build_free(&b);
-    return b.st ? (int)cudaErrorUnknown : 0;
+    return ghc_dnn_execute(ghc_dnn_handle(p->key.dev), p->plan, stream, n, uids, ptrs, workspace);
 }
-
-static bool aligned(const void *p) { return p && ((uintptr_t)p & 15) == 0; }
-
-static size_t round256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* Whether cuDNN may take the problem: bf16, Dh a multiple of 8 up to 128, 16-byte aligned rows
  * (the callers checked the dtypes and shapes against each other). */
@@ -555,11 +337,11 @@ static struct plan_key key_of(const ghc_tensor_t *q, const ghc_tensor_t *k, int6
 int ghc_k_cudnn_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tensor_t *q, const ghc_tensor_t *k,
                               const ghc_tensor_t *v, int64_t ldo, float scale, void *stream)
 {
-    if (!takes(q, k, ldo) || !aligned(ghc_tensor_cdata(q)) || !aligned(ghc_tensor_cdata(k)) ||
-        !aligned(ghc_tensor_cdata(v)) || !aligned(ghc_tensor_data(o)))
+    if (!takes(q, k, ldo) || !ghc_dnn_aligned(ghc_tensor_cdata(q)) || !ghc_dnn_aligned(ghc_tensor_cdata(k)) ||
+        !ghc_dnn_aligned(ghc_tensor_cdata(v)) || !ghc_dnn_aligned(ghc_tensor_data(o)))
         return -1;
     const struct plan_key key = key_of(q, k, ldo, 0);
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&ghc_dnn_lock);
     struct plan *p = get_plan(&key);
     int rc = -1;
     if (p) {
@@ -572,7 +354,7 @@ int ghc_k_cudnn_attention_fwd(ghc_tensor_t *o, ghc_tensor_t *lse, const ghc_tens
             rc = execute(p, stream, 6, uids, ptrs, ws);
         }
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&ghc_dnn_lock);
     return rc;
 }
 
@@ -581,13 +363,13 @@ int ghc_k_cudnn_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *
                               const ghc_tensor_t *o, int64_t ldo, const ghc_tensor_t *lse, float scale,
                               void *stream)
 {
-    if (!takes(q, k, ldo) || !aligned(ghc_tensor_cdata(q)) || !aligned(ghc_tensor_cdata(k)) ||
-        !aligned(ghc_tensor_cdata(v)) || !aligned(ghc_tensor_cdata(o)) || !aligned(ghc_tensor_cdata(dout)) ||
-        (dq && !aligned(ghc_tensor_data(dq))) || (dk && !aligned(ghc_tensor_data(dk))) ||
-        (dv && !aligned(ghc_tensor_data(dv))))
+    if (!takes(q, k, ldo) || !ghc_dnn_aligned(ghc_tensor_cdata(q)) || !ghc_dnn_aligned(ghc_tensor_cdata(k)) ||
+        !ghc_dnn_aligned(ghc_tensor_cdata(v)) || !ghc_dnn_aligned(ghc_tensor_cdata(o)) || !ghc_dnn_aligned(ghc_tensor_cdata(dout)) ||
+        (dq && !ghc_dnn_aligned(ghc_tensor_data(dq))) || (dk && !ghc_dnn_aligned(ghc_tensor_data(dk))) ||
+        (dv && !ghc_dnn_aligned(ghc_tensor_data(dv))))
         return -1;
     const struct plan_key key = key_of(q, k, ldo, 1);
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&ghc_dnn_lock);
     struct plan *p = get_plan(&key);
     int rc = -1;
     if (p) {
@@ -595,12 +377,12 @@ int ghc_k_cudnn_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *
          * the caller does not want (cuDNN writes all three) */
         const size_t rows = (size_t)key.B * key.H * key.Lq;
         const size_t kv = (size_t)key.B * key.Lk * key.H * key.D * 2;
-        const size_t o_ws = 0, o_sum = round256((size_t)p->workspace), o_acc = o_sum + round256(rows * 4);
-        const size_t o_dq = o_acc + round256(rows * key.D * 4), o_dk = o_dq + (dq ? 0 : round256(rows * key.D * 2));
-        const size_t o_dv = o_dk + (dk ? 0 : round256(kv)), total = o_dv + (dv ? 0 : round256(kv));
+        const size_t o_ws = 0, o_sum = ghc_dnn_round256((size_t)p->workspace), o_acc = o_sum + ghc_dnn_round256(rows * 4);
+        const size_t o_dq = o_acc + ghc_dnn_round256(rows * key.D * 4), o_dk = o_dq + (dq ? 0 : ghc_dnn_round256(rows * key.D * 2));
+        const size_t o_dv = o_dk + (dk ? 0 : ghc_dnn_round256(kv)), total = o_dv + (dv ? 0 : ghc_dnn_round256(kv));
         char *scr = NULL;
         rc = ghc_k_scratch(key.dev, stream, total, (void **)&scr);
-        if (!rc && lib.version_num < 90600) /* older cuDNN wants the accumulator zeroed */
+        if (!rc && ghc_dnn.version_num < 90600) /* older cuDNN wants the accumulator zeroed */
             rc = (int)cudaMemsetAsync(scr + o_acc, 0, rows * key.D * 4, (cudaStream_t)stream);
         if (!rc) {
             static const int64_t uids[] = {U_Q,  U_K,  U_V,    U_O,     U_LSE,   U_DO,
@@ -622,7 +404,7 @@ int ghc_k_cudnn_attention_bwd(ghc_tensor_t *dq, ghc_tensor_t *dk, ghc_tensor_t *
             rc = execute(p, stream, 13, uids, ptrs, scr + o_ws);
         }
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&ghc_dnn_lock);
     return rc;
 }
 

@@ -90,6 +90,44 @@ int ghc_k_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t nu
 int ghc_k_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
                              const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale, void *stream);
 int ghc_k_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target, void *stream);
+/* kernels/cuda/vae.cu: the convolution / VAE ops (since API 16). ghc_k_vae_patch is
+ * vae_patchify (un false) or vae_unpatchify (un true). */
+int ghc_k_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
+                 const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream);
+int ghc_k_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream);
+int ghc_k_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale, const ghc_tensor_t *shift,
+                         void *stream);
+int ghc_k_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
+int ghc_k_copy_frames(ghc_tensor_t *dst, int64_t dst_t, const ghc_tensor_t *src, int64_t src_t, int64_t n,
+                      void *stream);
+int ghc_k_frame_attention(ghc_tensor_t *o, const ghc_tensor_t *qkv, float scale, void *stream);
+int ghc_k_clamp(ghc_tensor_t *y, const ghc_tensor_t *x, float lo, float hi, void *stream);
+int ghc_k_avg_down3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t factor_t, int32_t factor_s, void *stream);
+int ghc_k_dup_up3d(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t factor_t, int32_t factor_s, int32_t drop,
+                   void *stream);
+int ghc_k_vae_patch(ghc_tensor_t *y, const ghc_tensor_t *x, int32_t p, bool un, void *stream);
+/* Which convolution runs (tests and benches; the default GHC_K_CONV_AUTO: cuDNN's where the
+ * library loads and takes the problem (bf16 activations), our implicit GEMM otherwise;
+ * GHC_K_CONV_CUDNN is AUTO that the caller means to check). Returns the previous setting; -1
+ * only reads it. ghc_k_conv_last: the path of the last conv3d, "cudnn" or "own" ("none"). */
+enum { GHC_K_CONV_AUTO, GHC_K_CONV_OWN, GHC_K_CONV_CUDNN };
+int ghc_k_conv_impl(int impl);
+const char *ghc_k_conv_last(void);
+/* kernels/cuda/conv_cudnn.c: cuDNN's convolution; 0 done, -1 not taken (the caller runs its
+ * own), else a cudaError_t. ghc_k_cudnn_conv_why: why cuDNN declined the last problem it
+ * declined ("" when none). */
+int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
+                       const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream);
+const char *ghc_k_cudnn_conv_why(void);
+/* Its layouts (vae.cu): dst [B, pad_t + T, Hp, Wp, Cp] bf16 from [zero frames, cache, x] with
+ * args' spatial padding written out (Hp = pad_top + H + pad_bottom, Wp likewise); dst [Cop, kT,
+ * kH, kW, Cip] bf16 from w; y (+ bias) from src [B, To, Ho, Wo, Cp] (bf16 when src_bf16, else
+ * f32). Channels beyond the tensors' own are zeros (packing) or skipped (unpacking). */
+int ghc_k_conv_pack_x(void *dst, const ghc_tensor_t *x, const ghc_tensor_t *cache, const struct ghc_conv3d *args,
+                      int64_t Cp, void *stream);
+int ghc_k_conv_pack_w(void *dst, const ghc_tensor_t *w, int64_t Cop, int64_t Cip, void *stream);
+int ghc_k_conv_unpack_y(ghc_tensor_t *y, const void *src, int src_bf16, int64_t Cp, const ghc_tensor_t *bias,
+                        void *stream);
 /* optimizer updates (kernels/cuda/optim*.cu) */
 int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args, void *stream);
 int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args, void *stream);

@@ -6,14 +6,17 @@ CUDA_KERNEL_SOURCES = kernels/cuda/device.cu kernels/cuda/device.h kernels/cuda/
 	kernels/cuda/elementwise.cu kernels/cuda/reduce.cu kernels/cuda/gemm.cu \
 	kernels/cuda/attention_impl.cuh kernels/cuda/attention.cu kernels/cuda/attention_fwd.cu \
 	kernels/cuda/attention_bwd.cu kernels/cuda/attention_wgmma.cu kernels/cuda/attention_generic.cu
-EXTRA_DIST += $(CUDA_KERNEL_SOURCES) kernels/cuda/attention_cudnn.c
+EXTRA_DIST += $(CUDA_KERNEL_SOURCES) kernels/cuda/attention_cudnn.c kernels/cuda/cudnn_graph.c \
+	kernels/cuda/cudnn_impl.h kernels/cuda/conv_cudnn.c
 if HAVE_CUDA
 noinst_LTLIBRARIES += kernels/libghc_cuda.la
 kernels_libghc_cuda_la_SOURCES = $(CUDA_KERNEL_SOURCES)
 kernels_libghc_cuda_la_LIBADD = $(CUDA_LIBS) -lcublasLt
-# cuDNN's fused attention, host C against the CUDA headers (loads libcudnn at run time)
+# cuDNN's fused attention and convolution, host C against the CUDA headers (cudnn_graph.c loads
+# libcudnn at run time)
 noinst_LTLIBRARIES += kernels/libghc_cudnn.la
-kernels_libghc_cudnn_la_SOURCES = kernels/cuda/attention_cudnn.c
+kernels_libghc_cudnn_la_SOURCES = kernels/cuda/cudnn_graph.c kernels/cuda/cudnn_impl.h kernels/cuda/attention_cudnn.c \
+	kernels/cuda/conv_cudnn.c
 kernels_libghc_cudnn_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 kernels_libghc_cuda_la_LIBADD += kernels/libghc_cudnn.la
 endif
@@ -39,3 +42,5 @@ CUDA_KERNEL_SOURCES += kernels/cuda/lora.cu
 CUDA_KERNEL_SOURCES += kernels/cuda/inputs.cu
 # the text-encoder ops (umT5): embedding, relative-position bias, attention with bias and mask
 CUDA_KERNEL_SOURCES += kernels/cuda/text.cu
+# the convolution / VAE ops (API 16; the Wan VAEs): ours, and cuDNN's convolution (conv_cudnn.c)
+CUDA_KERNEL_SOURCES += kernels/cuda/vae.cu

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <gh200core/encoder.h>
+#include <gh200core/mempolicy.h>
 #include <gh200core/plugin.h>
 #include <gh200core/run.h>
 
@@ -24,24 +25,37 @@ static const struct ghc_cfg_key wanvae_random_keys[] = {
 static const struct ghc_cfg_key wanvae_keys[] = {
     { "path", GHC_CFG_STRING, NULL, "a .safetensors file (ComfyUI or diffusers names) or a sharded index", NULL },
     { "random", GHC_CFG_GROUP, NULL, NULL, wanvae_random_keys },
-    { "device", GHC_CFG_INT, "-1", "-1 (the CPU; CUDA kernels to come)", NULL },
+    { "device", GHC_CFG_INT, "(0 with CUDA device memory, else -1)", "-1 to 1023", NULL },
+    { "dtype", GHC_CFG_STRING, "(f32 on the CPU, bf16 on a GPU)", "f32, bf16", NULL },
+    { "tile", GHC_CFG_INT, "0", "0 to 65536", NULL },
+    { "tile_stride", GHC_CFG_INT, "(3/4 of tile)", "0 to 65536", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
 static int wanvae_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
+    static const char *const dtypes[] = { "f32", "bf16", NULL };
     const char *path = NULL;
     ghc_cfg_t *rnd = NULL;
-    int64_t device;
-    int rc;
+    int64_t device = ghc_mem_default_device(core), tile, stride;
+    int rc, dt;
     if ((rc = ghc_cfg_get_string(cfg, "path", NULL, &path)) < 0 ||
         (rc = ghc_cfg_get_group(cfg, "random", wanvae_random_keys, &rnd)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, GHC_DEVICE_CPU, &device)) < 0)
+        (ghc_cfg_has(cfg, "device") &&
+         (rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0) ||
+        (rc = ghc_cfg_get_choice(cfg, "dtype", device == GHC_DEVICE_CPU ? 0 : 1, dtypes, &dt)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "tile", 0, 0, 65536, &tile)) < 0 ||
+        (rc = ghc_cfg_get_int(cfg, "tile_stride", tile * 3 / 4 / 8 * 8, 0, 65536, &stride)) < 0)
         return rc;
+    if (tile % 8 || (tile && (stride % 8 || stride < 8 || stride > tile)))
+        return ghc_error_set(core, GHC_ECONFIG, "%s: vae: 'tile' %lld and 'tile_stride' %lld: expected multiples of 8 "
+                             "with 8 <= tile_stride <= tile (or tile = 0: no tiling)", ghc_cfg_where(cfg, "tile"),
+                             (long long)tile, (long long)stride);
     if (!path == !rnd)
         return ghc_error_set(core, GHC_ECONFIG, "%s: vae: give either 'path' (the VAE's .safetensors) or 'random' "
                              "{ ... } (a small random VAE), not %s", ghc_cfg_where(cfg, NULL), path ? "both" : "neither");
-    struct ghc_wanvae_opts opts = { .device = (int)device };
+    struct ghc_wanvae_opts opts = { .device = (int)device, .dtype = dt ? GHC_DTYPE_BF16 : GHC_DTYPE_F32,
+                                    .tile = tile, .tile_stride = stride };
     struct ghc_wanvae_config lay = { 0 };
     char abs[4096] = "random Wan VAE";
     if (rnd) {
@@ -109,6 +123,6 @@ GHC_PLUGIN_EXPORT const struct ghc_plugin ghc_plugin_wanvae = {
     .kinds = GHC_KIND_BIT(GHC_KIND_VAE),
     .name = "wanvae",
     .version = GHC_VERSION,
-    .description = "the Wan2.1 (z 16) and Wan2.2 (z 48) video VAEs, CPU",
+    .description = "the Wan2.1 (z 16) and Wan2.2 (z 48) video VAEs, CPU or CUDA",
     .init = wanvae_plugin_init,
 };

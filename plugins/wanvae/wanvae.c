@@ -8,7 +8,9 @@
  * through and remembers it, upsample3d passes latent frame 0 through without doubling it. The
  * Wan2.2 VAE's stage shortcuts (AvgDown3D, DupUp3D) work within a chunk, the decoder's dropping
  * its first frame on the first chunk; its clips enter and leave as 2 x 2 patches.
- * Activations are [1, C, T, H, W] f32 tensors, each freed as soon as the next one exists. */
+ * Activations are [1, C, T, H, W] tensors in the VAE's dtype (f32 or bf16) on its device, each freed
+ * as soon as the next one exists; clips and latents from the CPU are copied to the device and
+ * the results back (as f32). */
 #include <config.h>
 
 #include <math.h>
@@ -31,7 +33,7 @@ struct run {
 
 static ghc_tensor_t *act(ghc_wanvae_t *vae, int64_t c, int64_t t, int64_t h, int64_t w)
 {
-    return ghc_tensor_init(vae->core, GHC_DTYPE_F32, 5, (const int64_t[]){ 1, c, t, h, w }, vae->device,
+    return ghc_tensor_init(vae->core, vae->dtype, 5, (const int64_t[]){ 1, c, t, h, w }, vae->device,
                            GHC_ROLE_ACTIVATIONS);
 }
 
@@ -113,7 +115,7 @@ static int conv(struct run *r, const struct wv_conv *c, const ghc_tensor_t *x, g
 static int norm_silu_conv(struct run *r, const ghc_tensor_t *gamma, const struct wv_conv *c, const ghc_tensor_t *x,
                           ghc_tensor_t **y)
 {
-    ghc_tensor_t *t = ghc_tensor_init(r->vae->core, GHC_DTYPE_F32, 5, ghc_tensor_shape(x), r->vae->device,
+    ghc_tensor_t *t = ghc_tensor_init(r->vae->core, r->vae->dtype, 5, ghc_tensor_shape(x), r->vae->device,
                                       GHC_ROLE_ACTIVATIONS);
     int rc = t ? 0 : last_error(r->vae);
     *y = NULL;
@@ -179,8 +181,9 @@ static int time_up(struct run *r, const struct wv_resample *rs, ghc_tensor_t **x
         goto out;
     }
     for (int s = 0; s < 2; s++)   /* channel halves of a [1, 2C, ...] tensor are contiguous */
-        if (!(half[s] = ghc_tensor_wrap(vae->core, GHC_DTYPE_F32, 5, (const int64_t[]){ 1, C, T, H, W }, vae->device,
-                                        (float *)ghc_tensor_data(y2) + (size_t)(s * C * T * H * W)))) {
+        if (!(half[s] = ghc_tensor_wrap(vae->core, ghc_tensor_dtype(y2), 5, (const int64_t[]){ 1, C, T, H, W },
+                                        vae->device, (char *)ghc_tensor_data(y2) + (size_t)(s * C * T * H * W) *
+                                                         ghc_dtype_size(ghc_tensor_dtype(y2))))) {
             rc = last_error(vae);
             goto out;
         }
@@ -346,19 +349,78 @@ static int check_input(ghc_wanvae_t *vae, const char *op, const char *what, cons
                              (long long)c, c == 3 ? "F, H, W]" : "T, h, w]");
     if (ghc_tensor_dtype(t) != GHC_DTYPE_F32 && ghc_tensor_dtype(t) != GHC_DTYPE_BF16)
         return ghc_error_set(vae->core, GHC_EINVAL, "wanvae: %s: %s is %s, expected F32 or BF16", op, what, buf);
-    if (ghc_tensor_device(t) != vae->device)
-        return ghc_error_set(vae->core, GHC_EINVAL, "wanvae: %s: %s is %s, expected it on the VAE's device", op,
-                             what, buf);
+    if (ghc_tensor_device(t) != vae->device && ghc_tensor_device(t) != GHC_DEVICE_CPU)
+        return ghc_error_set(vae->core, GHC_EINVAL, "wanvae: %s: %s is %s, expected it on the CPU or the VAE's "
+                             "device", op, what, buf);
     if (ghc_tensor_row_stride(t) != ghc_tensor_dim(t, -1))
         return ghc_error_set(vae->core, GHC_EINVAL, "wanvae: %s: %s is a column view, expected a dense tensor", op,
                              what);
     return 0;
 }
 
-int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t **latent)
+/* t on the VAE's device: t itself, or a copy of a CPU tensor (*copy, which the caller frees).
+ * NULL: ENOMEM or a failed copy (message set). */
+static const ghc_tensor_t *on_device(ghc_wanvae_t *vae, const ghc_tensor_t *t, ghc_tensor_t **copy)
+{
+    *copy = NULL;
+    if (ghc_tensor_device(t) == vae->device)
+        return t;
+    ghc_tensor_t *d = ghc_tensor_init(vae->core, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
+                                      vae->device, GHC_ROLE_ACTIVATIONS);
+    if (!d || ghc_op_copy(d, t, NULL) < 0) {
+        ghc_tensor_free(d);
+        return NULL;
+    }
+    return *copy = d;
+}
+
+/* *t (the VAE's dtype and device) as a new f32 tensor of shape [d0, d1, d2, d3] on `device`
+ * (role), replacing *t; the stream is done when a CPU result returns. */
+static int to_result(ghc_wanvae_t *vae, ghc_tensor_t **t, int device, enum ghc_mem_role role, const int64_t shape[4])
+{
+    int rc = ghc_tensor_reshape(*t, 4, shape);
+    if (rc < 0)
+        return rc;
+    if (vae->dtype != GHC_DTYPE_F32) {
+        ghc_tensor_t *f = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, shape, vae->device, role);
+        if (!f || (rc = ghc_op_cast(f, *t, 1.0f, NULL, NULL)) < 0) {
+            ghc_tensor_free(f);
+            return f ? rc : last_error(vae);
+        }
+        swap_in(t, f);
+    }
+    if (device != vae->device) {
+        ghc_tensor_t *h = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, shape, device, role);
+        if (!h || (rc = ghc_op_copy(h, *t, NULL)) < 0 || (rc = ghc_op_sync(vae->core, vae->device, NULL)) < 0) {
+            ghc_tensor_free(h);
+            return h ? rc : last_error(vae);
+        }
+        swap_in(t, h);
+    }
+    return 0;
+}
+
+/* x (a chunk in the input's dtype) in the VAE's dtype, replacing it. */
+static int to_dtype(ghc_wanvae_t *vae, ghc_tensor_t **x)
+{
+    if (ghc_tensor_dtype(*x) == vae->dtype)
+        return 0;
+    ghc_tensor_t *y = ghc_tensor_init(vae->core, vae->dtype, 5, ghc_tensor_shape(*x), vae->device,
+                                      GHC_ROLE_ACTIVATIONS);
+    int rc = y ? ghc_op_cast(y, *x, 1.0f, NULL, NULL) : last_error(vae);
+    if (rc < 0) {
+        ghc_tensor_free(y);
+        return rc;
+    }
+    swap_in(x, y);
+    return 0;
+}
+
+static int encode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t **latent)
 {
     struct run r = { 0 };
-    ghc_tensor_t *v = NULL, *x = NULL, *enc = NULL, *mu = NULL;
+    ghc_tensor_t *v = NULL, *x = NULL, *enc = NULL, *mu = NULL, *up = NULL;
+    const ghc_tensor_t *dv;
     int rc;
     *latent = NULL;
     if ((rc = check_input(vae, "encode", "the video", video, 3)) < 0)
@@ -371,7 +433,7 @@ int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t
                              (long long)F, (long long)H, (long long)W, (long long)st);
     const int64_t T = 1 + (F - 1) / 4;
     TRY(run_init(&r, vae, &vae->enc));
-    if (!(v = batch1(vae, video)) || !(enc = act(vae, 2 * z, T, H / st, W / st))) {
+    if (!(dv = on_device(vae, video, &up)) || !(v = batch1(vae, dv)) || !(enc = act(vae, 2 * z, T, H / st, W / st))) {
         rc = last_error(vae);
         goto out;
     }
@@ -383,10 +445,9 @@ int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t
             goto out;
         }
         TRY(ghc_op_copy_frames(x, 0, v, t0, n, NULL));
+        TRY(to_dtype(vae, &x));
         if (p > 1) {   /* Wan2.2: 2 x 2 patches, 12 channels */
-            ghc_tensor_t *y = ghc_tensor_init(vae->core, ghc_tensor_dtype(video), 5,
-                                              (const int64_t[]){ 1, 3 * p * p, n, H / p, W / p }, vae->device,
-                                              GHC_ROLE_ACTIVATIONS);
+            ghc_tensor_t *y = act(vae, 3 * p * p, n, H / p, W / p);
             if (!y) {
                 rc = last_error(vae);
                 goto out;
@@ -404,22 +465,25 @@ int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t
     }
     TRY(conv(&r, &vae->quant, enc, &mu));   /* the mean's rows of conv1 */
     TRY(ghc_op_channel_affine(mu, mu, vae->enc_scale, vae->enc_shift, NULL));
-    TRY(ghc_tensor_reshape(mu, 4, (const int64_t[]){ z, T, H / st, W / st }));
+    TRY(to_result(vae, &mu, ghc_tensor_device(video), GHC_ROLE_LATENTS, (const int64_t[]){ z, T, H / st, W / st }));
     *latent = mu;
     mu = NULL;
 out:
     run_free(&r);
     ghc_tensor_free(v);
+    ghc_tensor_free(up);
     ghc_tensor_free(x);
     ghc_tensor_free(enc);
     ghc_tensor_free(mu);
     return rc;
 }
 
-int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video)
+/* clamp: to [-1, 1] (off for the tiles of a tiled decode, clamped once blended). */
+static int decode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video, bool clamp)
 {
     struct run r = { 0 };
-    ghc_tensor_t *zv = NULL, *x = NULL, *xq = NULL, *out_ = NULL, *c = NULL;
+    ghc_tensor_t *zv = NULL, *x = NULL, *xq = NULL, *out_ = NULL, *c = NULL, *up = NULL;
+    const ghc_tensor_t *dz;
     int rc;
     *video = NULL;
     if ((rc = check_input(vae, "decode", "the latent", latent, vae->cfg.z_dim)) < 0)
@@ -431,7 +495,7 @@ int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_
                              (long long)h, (long long)w);
     const int64_t F = 1 + 4 * (T - 1), p = vae->cfg.patch, st = 8 * p;
     TRY(run_init(&r, vae, &vae->dec));
-    if (!(zv = batch1(vae, latent)) || !(x = act(vae, vae->cfg.z_dim, T, h, w)) ||
+    if (!(dz = on_device(vae, latent, &up)) || !(zv = batch1(vae, dz)) || !(x = act(vae, vae->cfg.z_dim, T, h, w)) ||
         !(out_ = act(vae, 3, F, st * h, st * w))) {
         rc = last_error(vae);
         goto out;
@@ -463,18 +527,186 @@ int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_
         ghc_tensor_free(c);
         c = NULL;
     }
-    TRY(ghc_op_clamp(out_, out_, -1.0f, 1.0f, NULL));
-    TRY(ghc_tensor_reshape(out_, 4, (const int64_t[]){ 3, F, st * h, st * w }));
+    if (clamp)
+        TRY(ghc_op_clamp(out_, out_, -1.0f, 1.0f, NULL));
+    TRY(to_result(vae, &out_, ghc_tensor_device(latent), GHC_ROLE_ACTIVATIONS, (const int64_t[]){ 3, F, st * h, st * w }));
     *video = out_;
     out_ = NULL;
 out:
     run_free(&r);
     ghc_tensor_free(zv);
+    ghc_tensor_free(up);
     ghc_tensor_free(x);
     ghc_tensor_free(xq);
     ghc_tensor_free(c);
     ghc_tensor_free(out_);
     return rc;
+}
+
+/* ---- spatial tiling (diffusers' tiled_encode / tiled_decode) ------------------------------------ */
+
+/* A new host f32 tensor [C, F, h, w] with rows [i, i + h) and columns [j, j + w) of t (host f32
+ * [C, F, H, W]). NULL: ENOMEM (message set). */
+static ghc_tensor_t *crop(ghc_wanvae_t *vae, const ghc_tensor_t *t, int64_t i, int64_t j, int64_t h, int64_t w)
+{
+    const int64_t C = ghc_tensor_dim(t, 0), F = ghc_tensor_dim(t, 1), H = ghc_tensor_dim(t, 2), W = ghc_tensor_dim(t, 3);
+    ghc_tensor_t *o = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, (const int64_t[]){ C, F, h, w }, GHC_DEVICE_CPU,
+                                      GHC_ROLE_WORKSPACE);
+    if (!o)
+        return NULL;
+    const float *src = ghc_tensor_cdata(t);
+    float *dst = ghc_tensor_data(o);
+    for (int64_t p = 0; p < C * F; p++)
+        for (int64_t y = 0; y < h; y++)
+            memcpy(dst + (p * h + y) * w, src + (p * H + i + y) * W + j, (size_t)w * sizeof(float));
+    return o;
+}
+
+/* diffusers' blend_v (vertical) or blend_h, in place: the first e rows (columns) of b, e = min(a's,
+ * b's, extent), become a's last e ones times (1 - k / e) plus b's times k / e, the weights
+ * rounded to f32 as PyTorch takes a Python float. a and b host f32 [C, F, h, w] of one column
+ * (vertical: the same widths) or one row of tiles (the same heights). */
+static void blend(const ghc_tensor_t *a, ghc_tensor_t *b, int64_t extent, bool vertical)
+{
+    const int d = vertical ? 2 : 3;
+    const int64_t planes = ghc_tensor_dim(b, 0) * ghc_tensor_dim(b, 1);
+    const int64_t ah = ghc_tensor_dim(a, 2), aw = ghc_tensor_dim(a, 3), bh = ghc_tensor_dim(b, 2), bw = ghc_tensor_dim(b, 3);
+    int64_t e = extent < ghc_tensor_dim(a, d) ? extent : ghc_tensor_dim(a, d);
+    e = e < ghc_tensor_dim(b, d) ? e : ghc_tensor_dim(b, d);
+    const float *pa = ghc_tensor_cdata(a);
+    float *pb = ghc_tensor_data(b);
+    for (int64_t k = 0; k < e; k++) {
+        const float wa = (float)(1.0 - (double)k / (double)e), wb = (float)((double)k / (double)e);
+        for (int64_t p = 0; p < planes; p++) {
+            if (vertical) {
+                const float *ra = pa + (p * ah + ah - e + k) * aw;
+                float *rb = pb + (p * bh + k) * bw;
+                for (int64_t x = 0; x < bw; x++)
+                    rb[x] = ra[x] * wa + rb[x] * wb;
+            } else {
+                for (int64_t y = 0; y < bh; y++) {
+                    float *v = pb + (p * bh + y) * bw + k;
+                    *v = pa[(p * ah + y) * aw + aw - e + k] * wa + *v * wb;
+                }
+            }
+        }
+    }
+}
+
+/* t as a host f32 tensor: itself, or a copy in *own (freed by the caller). NULL on failure. */
+static const ghc_tensor_t *host_f32(ghc_wanvae_t *vae, const ghc_tensor_t *t, ghc_tensor_t **own)
+{
+    *own = NULL;
+    if (ghc_tensor_device(t) == GHC_DEVICE_CPU && ghc_tensor_dtype(t) == GHC_DTYPE_F32)
+        return t;
+    ghc_tensor_t *h = ghc_tensor_init(vae->core, ghc_tensor_dtype(t), 4, ghc_tensor_shape(t), GHC_DEVICE_CPU,
+                                      GHC_ROLE_WORKSPACE);
+    if (!h || ghc_op_copy(h, t, NULL) < 0 || ghc_op_sync(vae->core, ghc_tensor_device(t), NULL) < 0) {
+        ghc_tensor_free(h);
+        return NULL;
+    }
+    if (ghc_tensor_dtype(h) != GHC_DTYPE_F32) {
+        ghc_tensor_t *f = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, ghc_tensor_shape(t), GHC_DEVICE_CPU,
+                                          GHC_ROLE_WORKSPACE);
+        if (!f || ghc_op_cast(f, h, 1.0f, NULL, NULL) < 0) {
+            ghc_tensor_free(f);
+            ghc_tensor_free(h);
+            return NULL;
+        }
+        swap_in(&h, f);
+    }
+    return *own = h;
+}
+
+/* Encode (dec false: x a clip [3, F, H, W]) or decode (x a latent [z, T, h, w]) in tiles, as
+ * diffusers' tiled_encode / tiled_decode: tiles of x every tile_stride pixels (stride / 8
+ * latent elements when decoding) of at most tile, each run whole with its own feature cache
+ * (decoded unclamped), blended in place in order (with the tile above, then with the one to the
+ * left) over tile - tile_stride output pixels (over 8 when encoding), cropped to the output
+ * stride and joined on the host; the result clamped (decoding) and on x's device. */
+static int run_tiled(ghc_wanvae_t *vae, const ghc_tensor_t *x, bool dec, ghc_tensor_t **out)
+{
+    const int64_t in_div = dec ? 8 : 1, out_div = dec ? 1 : 8;
+    const int64_t tmin = vae->tile / in_div, tstep = vae->tile_stride / in_div;
+    const int64_t ostep = vae->tile_stride / out_div, extent = (vae->tile - vae->tile_stride) / out_div;
+    const int64_t H = ghc_tensor_dim(x, 2), W = ghc_tensor_dim(x, 3);
+    const int64_t rows = (H + tstep - 1) / tstep, cols = (W + tstep - 1) / tstep;
+    const int64_t OH = dec ? H * 8 : H / 8, OW = dec ? W * 8 : W / 8;
+    ghc_tensor_t *own = NULL, **grid = calloc((size_t)(rows * cols), sizeof(*grid)), *res = NULL;
+    const ghc_tensor_t *hx = grid ? host_f32(vae, x, &own) : NULL;
+    int rc = grid && hx ? 0 : last_error(vae);
+    for (int64_t r = 0; r < rows && rc == 0; r++)
+        for (int64_t c = 0; c < cols && rc == 0; c++) {
+            const int64_t i = r * tstep, j = c * tstep;
+            ghc_tensor_t *t = crop(vae, hx, i, j, H - i < tmin ? H - i : tmin, W - j < tmin ? W - j : tmin);
+            rc = !t ? last_error(vae) : dec ? decode_whole(vae, t, &grid[r * cols + c], false)
+                                            : encode_whole(vae, t, &grid[r * cols + c]);
+            ghc_tensor_free(t);
+        }
+    if (rc == 0 && !(res = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4,
+                                           (const int64_t[]){ ghc_tensor_dim(grid[0], 0), ghc_tensor_dim(grid[0], 1),
+                                                              OH, OW },
+                                           GHC_DEVICE_CPU, dec ? GHC_ROLE_ACTIVATIONS : GHC_ROLE_LATENTS)))
+        rc = last_error(vae);
+    for (int64_t r = 0; r < rows && rc == 0; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            ghc_tensor_t *t = grid[r * cols + c];
+            if (r > 0)
+                blend(grid[(r - 1) * cols + c], t, extent, true);
+            if (c > 0)
+                blend(grid[r * cols + c - 1], t, extent, false);
+            const int64_t planes = ghc_tensor_dim(t, 0) * ghc_tensor_dim(t, 1), th = ghc_tensor_dim(t, 2),
+                          tw = ghc_tensor_dim(t, 3), y0 = r * ostep, x0 = c * ostep;
+            const int64_t hh = th < ostep ? th : ostep, ww = tw < ostep ? tw : ostep;
+            for (int64_t p = 0; p < planes; p++)
+                for (int64_t y = 0; y < hh && y0 + y < OH; y++)
+                    memcpy((float *)ghc_tensor_data(res) + (p * OH + y0 + y) * OW + x0,
+                           (const float *)ghc_tensor_cdata(t) + (p * th + y) * tw,
+                           (size_t)(x0 + ww <= OW ? ww : OW - x0) * sizeof(float));
+        }
+    if (rc == 0 && dec)
+        rc = ghc_op_clamp(res, res, -1.0f, 1.0f, NULL);
+    if (rc == 0 && ghc_tensor_device(x) != GHC_DEVICE_CPU) {   /* back to x's device */
+        ghc_tensor_t *d = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, ghc_tensor_shape(res), ghc_tensor_device(x),
+                                          ghc_tensor_role(res));
+        rc = d ? ghc_op_copy(d, res, NULL) : last_error(vae);
+        if (rc == 0)
+            rc = ghc_op_sync(vae->core, ghc_tensor_device(x), NULL);
+        swap_in(&res, d);
+    }
+    for (int64_t k = 0; grid && k < rows * cols; k++)
+        ghc_tensor_free(grid[k]);
+    free(grid);
+    ghc_tensor_free(own);
+    if (rc < 0) {
+        ghc_tensor_free(res);
+        res = NULL;
+    }
+    *out = res;
+    return rc;
+}
+
+int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t **latent)
+{
+    *latent = NULL;
+    int rc = check_input(vae, "encode", "the video", video, 3);
+    if (rc < 0)
+        return rc;
+    const int64_t H = ghc_tensor_dim(video, 2), W = ghc_tensor_dim(video, 3);
+    if (vae->tile && (H > vae->tile || W > vae->tile) && H % 8 == 0 && W % 8 == 0)
+        return run_tiled(vae, video, false, latent);
+    return encode_whole(vae, video, latent);   /* (also where the shape is wrong: its message) */
+}
+
+int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video)
+{
+    *video = NULL;
+    int rc = check_input(vae, "decode", "the latent", latent, vae->cfg.z_dim);
+    if (rc < 0)
+        return rc;
+    if (vae->tile && (ghc_tensor_dim(latent, 2) > vae->tile / 8 || ghc_tensor_dim(latent, 3) > vae->tile / 8))
+        return run_tiled(vae, latent, true, video);
+    return decode_whole(vae, latent, video, true);
 }
 
 /* ---- life cycle --------------------------------------------------------------------------------- */
@@ -488,7 +720,22 @@ ghc_wanvae_t *ghc_wanvae_init(ghc_core_t *core, const char *path, const struct g
     }
     vae->core = core;
     vae->device = opts ? opts->device : GHC_DEVICE_CPU;
-    if (wv_load(vae, path, opts ? opts->random : NULL, opts ? opts->seed : 0) < 0) {
+    vae->dtype = opts ? opts->dtype : GHC_DTYPE_F32;
+    vae->tile = opts ? opts->tile : 0;
+    vae->tile_stride = opts && opts->tile_stride ? opts->tile_stride : vae->tile * 3 / 4 / 8 * 8;
+    int rc = 0;
+    if (vae->dtype != GHC_DTYPE_F32 && vae->dtype != GHC_DTYPE_BF16)
+        rc = ghc_error_set(core, GHC_EINVAL, "wanvae: %s: activations in %s, expected F32 or BF16", path,
+                           ghc_dtype_name(vae->dtype));
+    else if (vae->tile && (vae->tile < 0 || vae->tile % 8 || vae->tile_stride % 8 || vae->tile_stride < 8 ||
+                           vae->tile_stride > vae->tile))
+        rc = ghc_error_set(core, GHC_EINVAL, "wanvae: %s: tiles of %lld pixels every %lld, expected multiples of 8 "
+                           "with 8 <= stride <= tile", path, (long long)vae->tile, (long long)vae->tile_stride);
+    else if ((rc = wv_load(vae, path, opts ? opts->random : NULL, opts ? opts->seed : 0)) == 0 && vae->tile &&
+             vae->cfg.patch > 1)
+        rc = ghc_error_set(core, GHC_EUNSUPPORTED, "wanvae: %s: spatial tiling is for the Wan2.1 VAE (this is the "
+                           "Wan2.2 VAE, whose tiles diffusers cuts in patch space)", path);
+    if (rc < 0) {
         ghc_wanvae_free(vae);
         return NULL;
     }

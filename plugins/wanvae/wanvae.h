@@ -2,13 +2,12 @@
  * T2V/I2V-A14B) and Wan2.2's (z = 48, stride 4 x 16 x 16; TI2V-5B). Loading the weights and
  * encoding clips to normalised latents / decoding latents to clips, chunk by chunk with Wan's
  * causal feature cache, through the ops of libgh200core_ops (so the same code runs wherever the
- * ops do; today the convolution ops are CPU only). doc/vae.md has the user's side: files,
- * namings, dtypes, memory.
+ * ops do: the CPU or a CUDA device). doc/vae.md has the user's side: files, namings, dtypes,
+ * memory.
  *
  * Not installed: the module of the `wanvae` vae plugin (plugin.c). One clip
- * per call (no batch). Later additions keep these calls: spatial tiling (an option of
- * ghc_wanvae_init's opts: encode/decode then run per tile with overlap and blending, which
- * changes results, spec encoders.md 2.9), bf16 activations. */
+ * per call (no batch). Spatial tiling (ghc_wanvae_opts.tile) runs encode/decode per tile with
+ * overlap and blending as diffusers does, which changes results (spec encoders.md 2.9). */
 #ifndef GHC_WANVAE_H
 #define GHC_WANVAE_H
 
@@ -44,13 +43,22 @@ struct ghc_wanvae_config {
 
 /* Options of ghc_wanvae_init; NULL: the defaults (zeroed struct = CPU). */
 struct ghc_wanvae_opts {
-    int device;                   /* GHC_DEVICE_CPU (-1); a CUDA ordinal once the ops have kernels */
+    int device;                   /* GHC_DEVICE_CPU (-1) or a CUDA ordinal: weights and activations there */
+    enum ghc_dtype dtype;         /* the activations: GHC_DTYPE_F32 (0, the default) or GHC_DTYPE_BF16 */
     /* NULL, or a layout (version, base_dim, dec_base_dim, patch, dim_mult, num_res_blocks,
      * temporal_down, z_dim) whose weights are drawn from `seed` instead of read (norms 1, biases
      * 0, the rest normal with variance 1 / fan-in): the embedded demo's tiny VAE. `path` then
      * only names it in messages. */
     const struct ghc_wanvae_config *random;
     uint64_t seed;
+    /* Spatial tiling as diffusers' AutoencoderKLWan.enable_tiling (Wan2.1 VAE only): 0 off; else
+     * a clip wider or taller than `tile` pixels is encoded (a latent decoded) as overlapping tiles
+     * of at most tile x tile pixels every tile_stride pixels (0: 3/4 of tile, rounded down to a
+     * multiple of 8), each with its own feature cache, blended linearly over the overlap (tile -
+     * tile_stride pixels; in the latent that over 8) and cropped to the stride. Bounds the
+     * activations and caches by the tile's size; changes results near the seams. Multiples of 8,
+     * 8 <= tile_stride <= tile. */
+    int64_t tile, tile_stride;
 };
 
 /* Load the VAE from `path`: a .safetensors file (or a sharded index) with official/ComfyUI or
@@ -66,16 +74,18 @@ void ghc_wanvae_free(ghc_wanvae_t *vae);
 /* The configuration read at load. Borrowed; valid until ghc_wanvae_free(). */
 const struct ghc_wanvae_config *ghc_wanvae_config(const ghc_wanvae_t *vae);
 
-/* Encode a clip: video [3, F, H, W] (RGB in [-1, 1], f32 or bf16, on the VAE's device) with
+/* Encode a clip: video [3, F, H, W] (RGB in [-1, 1], f32 or bf16, on the VAE's device or the CPU) with
  * F = 1 + 4k (an image is F = 1) and H, W multiples of s = 8 patch (8 for Wan2.1, 16 for
  * Wan2.2), to the normalised posterior mean (z - mean_c) / std_c, a new f32 tensor [z_dim,
- * 1 + (F - 1) / 4, H / s, W / s] (role GHC_ROLE_LATENTS) in *latent, which the caller frees. Runs chunk by chunk as Wan does
+ * 1 + (F - 1) / 4, H / s, W / s] (role GHC_ROLE_LATENTS) on the video's device (a CPU video is copied
+ * to the VAE's device and its latent back) in *latent, which the caller frees. Runs chunk by chunk as Wan does
  * (frame 0, then 4 frames at a time) with the causal feature cache, so the activations held
  * are those of one chunk plus the cache (doc/vae.md, "Memory"). Returns 0 or GHC_E* (a bad
  * shape is GHC_EINVAL naming what was expected); *latent is NULL on failure. */
 int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t **latent);
-/* Decode normalised latents z [z_dim, T, h, w] (f32 or bf16) to a new f32 clip [3, 1 + 4 (T - 1),
- * s h, s w] clamped to [-1, 1] (role GHC_ROLE_ACTIVATIONS) in *video, which the caller frees;
+/* Decode normalised latents z [z_dim, T, h, w] (f32 or bf16, on the VAE's device or the CPU) to a
+ * new f32 clip [3, 1 + 4 (T - 1), s h, s w] clamped to [-1, 1] (role GHC_ROLE_ACTIVATIONS) on the
+ * latent's device in *video, which the caller frees;
  * one latent frame per chunk, as Wan does. Returns 0 or GHC_E*; *video is NULL on failure. */
 int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video);
 

@@ -1,6 +1,7 @@
 /* wanvae_impl.h: the Wan VAEs' insides, shared by load.c (names, configuration, weights) and
  * wanvae.c (encode, decode, the feature cache). Layers follow the official module tree (spec
- * encoders.md 2.3-2.6, 3.3-3.5); every tensor is f32 on the VAE's device, conv weights 5-D. */
+ * encoders.md 2.3-2.6, 3.3-3.5); every weight is f32 on the VAE's device, conv weights 5-D;
+ * activations are in the VAE's dtype (f32 or bf16). */
 #ifndef GHC_WANVAE_IMPL_H
 #define GHC_WANVAE_IMPL_H
 
@@ -63,6 +64,8 @@ struct wv_side {
 struct ghc_wanvae {
     ghc_core_t              *core;
     int                      device;
+    enum ghc_dtype           dtype;        /* the activations' */
+    int64_t                  tile, tile_stride;   /* spatial tiling (pixels; 0: off) */
     struct ghc_wanvae_config cfg;
     struct wv_side           enc, dec;
     struct wv_conv           quant;        /* conv1: only its first z_dim rows (the mean) */
