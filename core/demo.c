@@ -1,7 +1,18 @@
-/* demo.c: the embedded demo's dataset, generated before training when the configuration has
- * a `demo` section. A teacher = the run's model plus a planted low-rank adapter (random
- * A [r, in], B [out, r] on every target: y += (x A^T) B^T) gives each sample a velocity
- * v = teacher(x_sigma, t) at a random noisy latent x_sigma and sigma; the sample stores
+/* demo.c: the embedded demo's dataset, made before training when the configuration has a
+ * `demo` section. Two kinds:
+ *
+ * Media (demo.videos + demo.images > 0, in a build with FFmpeg): a folder of small generated
+ * videos and images of coloured shapes, each with a caption saying what it shows, written with
+ * media.h's writer (FFV1 in .mkv, PNG) at data.datasets[0]'s resolution and longest
+ * target_frames; data.datasets[0].path is pointed at it and `prepare` encodes it with the run's
+ * `vae` and `text_encoder` (doc/prepare.md), so the run trains plain flow matching on the
+ * caches, as it would on a user's folder. Written afresh by each run with the same bytes, so
+ * that a second run's prepare finds every file up to date.
+ *
+ * Latent (otherwise; a build without FFmpeg says why in one line): a teacher = the run's model
+ * plus a planted low-rank adapter (random A [r, in], B [out, r] on every target:
+ * y += (x A^T) B^T) gives each sample a velocity v = teacher(x_sigma, t) at a random noisy
+ * latent x_sigma and sigma; the sample stores
  *   latent x0 = x_sigma - sigma v,  noise = x_sigma + (1 - sigma) v,  timestep t = 1000 sigma
  * so that the trainer's flow-matching target noise - x0 at that (x_sigma, t) is exactly the
  * teacher's output. Training a fresh adapter of rank >= r recovers the planted one and the
@@ -16,10 +27,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <gh200core/dataset.h>
 #include <gh200core/gh200core.h>
+#include <gh200core/media.h>
 #include <gh200core/ops.h>
 #include <gh200core/safetensors.h>
 #include <gh200core/tensor.h>
+#include <gh200core/train.h>
 
 #include "train_impl.h"
 
@@ -35,6 +49,8 @@ const struct ghc_cfg_key ghc_demo_keys[] = {
     { "strength",  GHC_CFG_FLOAT, "0.5",  "0 to 1e38",   NULL },   /* std of the planted B's entries x sqrt(rank) */
     { "sigma_min", GHC_CFG_FLOAT, "0.05", "1e-6 to 1",   NULL },
     { "sigma_max", GHC_CFG_FLOAT, "0.95", "1e-6 to 1",   NULL },
+    { "videos",    GHC_CFG_INT,   "0",    "0 to 10000",  NULL },   /* generated media: the media demo */
+    { "images",    GHC_CFG_INT,   "0",    "0 to 10000",  NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
@@ -182,6 +198,165 @@ static int point_data_at(ghc_core_t *core, const char *dir)
     return ghc_cfg_set_string(set, "path", dir);
 }
 
+/* <output_dir>/demo-data, created (with output_dir) when `make`, as an absolute path in abs
+ * (8192 bytes). */
+static int demo_dir(ghc_core_t *core, bool make, char *abs)
+{
+    char dir[8192];
+    snprintf(dir, sizeof(dir), "%s/demo-data", ghc_config_output_dir(core));
+    if (make && mkdir(ghc_config_output_dir(core), 0777) != 0 && errno != EEXIST)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", ghc_config_output_dir(core), strerror(errno));
+    if (make && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", dir, strerror(errno));
+    if (!realpath(dir, abs))
+        return ghc_error_set(core, GHC_EIO, "%s: %s%s", dir, strerror(errno), make ? "" : " (rank 0 writes the demo's "
+                             "data there)");
+    return 0;
+}
+
+/* ---- the media demo ------------------------------------------------------------------------ */
+
+bool ghc_demo_media(const struct ghc_demo_opts *o)
+{
+#ifdef GHC_HAVE_FFMPEG
+    return o->videos + o->images > 0;
+#else
+    (void)o;
+    return false;
+#endif
+}
+
+/* data.datasets[0], whose resolution and target_frames size the media: its section and
+ * settings. Returns 0 or GHC_ECONFIG (no such dataset). */
+static int media_dataset(ghc_core_t *core, ghc_cfg_t **set, struct ghc_media_settings *m)
+{
+    ghc_cfg_t *data = NULL;
+    int n = 0, rc = ghc_cfg_get_group(ghc_config_root(core), "data", ghc_dataset_keys(false), &data);
+    if (rc == 0 && data)
+        rc = ghc_cfg_list_len(data, "datasets", &n);
+    if (rc < 0)
+        return rc;
+    if (n < 1)
+        return ghc_error_set(core, GHC_ECONFIG, "%s: demo.videos and demo.images need data.datasets = ( { resolution = "
+                             "[W, H]; target_frames = [F]; } ): the media's size (its path is the demo's folder)",
+                             ghc_cfg_where(data ? data : ghc_config_root(core), NULL));
+    if ((rc = ghc_cfg_list_group(data, "datasets", 0, ghc_dataset_keys(true), set)) < 0)
+        return rc;
+    return ghc_media_settings_read(*set, m);
+}
+
+int ghc_demo_media_check(ghc_core_t *core)
+{
+    ghc_cfg_t *set;
+    struct ghc_media_settings m;
+    return media_dataset(core, &set, &m);
+}
+
+/* What the generated media show: a shape of one colour on a background of another. */
+struct paint {
+    const char *name;
+    uint8_t     rgb[3];
+};
+static const struct paint shape_colours[] = {
+    { "red", { 220, 40, 40 } }, { "green", { 40, 200, 70 } }, { "blue", { 50, 90, 235 } }, { "yellow", { 240, 215, 40 } },
+};
+static const struct paint backgrounds[] = {
+    { "black", { 12, 12, 12 } }, { "grey", { 128, 128, 128 } }, { "white", { 245, 245, 245 } },
+};
+static const char *const shape_names[] = { "ball", "square" };
+static const char *const motions[] = { "from left to right", "from top to bottom", "from right to left",
+                                       "from bottom to top" };
+
+/* One w x h RGB picture: shape `shape` of colour `fg` centred at (cx, cy), half-size r, on bg. */
+static void paint_frame(uint8_t *rgb, int w, int h, int shape, const uint8_t *fg, const uint8_t *bg, double cx,
+                        double cy, double r)
+{
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double dx = x + 0.5 - cx, dy = y + 0.5 - cy;
+            bool in = shape == 0 ? dx * dx + dy * dy <= r * r : fabs(dx) <= r && fabs(dy) <= r;
+            memcpy(rgb + ((size_t)y * (size_t)w + (size_t)x) * 3, in ? fg : bg, 3);
+        }
+}
+
+static int write_caption(ghc_core_t *core, const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0)
+        ok = false;
+    return ok ? 0 : ghc_error_set(core, GHC_EIO, "%s: cannot write: %s", path, strerror(errno));
+}
+
+/* Video v (frames n) or image v (n = 0) with its caption, into dir: picture p's shape, colour,
+ * background and motion (p = v for a video, v + 1 for an image). */
+static int write_medium(ghc_core_t *core, const char *dir, int64_t v, int w, int h, int n, uint8_t *rgb)
+{
+    int64_t p = n ? v : v + 1;
+    int shape = (int)((p / 2 + p / 4) % 2), motion = (int)(p % 4);
+    const struct paint *fg = &shape_colours[p % 4], *bg = &backgrounds[p % 3];
+    double r = (w < h ? w : h) / 4.0;
+    char path[8400], caption[256];
+    for (int k = 0; k < (n ? n : 1); k++) {
+        double t = n > 1 ? (double)k / (n - 1) : 0.5, cx = w / 2.0, cy = h / 2.0;
+        if (motion % 2 == 0)
+            cx = r + (motion == 0 ? t : 1 - t) * (w - 2 * r);
+        else
+            cy = r + (motion == 1 ? t : 1 - t) * (h - 2 * r);
+        paint_frame(rgb + (size_t)k * (size_t)w * (size_t)h * 3, w, h, shape, fg->rgb, bg->rgb, cx, cy, r);
+    }
+    int rc;
+    if (n) {
+        snprintf(caption, sizeof(caption), "a %s %s moves %s on a %s background", fg->name, shape_names[shape],
+                 motions[motion], bg->name);
+        snprintf(path, sizeof(path), "%s/video_%03lld.mkv", dir, (long long)v);
+        rc = ghc_media_write_video(core, path, rgb, n, w, h, 16, NULL);
+    } else {
+        snprintf(caption, sizeof(caption), "a %s %s in the middle of a %s background", fg->name, shape_names[shape],
+                 bg->name);
+        snprintf(path, sizeof(path), "%s/image_%03lld.png", dir, (long long)v);
+        rc = ghc_media_write_image(core, path, rgb, w, h, 3);
+    }
+    if (rc == 0) {
+        snprintf(strrchr(path, '.'), 5, ".txt");
+        rc = write_caption(core, path, caption);
+    }
+    return rc;
+}
+
+/* The media demo (rank 0): its media written, data.datasets[0] pointed at them, prepared. */
+static int media_generate(ghc_core_t *core, const struct ghc_demo_opts *o)
+{
+    ghc_cfg_t *set;
+    struct ghc_media_settings m;
+    char abs[8192];
+    int rc = media_dataset(core, &set, &m), mode = GHC_PREPARE_AUTO;
+    if (rc < 0 || (rc = demo_dir(core, true, abs)) < 0)
+        return rc;
+    int w = m.width, h = m.height, n = 1;
+    for (int i = 0; i < m.n_target_frames; i++)
+        n = m.target_frames[i] > n ? m.target_frames[i] : n;
+    uint8_t *rgb = malloc((size_t)w * (size_t)h * 3 * (size_t)n);
+    if (!rgb)
+        return ghc_error_set(core, GHC_ENOMEM, "demo: out of memory for %d frames of %d x %d", n, w, h);
+    ghc_log(core, GHC_LOG_INFO, "demo: writing %lld videos of %d frames and %lld images, %d x %d, with captions to %s",
+            (long long)o->videos, n, (long long)o->images, w, h, abs);
+    for (int64_t v = 0; v < o->videos && rc == 0; v++)
+        rc = write_medium(core, abs, v, w, h, n, rgb);
+    for (int64_t v = 0; v < o->images && rc == 0; v++)
+        rc = write_medium(core, abs, v, w, h, 0, rgb);
+    free(rgb);
+    if (rc == 0)
+        rc = ghc_cfg_set_string(set, "path", abs);
+    if (rc == 0)
+        rc = ghc_prepare_mode(core, &mode);
+    if (rc == 0 && mode != GHC_PREPARE_NEVER)
+        rc = ghc_prepare(core, mode == GHC_PREPARE_ALWAYS, NULL);
+    return rc;
+}
+
+/* ---- both ---------------------------------------------------------------------------------- */
+
 int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o)
 {
     static const char *const shape_keys[GHC_DEMO_SHAPES] = { "channels", "frames", "height", "width", "text_len",
@@ -200,7 +375,9 @@ int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o)
         (rc = ghc_cfg_get_int(s, "rank", 2, 1, 4096, &o->rank)) < 0 ||
         (rc = ghc_cfg_get_float(s, "strength", 0.5, 0.0, 1e38, &o->strength)) < 0 ||
         (rc = ghc_cfg_get_float(s, "sigma_min", 0.05, 1e-6, 1.0, &o->sigma_min)) < 0 ||
-        (rc = ghc_cfg_get_float(s, "sigma_max", 0.95, 1e-6, 1.0, &o->sigma_max)) < 0)
+        (rc = ghc_cfg_get_float(s, "sigma_max", 0.95, 1e-6, 1.0, &o->sigma_max)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "videos", 0, 0, 10000, &o->videos)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "images", 0, 0, 10000, &o->images)) < 0)
         return rc;
     if (o->sigma_min > o->sigma_max)
         return ghc_error_set(ghc_cfg_core(s), GHC_ECONFIG, "%s: sigma_min > sigma_max", ghc_cfg_where(s, "sigma_min"));
@@ -209,11 +386,19 @@ int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o)
 
 int ghc_demo_point(ghc_core_t *core)
 {
-    char dir[4200], abs[8192];
-    snprintf(dir, sizeof(dir), "%s/demo-data", ghc_config_output_dir(core));
-    if (!realpath(dir, abs))
-        return ghc_error_set(core, GHC_EIO, "%s: %s (rank 0 writes the demo's data there)", dir, strerror(errno));
-    return point_data_at(core, abs);
+    char abs[8192];
+    ghc_cfg_t *s, *set;
+    struct ghc_demo_opts opt;
+    struct ghc_media_settings m;
+    int rc = ghc_cfg_get_group(ghc_config_root(core), "demo", ghc_demo_keys, &s);
+    if (rc < 0 || !s || (rc = ghc_demo_read(s, &opt)) < 0 || (rc = demo_dir(core, false, abs)) < 0)
+        return rc;
+    if (!ghc_demo_media(&opt))
+        return point_data_at(core, abs);
+    /* rank 0 prepared the media: this prepare finds them up to date and sets data.empty_prompt */
+    if ((rc = media_dataset(core, &set, &m)) < 0 || (rc = ghc_cfg_set_string(set, "path", abs)) < 0)
+        return rc;
+    return ghc_prepare(core, false, NULL);
 }
 
 int ghc_demo_generate(ghc_core_t *core)
@@ -225,6 +410,11 @@ int ghc_demo_generate(ghc_core_t *core)
         return rc;
     if ((rc = ghc_demo_read(s, &opt)) < 0)
         return rc;
+    if (ghc_demo_media(&opt))
+        return media_generate(core, &opt);
+    if (opt.videos + opt.images > 0)
+        ghc_log(core, GHC_LOG_INFO, "demo: this gh200core was built without FFmpeg (configure --without-ffmpeg), "
+                "which writes and decodes media: the latent-only demo instead (doc/training.md)");
     int64_t samples = opt.samples, c = opt.shape[0], f = opt.shape[1], h = opt.shape[2], w = opt.shape[3],
             l = opt.shape[4], d = opt.shape[5], rank = opt.rank;
     double strength = opt.strength, smin = opt.sigma_min, smax = opt.sigma_max;
@@ -235,15 +425,9 @@ int ghc_demo_generate(ghc_core_t *core)
     if ((rc = ghc_cfg_get_int(ghc_config_root(core), "seed", 42, 0, INT64_MAX, &seed)) < 0)
         return rc;
 
-    char dir[8192];
-    snprintf(dir, sizeof(dir), "%s/demo-data", ghc_config_output_dir(core));
-    if (mkdir(ghc_config_output_dir(core), 0777) != 0 && errno != EEXIST)
-        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", ghc_config_output_dir(core), strerror(errno));
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return ghc_error_set(core, GHC_EIO, "%s: cannot create: %s", dir, strerror(errno));
     char abs[8192];
-    if (!realpath(dir, abs))
-        return ghc_error_set(core, GHC_EIO, "%s: %s", dir, strerror(errno));
+    if ((rc = demo_dir(core, true, abs)) < 0)
+        return rc;
 
     int device = ghc_model_device(model);
     struct ghc_rng rng = { .seed = (uint64_t)seed ^ 0xa4093822299f31d0ull, .offset = 0 };

@@ -55,7 +55,8 @@ static const char usage_text[] =
     "                                          images with captions) into caches with the `vae`\n"
     "                                          and `text_encoder` sections; what is up to date\n"
     "                                          is kept (doc/prepare.md). `-c FILE` alone runs it\n"
-    "                                          first too (data.prepare = auto, never, always)\n"
+    "                                          first too (data.prepare = auto, never, always;\n"
+    "                                          the demo's run prepares its generated media)\n"
     "       gh200core [OPTIONS] plugins        list the plugins on the search path\n"
     "       gh200core [OPTIONS] plugins --keys the keys each plugin and core section declares\n"
     "       gh200core inspect FILE             header, tensors and totals of a .safetensors file\n"
@@ -544,11 +545,12 @@ static int train_ranked(ghc_core_t *core, const struct cli *cli, const struct gh
     if ((rc = ghc_train_check_output(core, &opts)) < 0)
         return fail(core, rc);
     /* media datasets encoded first (data.prepare): by rank 0, then by the others, who find it
-     * done (and point data.empty_prompt where rank 0 put it) */
+     * done (and point data.empty_prompt where rank 0 put it); the demo's, once the run has
+     * written them */
     int mode = GHC_PREPARE_AUTO;
     if ((rc = ghc_prepare_mode(core, &mode)) < 0)
         return fail(core, rc);
-    if (mode != GHC_PREPARE_NEVER && !cli->dry_run) {
+    if (mode != GHC_PREPARE_NEVER && !cli->dry_run && !ghc_config_section(core, "demo")) {
         bool first = !dist || dist->rank == 0;
         if ((first && (rc = ghc_prepare(core, mode == GHC_PREPARE_ALWAYS, NULL)) < 0) ||
             (dist && (rc = dist->barrier(dist->user)) < 0) || (!first && (rc = ghc_prepare(core, false, NULL)) < 0))
@@ -849,8 +851,11 @@ int main(int argc, char **argv)
             status = EXIT_USAGE;
             goto out;
         }
-        struct ghc_prepare_stats st;
-        if ((rc = ghc_prepare_mode(core, &mode)) == 0)
+        struct ghc_prepare_stats st = { 0 };
+        if (ghc_config_section(core, "demo"))
+            rc = ghc_error_set(core, GHC_ECONFIG, "prepare: %s: the `demo` section's data are made by the training run, "
+                               "which prepares them itself (gh200core -c %s)", cli.config, cli.config);
+        else if ((rc = ghc_prepare_mode(core, &mode)) == 0)
             rc = ghc_prepare(core, mode == GHC_PREPARE_ALWAYS, &st);
         if (rc == 0 && st.files == 0)
             rc = ghc_error_set(core, GHC_ECONFIG, "prepare: %s: no media in the folders of data.datasets (videos or "

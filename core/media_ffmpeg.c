@@ -14,9 +14,6 @@
 
 #include "media_impl.h"
 
-#define NO_FFMPEG "built without FFmpeg (configure found no libavformat, libavcodec, libswscale: " \
-                  "Debian: apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)"
-
 #ifdef GHC_HAVE_FFMPEG
 
 #include <libavcodec/avcodec.h>

@@ -1,8 +1,13 @@
-/* media_impl.h: what media.c, media_resize.c and media_ffmpeg.c share (not installed). */
+/* media_impl.h: what media.c, media_resize.c, media_ffmpeg.c and media_write.c share (not
+ * installed). */
 #ifndef GHC_MEDIA_IMPL_H
 #define GHC_MEDIA_IMPL_H
 
 #include <gh200core/media.h>
+
+/* The end of the message of a call that needs FFmpeg in a build without it. */
+#define NO_FFMPEG "built without FFmpeg (configure found no libavformat, libavcodec, libswscale: " \
+                  "Debian: apt-get install libavformat-dev libavcodec-dev libswscale-dev libavutil-dev)"
 
 /* ghc_media_resize_crop with a caller's scratch buffer (*scratch, *cap bytes; grown with
  * realloc, freed by the caller), for a decoder that resizes frame after frame. */

@@ -10,9 +10,9 @@ libgh200core_train_la_SOURCES = core/train.c core/train_check.c core/checkpoint.
 libgh200core_train_la_SOURCES += core/dataset.c core/dataset_impl.h core/data_formats.c core/data_aitk.c \
 	core/data_order.c core/data_batch.c
 # raw media for `prepare` (media.h): folder scan, captions, buckets, clips (media.c), musubi-tuner's
-# resize filters (media_resize.c) and the FFmpeg decoder (media_ffmpeg.c; GHC_EUNSUPPORTED when
-# configured --without-ffmpeg)
-libgh200core_train_la_SOURCES += core/media.c core/media_resize.c core/media_ffmpeg.c core/media_impl.h
+# resize filters (media_resize.c), the FFmpeg decoder (media_ffmpeg.c) and writer (media_write.c: the
+# demo's media and the tests'); both GHC_EUNSUPPORTED when configured --without-ffmpeg
+libgh200core_train_la_SOURCES += core/media.c core/media_resize.c core/media_ffmpeg.c core/media_write.c core/media_impl.h
 libgh200core_train_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden $(LIBCONFIG_CFLAGS) $(JANSSON_CFLAGS) $(FFMPEG_CFLAGS)
 libgh200core_train_la_LDFLAGS = -version-info 0:0:0 -no-undefined $(AM_LDFLAGS)
 libgh200core_train_la_LIBADD = libgh200core_ops.la libgh200core.la $(LIBCONFIG_LIBS) $(JANSSON_LIBS) $(FFMPEG_LIBS) $(PTHREAD_LIBS) -lm

@@ -331,7 +331,7 @@ static int open_checked(struct ghc_trainer *tr, const char *section, ghc_dataset
 
 /* The demo's keys, and its shapes against what the model takes (its data does not exist
  * before the run); read by ghc_demo_read, as ghc_demo_generate reads them once the run has
- * begun. */
+ * begun. The media demo's dataset (data.datasets[0]) instead. */
 static int check_demo(struct ghc_trainer *tr, ghc_cfg_t *s)
 {
     ghc_core_t *core = tr->core;
@@ -340,6 +340,8 @@ static int check_demo(struct ghc_trainer *tr, ghc_cfg_t *s)
     int rc = ghc_demo_read(s, &o);
     if (rc < 0)
         return rc;
+    if (ghc_demo_media(&o))
+        return ghc_demo_media_check(core);   /* the latents' shapes come from prepare */
     const int64_t *v = o.shape;
     const bool *given = o.given;
     const char *const *keys = o.shape_key;

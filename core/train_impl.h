@@ -70,24 +70,32 @@ const char *ghc_tboard_path(const ghc_tboard_t *tb);
 
 /* ---- the embedded demo ---------------------------------------------------------------------- */
 
-/* With a `demo` section: write the demo dataset (a planted adapter's targets) to
- * <output_dir>/demo-data and point the `data` section at it. Without one: nothing. */
+/* With a `demo` section: write the demo dataset to <output_dir>/demo-data and point the `data`
+ * section at it: generated media, then prepared (ghc_prepare, by data.prepare), or the latent
+ * demo (a planted adapter's targets; demo.c says which when). Without one: nothing. */
 int ghc_demo_generate(ghc_core_t *core);
-/* The `data` section pointed at the demo dataset another process (rank 0) generated. */
+/* The `data` section pointed at the demo dataset another process (rank 0) generated (and, for
+ * media, data.empty_prompt at its prepared empty prompt). */
 int ghc_demo_point(ghc_core_t *core);
 /* The demo section's values, read and checked (ranges, sigma_min <= sigma_max) by the one
  * reader both the pre-run checks and ghc_demo_generate use. shape: channels, frames, height,
- * width, text_len, text_dim; given: whether the file sets it (else the default). */
+ * width, text_len, text_dim; given: whether the file sets it (else the default). videos,
+ * images: the media demo's counts. */
 enum { GHC_DEMO_SHAPES = 6 };
 struct ghc_demo_opts {
     int64_t     shape[GHC_DEMO_SHAPES];
     bool        given[GHC_DEMO_SHAPES];
     const char *shape_key[GHC_DEMO_SHAPES];
-    int64_t     samples, rank;
+    int64_t     samples, rank, videos, images;
     double      strength, sigma_min, sigma_max;
 };
 int ghc_demo_read(ghc_cfg_t *s, struct ghc_demo_opts *o);
 extern const struct ghc_cfg_key ghc_demo_keys[];
+/* Whether the demo section asks for media (videos or images) and this build can write them. */
+bool ghc_demo_media(const struct ghc_demo_opts *o);
+/* The media demo's dataset, data.datasets[0] (its resolution and target_frames size the media),
+ * read and checked. Returns 0 or GHC_ECONFIG. */
+int ghc_demo_media_check(ghc_core_t *core);
 
 /* ---- the trainer's state -------------------------------------------------------------------- */
 

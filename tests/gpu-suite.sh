@@ -104,14 +104,14 @@ if [ "${GHC_TRAIN:-1}" = 1 ]; then
     train resa --set mempolicy.plugin='"device"' --set train.save_every=20 --set train.keep_last=0
     train resb --set mempolicy.plugin='"device"' --resume "$work/resa/checkpoint-20"
     cmp_losses resa resb 21
-    # a mid-size model (4 blocks of dim 1536, 2048 tokens, 512 text rows of 4096): s/step and
-    # the share of the step spent waiting for data
+    # a mid-size model (4 blocks of dim 1536, 2048 tokens, 512 text rows of 4096; the latent-only
+    # demo, whose shapes are set here): s/step and the share of the step spent waiting for data
     GHC_PLUGIN_PATH="$top/plugins/.libs" timeout 240 "$cli" -q -c "$top/etc/tiny.cfg" --set output_dir="\"$work/mid\"" \
         --set model.device=0 --set model.dtype='"bf16"' --set model.checkpointing='"block"' \
         --set mempolicy.plugin='"device"' --set train.steps=12 --set scheduler.decay_steps=12 \
         --set model.random.dim=1536 --set model.random.ffn_dim=8960 --set model.random.heads=12 \
         --set model.random.layers=4 --set model.random.text_dim=4096 --set model.random.freq_dim=256 \
-        --set demo.samples=4 --set demo.height=32 --set demo.width=32 --set demo.frames=8 \
+        --set demo.videos=0 --set demo.images=0 --set demo.samples=4 --set demo.height=32 --set demo.width=32 --set demo.frames=8 \
         --set demo.text_len=512 --set demo.text_dim=4096 --set data.batch_size=1 --set network.rank=16 \
         --set cache.plugin='"unified_memory"' --set train.sync_timing=true \
         > "$work/train_mid.log" 2>&1

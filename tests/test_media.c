@@ -1,7 +1,7 @@
 /* test_media.c: raw media (media.h): the folder scan and its captions, musubi-tuner's buckets,
  * the frame extraction table computed here on its own, the settings from a config, the VAE's
  * input, the resize against Pillow's and OpenCV's bytes (tests/fixtures/media), and (with
- * FFmpeg) decoding of files written at test time with libavcodec and libavformat: lossless
+ * FFmpeg) decoding of files written at test time by the library's writer (media.h): lossless
  * FFV1/Matroska, MPEG-4/MP4, a variable frame rate clip, PNG with alpha, JPEG, odd sizes, a
  * corrupt and a truncated file, a clip too short. Without FFmpeg, decoding says so. */
 #include <config.h>
@@ -22,10 +22,7 @@
 #include "media_write.h"
 
 #ifdef GHC_HAVE_FFMPEG
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-#include <libavutil/log.h>
-#include <libswscale/swscale.h>
+#include <libavutil/log.h>          /* defines: av_log_set_level */
 #endif
 
 /* ---- helpers -------------------------------------------------------------------------------- */
@@ -511,7 +508,7 @@ START_TEST(decode_lossless_odd_size)
 {
     char *dir = tu_tmpdir();
     char *mkv = path_in(dir, "odd.mkv");
-    tu_write_video(mkv, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 37, 23, 7, 25, NULL, tu_fill_pattern);
+    tu_write_video(mkv, 37, 23, 7, 25, NULL, tu_fill_pattern);
     ghc_media_decoder_t *d = ghc_media_decoder_init(1);
     struct ghc_media_info info;
     ck_assert_int_eq(ghc_media_decoder_open(d, mkv, &info), 0);
@@ -563,7 +560,7 @@ START_TEST(decode_modes_mp4)
     char *dir = tu_tmpdir();
     char *mp4 = path_in(dir, "clip.mp4");
     enum { N = 22 };
-    tu_write_video(mp4, "mp4", AV_CODEC_ID_MPEG4, AV_PIX_FMT_YUV420P, 64, 48, N, 30, NULL, fill_solid);
+    tu_write_video(mp4, 64, 48, N, 30, NULL, fill_solid);
     ghc_media_decoder_t *d = ghc_media_decoder_init(0);
     struct ghc_media_info info;
     ck_assert_int_eq(ghc_media_decoder_open(d, mp4, &info), 0);
@@ -659,7 +656,7 @@ START_TEST(decode_vfr)
     char *mkv = path_in(dir, "vfr.mkv");
     const int64_t pts[] = { 0, 10, 50, 60, 200, 210, 400, 410, 420, 800, 810, 1000, 1500 };
     enum { N = 13 };
-    tu_write_video(mkv, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 32, 32, N, 25, pts, tu_fill_pattern);
+    tu_write_video(mkv, 32, 32, N, 25, pts, tu_fill_pattern);
     ghc_media_decoder_t *d = ghc_media_decoder_init(1);
     ck_assert_int_eq(ghc_media_decoder_open(d, mkv, NULL), 0);
     const int32_t t[] = { 13 };
@@ -686,7 +683,7 @@ START_TEST(decode_images)
         rgba[4 * i + 2] = (uint8_t)(255 - i % 200), rgba[4 * i + 3] = (uint8_t)(i % 3 ? 0 : 128);
     }
     char *png = path_in(dir, "alpha.PNG");
-    tu_write_image(png, AV_CODEC_ID_PNG, AV_PIX_FMT_RGBA, AV_PIX_FMT_RGBA, W, H, rgba);
+    tu_write_image(png, W, H, 4, rgba);
     ghc_media_decoder_t *d = ghc_media_decoder_init(1);
     struct ghc_media_info info;
     ck_assert_int_eq(ghc_media_decoder_open(d, png, &info), 0);
@@ -722,7 +719,7 @@ START_TEST(decode_images)
     for (int i = 0; i < 40 * 30; i++)
         rgb[3 * i] = 200, rgb[3 * i + 1] = 120, rgb[3 * i + 2] = 40;
     char *jpg = path_in(dir, "solid.jpg");
-    tu_write_image(jpg, AV_CODEC_ID_MJPEG, AV_PIX_FMT_RGB24, AV_PIX_FMT_YUVJ444P, 40, 30, rgb);
+    tu_write_image(jpg, 40, 30, 3, rgb);
     ck_assert_int_eq(ghc_media_decoder_open(d, jpg, &info), 0);
     READ_OK(d, NULL, &fr);
     const uint8_t col[3] = { 200, 120, 40 };
@@ -745,6 +742,55 @@ START_TEST(decode_images)
 }
 END_TEST
 
+/* The writer: the same bytes for the same pictures (prepare's hash then sees no change), and
+ * one line naming the file for what it cannot write. */
+START_TEST(write_media)
+{
+    char *dir = tu_tmpdir(), *a = path_in(dir, "a.MKV"), *b = path_in(dir, "b.mkv");
+    tu_write_video(a, 32, 16, 5, 16, NULL, tu_fill_pattern);
+    tu_write_video(b, 32, 16, 5, 16, NULL, tu_fill_pattern);
+    char cmd[9000];
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+    ck_assert_msg(system(cmd) == 0, "two writes of the same frames differ");
+    uint8_t px[16 * 32 * 3];
+    tu_fill_pattern(2, 32, 16, px);
+    free(a);
+    free(b);
+    a = path_in(dir, "a.png");
+    b = path_in(dir, "b.png");
+    tu_write_image(a, 32, 16, 3, px);
+    tu_write_image(b, 32, 16, 3, px);
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", a, b);
+    ck_assert_msg(system(cmd) == 0, "two writes of the same picture differ");
+
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_media_write_video(core, "x.avi", px, 1, 32, 16, 16, NULL), GHC_EINVAL);
+    ck_assert_str_eq(ghc_error_message(core), "media: x.avi: cannot write videos as '.avi' (.mkv: FFV1, .mp4: MPEG-4)");
+    ck_assert_int_eq(ghc_media_write_video(core, "x.mp4", px, 1, 31, 16, 16, NULL), GHC_EINVAL);
+    ck_assert_msg(strstr(ghc_error_message(core), "x.mp4: MPEG-4 in 4:2:0 needs an even width and height, not 31 x 16"),
+                  "%s", ghc_error_message(core));
+    ck_assert_int_eq(ghc_media_write_video(core, "x.mkv", px, 0, 32, 16, 16, NULL), GHC_EINVAL);
+    ck_assert_int_eq(ghc_media_write_image(core, "x.jpg", px, 8, 8, 4), GHC_EINVAL);
+    ck_assert_int_eq(ghc_media_write_image(core, "x.gif", px, 8, 8, 3), GHC_EINVAL);
+    ck_assert_str_eq(ghc_error_message(core), "media: x.gif: cannot write images as '.gif' (.png, .jpg)");
+    char *nodir = path_in(dir, "no/such.mkv");
+    ck_assert_int_eq(ghc_media_write_video(core, nodir, px, 1, 32, 16, 16, NULL), GHC_EIO);
+    ck_assert_msg(strstr(ghc_error_message(core), "no/such.mkv: cannot create: No such file or directory"), "%s",
+                  ghc_error_message(core));
+    free(nodir);
+    nodir = path_in(dir, "no/such.png");
+    ck_assert_int_eq(ghc_media_write_image(core, nodir, px, 32, 16, 3), GHC_EIO);
+    ck_assert_msg(strstr(ghc_error_message(core), "no/such.png: cannot write: No such file or directory"), "%s",
+                  ghc_error_message(core));
+    ghc_core_free(core);
+    free(nodir);
+    free(a);
+    free(b);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 #else /* !GHC_HAVE_FFMPEG */
 
 START_TEST(no_ffmpeg)
@@ -755,6 +801,14 @@ START_TEST(no_ffmpeg)
     ck_assert_msg(strstr(ghc_media_decoder_error(d), "x.mp4: cannot decode: this gh200core was built without FFmpeg"),
                   "%s", ghc_media_decoder_error(d));
     ghc_media_decoder_free(d);
+    /* nor written */
+    ghc_core_t *core = ghc_core_init();
+    uint8_t px[4 * 4 * 3] = { 0 };
+    ck_assert_int_eq(ghc_media_write_image(core, "x.png", px, 4, 4, 3), GHC_EUNSUPPORTED);
+    ck_assert_msg(strstr(ghc_error_message(core), "x.png: cannot write: this gh200core was built without FFmpeg"),
+                  "%s", ghc_error_message(core));
+    ck_assert_int_eq(ghc_media_write_video(core, "x.mkv", px, 1, 4, 4, 16, NULL), GHC_EUNSUPPORTED);
+    ghc_core_free(core);
 }
 END_TEST
 
@@ -781,6 +835,7 @@ int main(void)
     tcase_add_test(tc, decode_modes_mp4);
     tcase_add_test(tc, decode_vfr);
     tcase_add_test(tc, decode_images);
+    tcase_add_test(tc, write_media);
 #else
     tcase_add_test(tc, no_ffmpeg);
 #endif

@@ -46,22 +46,9 @@ static int cli(const char *dir, char **out, const char *args)
 /* The shape of tensor `name` in dir/file as "[a, b, ...] DTYPE", or "absent". */
 static const char *shape_of(const char *dir, const char *file, const char *name)
 {
-    static char buf[128];
     char path[4300];
     snprintf(path, sizeof(path), "%s/%s", dir, file);
-    ghc_core_t *core = ghc_core_init();
-    ghc_st_t *st = ghc_st_open(core, path);
-    struct ghc_st_info in;
-    snprintf(buf, sizeof(buf), "absent");
-    if (st && ghc_st_find(st, name, &in)) {
-        size_t n = (size_t)snprintf(buf, sizeof(buf), "[");
-        for (int i = 0; i < in.ndim; i++)
-            n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%lld", i ? ", " : "", (long long)in.shape[i]);
-        snprintf(buf + n, sizeof(buf) - n, "] %s", ghc_dtype_name(in.dtype));
-    }
-    ghc_st_free(st);
-    ghc_core_free(core);
-    return buf;
+    return tu_st_shape(path, name);
 }
 
 static bool exists(const char *dir, const char *file)
@@ -81,11 +68,11 @@ START_TEST(prepare_media_to_caches)
     ck_assert_int_eq(mkdir(clips, 0755), 0);
     free(tu_write(dir, "train.cfg", cfg_text));
     snprintf(path, sizeof(path), "%s/a.mkv", clips);
-    tu_write_video(path, "matroska", AV_CODEC_ID_FFV1, AV_PIX_FMT_BGR0, 48, 32, 9, 16, NULL, tu_fill_pattern);
+    tu_write_video(path, 48, 32, 9, 16, NULL, tu_fill_pattern);
     uint8_t px[32 * 48 * 3];
     tu_fill_pattern(3, 48, 32, px);
     snprintf(path, sizeof(path), "%s/b.png", clips);
-    tu_write_image(path, AV_CODEC_ID_PNG, AV_PIX_FMT_RGB24, AV_PIX_FMT_RGB24, 48, 32, px);
+    tu_write_image(path, 48, 32, 3, px);
     free(tu_write(clips, "a.txt", "a red ball\n"));
     free(tu_write(clips, "b.txt", "a blue cube"));
 

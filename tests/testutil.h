@@ -113,6 +113,26 @@ static inline int tu_lines(const char *s)
     return n + (len && s[len - 1] != '\n');
 }
 
+/* The shape and dtype of tensor `name` in the safetensors file `path` as "[a, b, ...] DTYPE",
+ * or "absent" (no such file or tensor). Static buffer: valid until the next call. */
+static inline const char *tu_st_shape(const char *path, const char *name)
+{
+    static char buf[128];
+    ghc_core_t *core = ghc_core_init();
+    ghc_st_t *st = ghc_st_open(core, path);
+    struct ghc_st_info in;
+    snprintf(buf, sizeof(buf), "absent");
+    if (st && ghc_st_find(st, name, &in)) {
+        size_t n = (size_t)snprintf(buf, sizeof(buf), "[");
+        for (int i = 0; i < in.ndim; i++)
+            n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%lld", i ? ", " : "", (long long)in.shape[i]);
+        snprintf(buf + n, sizeof(buf) - n, "] %s", ghc_dtype_name(in.dtype));
+    }
+    ghc_st_free(st);
+    ghc_core_free(core);
+    return buf;
+}
+
 /* A core whose run has the `device` memory policy (CUDA tensors), the plugin found through
  * GHC_BUILD_PLUGINS. NULL, with the reason on stderr, when that fails. */
 static inline ghc_core_t *tu_device_core(void)

@@ -3,7 +3,7 @@
 check_PROGRAMS += tests/test_train
 tests_test_train_SOURCES = tests/test_train.c tests/testutil.h core/sampler.c core/tboard.c core/train_impl.h
 tests_test_train_CFLAGS = $(TEST_CFLAGS)
-tests_test_train_LDADD = libgh200core_ops.la $(TEST_LIBS) -lm
+tests_test_train_LDADD = libgh200core_train.la libgh200core_ops.la $(TEST_LIBS) -lm
 TESTS += tests/test_train
 
 # doc/config.md and etc/*.cfg against the keys the code declares

@@ -4,8 +4,10 @@
  * musubi-tuner's rules (doc/media.md): its buckets, its fps conversion, its frame extraction
  * modes (head, chunk, slide, uniform, full) and its normalisation for the VAE.
  *
- * Since API 16. Built without FFmpeg (configure --without-ffmpeg), everything but decoding
- * works; the decoder returns GHC_EUNSUPPORTED and says so.
+ * Also writes media (videos and images, for the embedded demo and tests).
+ *
+ * Since API 16. Built without FFmpeg (configure --without-ffmpeg), everything but decoding and
+ * writing works; the decoder and the writers return GHC_EUNSUPPORTED and say so.
  *
  * Threads: there is no global state. The pure functions (buckets, clips, normalisation) may be
  * called from any thread. A decoder belongs to one thread at a time; decoders are independent,
@@ -221,6 +223,24 @@ GHC_API int ghc_media_decoder_open(ghc_media_decoder_t *d, const char *path, str
  * for its bucket), GHC_EINVAL (bad settings), GHC_ENOMEM or GHC_EUNSUPPORTED. */
 GHC_API int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_media_settings *s,
                                    struct ghc_media_frames *out);
+
+/* ---- writing ------------------------------------------------------------------------------------ */
+
+/* Write `frames` packed RGB24 pictures (rgb: [frames, height, width, 3]) as a video at `path`,
+ * the codec by its extension (any case): .mkv Matroska with FFV1 (lossless), .mp4 MP4 with
+ * MPEG-4 Part 2 at quantiser 2 in 4:2:0 (even sides). Frame k is at k / fps seconds, or at
+ * pts_ms[k] milliseconds when pts_ms is given (a variable frame rate). The bytes depend on the
+ * pictures and arguments alone (FFmpeg's bit-exact mode). Returns 0, GHC_EINVAL
+ * (an extension or size it cannot write), GHC_EIO (cannot create or write: the message names
+ * the path), GHC_ENOMEM or GHC_EUNSUPPORTED (built without FFmpeg); the message is in
+ * ghc_error_message(core). */
+GHC_API int ghc_media_write_video(ghc_core_t *core, const char *path, const uint8_t *rgb, int32_t frames,
+                                  int32_t width, int32_t height, int32_t fps, const int64_t *pts_ms);
+/* Write one packed picture of `channels` 3 (RGB24) or 4 (RGBA, PNG only) as an image at `path`:
+ * .png PNG (lossless), .jpg / .jpeg JPEG at quantiser 2 in 4:4:4, full range.
+ * Returns as ghc_media_write_video(). */
+GHC_API int ghc_media_write_image(ghc_core_t *core, const char *path, const uint8_t *px, int32_t width,
+                                  int32_t height, int32_t channels);
 
 /* ---- the VAE's input ---------------------------------------------------------------------------- */
 
