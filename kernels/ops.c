@@ -1028,18 +1028,6 @@ int ghc_op_pad_rows(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *
 
 /* ==== text encoder (umT5) ======================================================================= */
 
-/* The text-encoder ops have CPU references only (so far): a tensor on a CUDA device is
- * GHC_EUNSUPPORTED. */
-static int no_kernel(const struct op_ctx *c)
-{
-#ifdef GHC_HAVE_CUDA
-    return ghc_error_set(c->core, GHC_EUNSUPPORTED, "%s: no CUDA kernel yet (CPU tensors only)", c->op);
-#else
-    return ghc_error_set(c->core, GHC_EUNSUPPORTED, "%s: this build has no CUDA", c->op);
-#endif
-}
-#define DISPATCH_CPU(c, cpu_call) ((c)->device == GHC_DEVICE_CPU ? (cpu_call) : no_kernel(c))
-
 int ghc_op_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream)
 {
     struct op_ctx c = OP_CTX("embedding", y, table, ids);
