@@ -76,6 +76,7 @@ static const struct ghc_cfg_key set_keys[] = {
     { "compression",     GHC_CFG_STRING, "none", "none, lz4, zlib, snappy", NULL },
     { "trigger_word",    GHC_CFG_STRING, NULL,   "(ai-toolkit's, for the names of its text caches)", NULL },
     { "default_caption", GHC_CFG_STRING, NULL,   "(ai-toolkit's, for the names of its text caches)", NULL },
+    { "musubi_cache",    GHC_CFG_BOOL,   "false", "(prepare also writes musubi-tuner's caches beside the media)", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
@@ -259,6 +260,7 @@ static int discover(ghc_dataset_t *ds, int32_t d)
         goto out;
     ds->sets[d].first = ds->n_samples;
     unsigned formats = 0;
+    int64_t shadowed = 0;
     for (size_t i = 0; i < ls.n; i++) {
         const struct data_found *f = &ls.f[i];
         if (f->cls == GHC_DATA_CLASS_CAPTION)
@@ -274,6 +276,13 @@ static int discover(ghc_dataset_t *ds, int32_t d)
                     goto out;
                 rc = 0;
             }
+            continue;
+        }
+        /* prepare's musubi_cache writes both layouts from one encoding: the gh200core file of
+         * the same stem is the sample, the musubi-tuner one is left to musubi-tuner */
+        if (f->format == GHC_DATA_FORMAT_MUSUBI &&
+            ghc_data_listing_find(&ls, ghc_data_class(GHC_DATA_FORMAT_NATIVE, GHC_SAMPLE_LATENT), f->stem)) {
+            shadowed++;
             continue;
         }
         formats |= 1u << f->format;
@@ -325,6 +334,9 @@ static int discover(ghc_dataset_t *ds, int32_t d)
         ds->n_samples++;
     }
     ds->sets[d].n = ds->n_samples - ds->sets[d].first;
+    if (shadowed)
+        ghc_log(ds->core, GHC_LOG_INFO, "data: dataset %d (%s): %lld musubi-tuner latent%s not read: the gh200core "
+                "cache of the same stem is", (int)d, ds->sets[d].path, (long long)shadowed, shadowed == 1 ? "" : "s");
     report_formats(ds, d, &ls, formats);
 out:
     ghc_data_listing_free(&ls);

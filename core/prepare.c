@@ -8,7 +8,9 @@
  * settings (media keys, encoder sections) and the files made: a second run with the same hash
  * reads nothing else, an edited caption or setting re-encodes that file, and since the
  * manifest is written last (and every file atomically), a killed run leaves nothing served
- * stale. The next media file is hashed and decoded on a thread while one is encoded. */
+ * stale. With a dataset's musubi_cache, musubi-tuner's files of the same encodings are written
+ * too (musubi-tuner's names, keys and metadata) and listed in the manifest like ours. The next
+ * media file is hashed and decoded on a thread while one is encoded. */
 #include <config.h>
 
 #include <errno.h>
@@ -87,15 +89,20 @@ static void media_fp(const struct ghc_media_settings *m, char *buf, size_t len)
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-/* `t` (f32, CPU) written as bf16 under `key` to `path` atomically, with the prepare hash. */
-static int write_bf16(ghc_core_t *core, const char *path, const char *key, const ghc_tensor_t *t, const char *hash)
+/* `t` (f32, CPU) written as bf16 under `key` to `path` atomically, with the prepare hash and
+ * the metadata `meta` (NULL, or key, value, ..., NULL). */
+static int write_bf16(ghc_core_t *core, const char *path, const char *key, const ghc_tensor_t *t, const char *hash,
+                      const char *const *meta)
 {
     ghc_tensor_t *b = ghc_tensor_init(core, GHC_DTYPE_BF16, ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_DEVICE_CPU,
                                       GHC_ROLE_WORKSPACE);
     ghc_st_writer_t *w = b ? ghc_st_writer_init(core) : NULL;
     int rc = !b || !w ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM) : 0;
-    if (rc == 0 && (rc = ghc_op_cast(b, t, 1.0f, NULL, NULL)) == 0 && (rc = ghc_st_writer_add(w, key, b)) == 0 &&
-        (rc = ghc_st_writer_metadata(w, "gh200core.prepare", hash)) == 0)
+    if (rc == 0 && (rc = ghc_op_cast(b, t, 1.0f, NULL, NULL)) == 0 && (rc = ghc_st_writer_add(w, key, b)) == 0)
+        rc = ghc_st_writer_metadata(w, "gh200core.prepare", hash);
+    for (int i = 0; meta && meta[i] && rc == 0; i += 2)
+        rc = ghc_st_writer_metadata(w, meta[i], meta[i + 1]);
+    if (rc == 0)
         rc = ghc_st_writer_finish(w, path);
     ghc_st_writer_free(w);
     ghc_tensor_free(b);
@@ -185,6 +192,7 @@ struct prep {
 struct job {
     const struct prep *p;
     const char        *dir, *mfp;
+    bool               musubi;         /* musubi-tuner's files too (musubi_cache) */
     const struct ghc_media_settings *m;
     const struct ghc_media_item *it;
     ghc_media_decoder_t *dec;          /* owned by the caller, one per job slot */
@@ -262,6 +270,37 @@ static int bad_sample(struct prep *p, int rc, const char *msg)
     return 0;
 }
 
+/* Add "name" to the manifest's list (files[*nf]) and write `t` there as bf16 under `key`. */
+static int add_file(ghc_core_t *core, const struct job *j, char **files, int *nf, const char *name, const char *key,
+                    const ghc_tensor_t *t, const char *const *meta)
+{
+    char path[8400];
+    if (!(files[*nf] = strdup(name)))
+        return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+    snprintf(path, sizeof(path), "%s/%s", j->dir, files[(*nf)++]);
+    return write_bf16(core, path, key, t, j->hash, meta);
+}
+
+/* musubi-tuner's latent cache of a clip named `name` (musubi's item key: the stem, with
+ * "_<start:05d>-<frames:03d>" for a video clip): "<name>_<W:04d>x<H:04d>_wan.safetensors", W x H
+ * the media's size before resizing, key "latents_<F>x<H>x<W>_bfloat16" of the latent's sizes;
+ * the metadata of its cache_io.py (format 1.0.1), frame_count for a video clip. */
+static int add_musubi_latent(ghc_core_t *core, const struct job *j, const struct ghc_media_frames *fr,
+                             const struct ghc_media_clip *cl, char **files, int *nf, const char *name,
+                             const ghc_tensor_t *lat)
+{
+    char file[4300], key[128], w[16], h[16], frames[16];
+    const int64_t *sh = ghc_tensor_shape(lat);
+    snprintf(file, sizeof(file), "%s_%04dx%04d_wan.safetensors", name, fr->src_width, fr->src_height);
+    snprintf(key, sizeof(key), "latents_%lldx%lldx%lld_bfloat16", (long long)sh[1], (long long)sh[2], (long long)sh[3]);
+    snprintf(w, sizeof(w), "%d", fr->src_width);
+    snprintf(h, sizeof(h), "%d", fr->src_height);
+    snprintf(frames, sizeof(frames), "%d", cl->frames);
+    const char *meta[] = { "architecture", "wan", "width", w, "height", h, "format_version", "1.0.1",
+                           j->it->kind == GHC_MEDIA_VIDEO ? "frame_count" : NULL, frames, NULL };
+    return add_file(core, j, files, nf, file, key, lat, meta);
+}
+
 /* Encode what job j read (after job_wait) and write its caches and manifest. */
 static int job_encode(struct prep *p, struct job *j)
 {
@@ -282,7 +321,7 @@ static int job_encode(struct prep *p, struct job *j)
     if (!te)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
     ghc_tensor_t *text = NULL;
-    char **files = calloc((size_t)(2 * fr->n_clips + 1), sizeof(*files));
+    char **files = calloc((size_t)(3 * fr->n_clips + 2), sizeof(*files));
     int nf = 0;
     if (!files)
         return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
@@ -290,7 +329,7 @@ static int job_encode(struct prep *p, struct job *j)
         goto out;
     for (int64_t c = 0; c < fr->n_clips && rc == 0; c++) {
         const struct ghc_media_clip *cl = &fr->clips[c];
-        char name[4200], path[8400];
+        char name[4200], file[4300];
         int64_t vs[4] = { 3, cl->frames, fr->height, fr->width };
         ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS), *lat = NULL;
         if (!video) {
@@ -306,17 +345,20 @@ static int job_encode(struct prep *p, struct job *j)
         rc = ghc_vae_encode(vae, video, &lat);
         ghc_tensor_free(video);
         for (int k = 0; k < 2 && rc == 0; k++) {
-            files[nf] = malloc(strlen(name) + 32);
-            if (!files[nf]) {
-                rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
-                break;
-            }
-            sprintf(files[nf], "%s%s", name, k ? ".text.safetensors" : ".latent.safetensors");
-            snprintf(path, sizeof(path), "%s/%s", j->dir, files[nf++]);
-            rc = k ? write_bf16(core, path, "text_embed", text, j->hash) : write_bf16(core, path, "latent", lat, j->hash);
+            snprintf(file, sizeof(file), "%s%s", name, k ? ".text.safetensors" : ".latent.safetensors");
+            rc = add_file(core, j, files, &nf, file, k ? "text_embed" : "latent", k ? text : lat, NULL);
         }
+        if (rc == 0 && j->musubi)
+            rc = add_musubi_latent(core, j, fr, cl, files, &nf, name, lat);
         ghc_tensor_free(lat);
         p->st->clips++;
+    }
+    /* musubi-tuner's text cache: one per media file, "<stem>_wan_te.safetensors" */
+    if (rc == 0 && j->musubi) {
+        char file[4300];
+        const char *meta[] = { "architecture", "wan", "caption1", it->caption, "format_version", "1.0.1", NULL };
+        snprintf(file, sizeof(file), "%s_wan_te.safetensors", stem);
+        rc = add_file(core, j, files, &nf, file, "varlen_t5_bfloat16", text, meta);
     }
     if (rc == 0) {
         remove_stale(core, j->dir, j->mpath, files, nf);
@@ -372,6 +414,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         ghc_cfg_t *g;
         const char *path;
         char dir[4096], mfp[1024];
+        bool musubi = false;
         struct ghc_media_settings m;
         ghc_media_list_t *list = NULL;
         if ((rc = ghc_cfg_list_group(data, "datasets", i, ghc_dataset_keys(true), &g)) < 0 ||
@@ -381,7 +424,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             rc = ghc_error_set(core, GHC_ECONFIG, "%s: %s: missing key 'path'", ghc_cfg_where(g, NULL), ghc_cfg_path(g));
             break;
         }
-        if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 || (rc = ghc_media_settings_read(g, &m)) < 0)
+        if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 || (rc = ghc_media_settings_read(g, &m)) < 0 ||
+            (rc = ghc_cfg_get_bool(g, "musubi_cache", false, &musubi)) < 0)
             break;
         if ((rc = ghc_media_scan(core, dir, m.caption_extension, &list)) == GHC_ENOTFOUND) {
             ghc_error_clear(core);   /* no folder, no media: the dataset says so when it opens */
@@ -393,6 +437,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         int64_t n = ghc_media_list_len(list);
         if (n > 0) {
             media_fp(&m, mfp, sizeof(mfp));
+            if (musubi)   /* the files made are part of the settings: turning it on or off re-encodes */
+                snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "musubi;");
             if (!first_dir[0])
                 snprintf(first_dir, sizeof(first_dir), "%s", dir);
             for (int k = 0; k < 2 && rc == 0; k++)
@@ -403,7 +449,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         /* file k + 1 is read (hashed, decoded) on a thread while file k is encoded */
         struct job jobs[2];
         for (int k = 0; k < 2; k++)
-            jobs[k] = (struct job){ .p = &p, .dir = dir, .mfp = mfp, .m = &m, .dec = dec[k] };
+            jobs[k] = (struct job){ .p = &p, .dir = dir, .mfp = mfp, .musubi = musubi, .m = &m, .dec = dec[k] };
         if (n > 0 && rc == 0) {
             jobs[0].it = ghc_media_list_at(list, 0);
             job_start(&jobs[0]);
@@ -445,7 +491,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             ghc_tensor_t *e = NULL;
             rc = !te ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG) : ghc_text_encoder_encode(te, "", &e);
             if (rc == 0)
-                rc = write_bf16(core, path, "text_embed", e, hash);
+                rc = write_bf16(core, path, "text_embed", e, hash, NULL);
             ghc_tensor_free(e);
         }
         if (rc == 0 && !ghc_cfg_has(data, "empty_prompt"))

@@ -4,7 +4,9 @@
  * shapes; a second run encodes nothing; an edited caption re-encodes that file only; a
  * removed clip length removes its files; a lost manifest (a killed run) re-encodes; a corrupt
  * file stops the run naming it, or is skipped with skip_bad_samples; a training run then reads
- * the caches (and runs prepare first itself). Without FFmpeg: that prepare says so. */
+ * the caches (and runs prepare first itself). musubi_cache: musubi-tuner's files beside ours
+ * (names, keys, metadata, the same bytes), kept by the manifest, read once beside ours and
+ * read alone as musubi-tuner's. Without FFmpeg: that prepare says so. */
 #include <config.h>
 
 #include <check.h>
@@ -57,6 +59,49 @@ static bool exists(const char *dir, const char *file)
     struct stat st;
     snprintf(path, sizeof(path), "%s/%s", dir, file);
     return stat(path, &st) == 0;
+}
+
+/* Metadata `key` of dir/file, or "absent" (a static buffer). */
+static const char *meta_of(const char *dir, const char *file, const char *key)
+{
+    static char buf[256];
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    ghc_core_t *core = ghc_core_init();
+    ghc_st_t *st = ghc_st_open(core, path);
+    const char *v = st ? ghc_st_metadata(st, key) : NULL;
+    snprintf(buf, sizeof(buf), "%s", v ? v : "absent");
+    ghc_st_free(st);
+    ghc_core_free(core);
+    return buf;
+}
+
+/* Whether tensor k1 of dir/f1 and k2 of dir/f2 hold the same bytes (and dtype and shape). */
+static bool same_tensor(const char *dir, const char *f1, const char *k1, const char *f2, const char *k2)
+{
+    char p1[4300], p2[4300];
+    snprintf(p1, sizeof(p1), "%s/%s", dir, f1);
+    snprintf(p2, sizeof(p2), "%s/%s", dir, f2);
+    ghc_core_t *core = ghc_core_init();
+    ghc_st_t *a = ghc_st_open(core, p1), *b = ghc_st_open(core, p2);
+    struct ghc_st_info x, y;
+    bool same = a && b && ghc_st_find(a, k1, &x) && ghc_st_find(b, k2, &y) && x.dtype == y.dtype &&
+                x.ndim == y.ndim && x.nbytes == y.nbytes && x.nbytes > 0 &&
+                memcmp(x.shape, y.shape, (size_t)x.ndim * sizeof(*x.shape)) == 0 &&
+                memcmp(ghc_st_raw(a, k1), ghc_st_raw(b, k2), (size_t)x.nbytes) == 0;
+    ghc_st_free(a);
+    ghc_st_free(b);
+    ghc_core_free(core);
+    return same;
+}
+
+/* The inode of dir/file (a rewrite renames a new file into place), or 0. */
+static unsigned long long inode_of(const char *dir, const char *file)
+{
+    char path[4300];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
 #ifdef GHC_HAVE_FFMPEG
@@ -130,6 +175,104 @@ START_TEST(prepare_media_to_caches)
 }
 END_TEST
 
+#define MUSUBI_SET(frames) "--set 'data.datasets=( { path = \"clips\"; resolution = [48, 32]; " \
+                           "target_frames = " frames "; musubi_cache = true; } )'"
+
+/* musubi_cache: musubi-tuner's files beside ours from the same encodings, kept up to date by
+ * the manifest; training reads each sample once, and reads musubi's files alone. */
+START_TEST(prepare_musubi_layout)
+{
+    char *dir = tu_tmpdir(), clips[4200], mus[4200], path[4300], cmd[9000], *out;
+    snprintf(clips, sizeof(clips), "%s/clips", dir);
+    snprintf(mus, sizeof(mus), "%s/mus", dir);
+    ck_assert_int_eq(mkdir(clips, 0755), 0);
+    free(tu_write(dir, "train.cfg", cfg_text));
+    snprintf(path, sizeof(path), "%s/a.mkv", clips);
+    tu_write_video(path, 48, 32, 9, 16, NULL, tu_fill_pattern);
+    uint8_t px[64 * 96 * 3];   /* resized to the 48 x 32 bucket; musubi's names keep 96 x 64 */
+    tu_fill_pattern(3, 96, 64, px);
+    snprintf(path, sizeof(path), "%s/b.png", clips);
+    tu_write_image(path, 96, 64, 3, px);
+    free(tu_write(clips, "a.txt", "a red ball\n"));
+    free(tu_write(clips, "b.txt", "a blue cube"));
+
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " MUSUBI_SET("[1, 5]")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 2 encoded (3 clips)"), "%s", out);
+    free(out);
+    /* names, keys, shapes, dtypes */
+    ck_assert_str_eq(shape_of(clips, "a_00000-005_0048x0032_wan.safetensors", "latents_2x4x6_bfloat16"),
+                     "[16, 2, 4, 6] BF16");
+    ck_assert_str_eq(shape_of(clips, "a_00000-001_0048x0032_wan.safetensors", "latents_1x4x6_bfloat16"),
+                     "[16, 1, 4, 6] BF16");
+    ck_assert_str_eq(shape_of(clips, "b_0096x0064_wan.safetensors", "latents_1x4x6_bfloat16"), "[16, 1, 4, 6] BF16");
+    ck_assert_str_eq(shape_of(clips, "a_wan_te.safetensors", "varlen_t5_bfloat16"), "[11, 32] BF16");
+    ck_assert_str_eq(shape_of(clips, "b_wan_te.safetensors", "varlen_t5_bfloat16"), "[12, 32] BF16");
+    ck_assert(!exists(clips, "a_00000-005_wan_te.safetensors"));   /* one text cache per media file */
+    /* metadata */
+    ck_assert_str_eq(meta_of(clips, "a_00000-005_0048x0032_wan.safetensors", "architecture"), "wan");
+    ck_assert_str_eq(meta_of(clips, "a_00000-005_0048x0032_wan.safetensors", "format_version"), "1.0.1");
+    ck_assert_str_eq(meta_of(clips, "a_00000-005_0048x0032_wan.safetensors", "frame_count"), "5");
+    ck_assert_str_eq(meta_of(clips, "a_00000-001_0048x0032_wan.safetensors", "frame_count"), "1");
+    ck_assert_str_eq(meta_of(clips, "b_0096x0064_wan.safetensors", "width"), "96");
+    ck_assert_str_eq(meta_of(clips, "b_0096x0064_wan.safetensors", "height"), "64");
+    ck_assert_str_eq(meta_of(clips, "b_0096x0064_wan.safetensors", "frame_count"), "absent");
+    ck_assert_str_eq(meta_of(clips, "a_wan_te.safetensors", "architecture"), "wan");
+    ck_assert_str_eq(meta_of(clips, "a_wan_te.safetensors", "caption1"), "a red ball");
+    ck_assert_str_eq(meta_of(clips, "a_wan_te.safetensors", "format_version"), "1.0.1");
+    /* the same encodings, bit for bit */
+    ck_assert(same_tensor(clips, "a_00000-005.latent.safetensors", "latent", "a_00000-005_0048x0032_wan.safetensors",
+                          "latents_2x4x6_bfloat16"));
+    ck_assert(same_tensor(clips, "b.latent.safetensors", "latent", "b_0096x0064_wan.safetensors",
+                          "latents_1x4x6_bfloat16"));
+    ck_assert(same_tensor(clips, "a_00000-001.text.safetensors", "text_embed", "a_wan_te.safetensors",
+                          "varlen_t5_bfloat16"));
+    ck_assert(same_tensor(clips, "b.text.safetensors", "text_embed", "b_wan_te.safetensors", "varlen_t5_bfloat16"));
+
+    /* a second run writes nothing */
+    unsigned long long ino_a = inode_of(clips, "a_wan_te.safetensors"), ino_b = inode_of(clips, "b_wan_te.safetensors");
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " MUSUBI_SET("[1, 5]")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 0 encoded (0 clips), 2 up to date"), "%s", out);
+    free(out);
+    ck_assert(ino_a && inode_of(clips, "a_wan_te.safetensors") == ino_a && inode_of(clips, "b_wan_te.safetensors") == ino_b);
+    /* an edited caption rewrites that file's text cache, and only that file's */
+    free(tu_write(clips, "b.txt", "a blue cube on a table"));
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " MUSUBI_SET("[1, 5]")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 1 encoded (1 clips), 1 up to date"), "%s", out);
+    free(out);
+    ck_assert_str_eq(shape_of(clips, "b_wan_te.safetensors", "varlen_t5_bfloat16"), "[23, 32] BF16");
+    ck_assert_str_eq(meta_of(clips, "b_wan_te.safetensors", "caption1"), "a blue cube on a table");
+    ck_assert(inode_of(clips, "a_wan_te.safetensors") == ino_a);
+    /* a clip length dropped: musubi's file of it goes too */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " MUSUBI_SET("[1]")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "a_00000-005_0048x0032_wan.safetensors (no longer made"), "%s", out);
+    free(out);
+    ck_assert(!exists(clips, "a_00000-005_0048x0032_wan.safetensors") &&
+              exists(clips, "a_00000-001_0048x0032_wan.safetensors"));
+
+    /* both layouts in one folder: each sample once, the gh200core file */
+    ck_assert_msg(cli(dir, &out, "-c train.cfg " MUSUBI_SET("[1]")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 musubi-tuner latents not read") && strstr(out, "): 2 samples, gh200core format\n") &&
+                  strstr(out, "train: done: 3 steps"), "%s", out);
+    free(out);
+
+    /* musubi's files alone, in a folder without media: read as musubi-tuner's caches */
+    ck_assert_int_eq(mkdir(mus, 0755), 0);
+    snprintf(cmd, sizeof(cmd), "cp '%s'/*_wan.safetensors '%s'/*_wan_te.safetensors '%s'/", clips, clips, mus);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(cli(dir, &out, "-c train.cfg --set output_dir=\"out2\" --set 'data.datasets=( { path = \"mus\"; } )'") == 0, "%s", out);
+    ck_assert_msg(strstr(out, "): 2 samples, musubi-tuner cache\n") && strstr(out, "train: done: 3 steps"), "%s", out);
+    free(out);
+    /* musubi_cache turned off: its files go */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg") == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 2 encoded"), "%s", out);
+    free(out);
+    ck_assert(!exists(clips, "a_wan_te.safetensors") && !exists(clips, "b_0096x0064_wan.safetensors") &&
+              exists(clips, "b.latent.safetensors"));
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 #else
 
 START_TEST(prepare_without_ffmpeg)
@@ -181,6 +324,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
 #ifdef GHC_HAVE_FFMPEG
     tcase_add_test(tc, prepare_media_to_caches);
+    tcase_add_test(tc, prepare_musubi_layout);
 #else
     tcase_add_test(tc, prepare_without_ffmpeg);
 #endif
