@@ -66,6 +66,7 @@ static const struct ghc_cfg_key data_keys[] = {
     { "skip_bad_samples", GHC_CFG_BOOL,   "false", NULL, NULL },
     { "datasets",         GHC_CFG_LIST,   NULL,    "(groups with the keys of `data datasets`)", NULL },
     { "prepare",          GHC_CFG_STRING, "auto",  "auto, never, always", NULL },
+    { "augmentations_cache_mode", GHC_CFG_STRING, "static", "static, disable_cache, refresh_each_epoch", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
@@ -77,6 +78,8 @@ static const struct ghc_cfg_key set_keys[] = {
     { "trigger_word",    GHC_CFG_STRING, NULL,   "(ai-toolkit's, for the names of its text caches)", NULL },
     { "default_caption", GHC_CFG_STRING, NULL,   "(ai-toolkit's, for the names of its text caches)", NULL },
     { "musubi_cache",    GHC_CFG_BOOL,   "false", "(prepare also writes musubi-tuner's caches beside the media)", NULL },
+    { "augmentations_cache_mode", GHC_CFG_STRING, "(data's, else static)",
+      "static, disable_cache, refresh_each_epoch", NULL },
     { NULL, 0, NULL, NULL, NULL }
 };
 
@@ -95,6 +98,20 @@ static const struct ghc_cfg_key *entry_keys(void)
 }
 
 const struct ghc_cfg_key *ghc_dataset_keys(bool entry) { return entry ? entry_keys() : data_keys; }
+
+/* ai-toolkit's GH200 fork's names for when augmented media are encoded */
+static const char *const aug_modes[] = { "static", "disable_cache", "refresh_each_epoch", NULL };
+
+int ghc_data_aug_cache_mode(ghc_cfg_t *data, ghc_cfg_t *entry)
+{
+    ghc_cfg_t *cfg = entry && ghc_cfg_has(entry, "augmentations_cache_mode") ? entry : data;
+    int mode = 0, rc = cfg ? ghc_cfg_get_choice(cfg, "augmentations_cache_mode", 0, aug_modes, &mode) : 0;
+    if (rc < 0 || mode == 0)
+        return rc;
+    return ghc_error_set(ghc_cfg_core(cfg), GHC_ECONFIG, "%s: %s.augmentations_cache_mode = \"%s\" is not available "
+                         "yet (issue 24): only \"static\" (prepare encodes the flips once, served every epoch)",
+                         ghc_cfg_where(cfg, "augmentations_cache_mode"), ghc_cfg_path(cfg), aug_modes[mode]);
+}
 
 /* `p` made absolute against the configuration file's folder. */
 static char *resolve_path(ghc_core_t *core, const char *p)
@@ -139,7 +156,8 @@ static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
     ds->n_sets = n;
     for (int i = 0; i < n; i++) {
         ghc_cfg_t *g;
-        if ((rc = ghc_cfg_list_group(cfg, "datasets", i, entry_keys(), &g)) < 0)
+        if ((rc = ghc_cfg_list_group(cfg, "datasets", i, entry_keys(), &g)) < 0 ||
+            (rc = ghc_data_aug_cache_mode(cfg, g)) < 0)
             return rc;
         const char *what = ghc_cfg_path(g);   /* "data.datasets[1]" */
         const char *path, *comp, *trigger, *defcap;

@@ -105,6 +105,10 @@ const char *ghc_data_disk_name(const ghc_dataset_t *ds, const char *entry, char 
  * warning and a count (returns 1, the error cleared). A message already set is passed in
  * as the reason ("%s", ghc_error_message(core)). */
 int ghc_data_bad_sample(ghc_dataset_t *ds, int rc, const char *fmt, ...) GHC_PRINTF(3, 4);
+/* augmentations_cache_mode of dataset entry `entry` (else of `data`): "static" (the default)
+ * is the only one there; "disable_cache" and "refresh_each_epoch" are GHC_ECONFIG, one line
+ * naming the key (prepare.c and the dataset both check). Returns 0 or GHC_ECONFIG. */
+int ghc_data_aug_cache_mode(ghc_cfg_t *data, ghc_cfg_t *entry);
 
 /* ---- the formats (data_formats.c) ---------------------------------------------------------------
  *

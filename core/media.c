@@ -34,6 +34,8 @@ static const struct ghc_cfg_key media_keys[] = {
     { "max_frames",        GHC_CFG_INT,    "129", "1 to 100000", NULL },
     { "source_fps",        GHC_CFG_FLOAT,  "(none: no conversion)", "above 0", NULL },
     { "caption_extension", GHC_CFG_STRING, ".txt", NULL, NULL },
+    { "flip_x",            GHC_CFG_BOOL,   "false", "(prepare also encodes each clip mirrored left-right)", NULL },
+    { "flip_y",            GHC_CFG_BOOL,   "false", "(prepare also encodes each clip upside down)", NULL },
     { NULL, 0, NULL, NULL, NULL },
 };
 
@@ -141,7 +143,9 @@ int ghc_media_settings_read(ghc_cfg_t *cfg, struct ghc_media_settings *out)
         if ((rc = ghc_cfg_get_float(cfg, "source_fps", 0.0, 1e-3, 1e6, &s.source_fps)) < 0)
             return rc;
     }
-    if ((rc = ghc_cfg_get_string(cfg, "caption_extension", ".txt", &ext)) < 0)
+    if ((rc = ghc_cfg_get_string(cfg, "caption_extension", ".txt", &ext)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "flip_x", false, &s.flip_x)) < 0 ||
+        (rc = ghc_cfg_get_bool(cfg, "flip_y", false, &s.flip_y)) < 0)
         return rc;
     if (!ext[0] || strlen(ext) >= sizeof(s.caption_extension) || strchr(ext, '/'))
         return ghc_error_set(core, GHC_ECONFIG, "%s: %s.caption_extension = \"%s\": expected a file name "
@@ -607,6 +611,24 @@ int64_t ghc_media_clips(const struct ghc_media_settings *s, int64_t n, struct gh
         }
     }
     return c;
+}
+
+/* ---- augmentations ------------------------------------------------------------------------- */
+
+void ghc_media_flip(const uint8_t *src, int64_t f, int32_t h, int32_t w, bool flip_x, bool flip_y, uint8_t *dst)
+{
+    size_t row = (size_t)w * 3;
+    for (int64_t k = 0; k < f; k++)
+        for (int32_t y = 0; y < h; y++) {
+            const uint8_t *s = src + ((size_t)k * (size_t)h + (size_t)(flip_y ? h - 1 - y : y)) * row;
+            uint8_t *d = dst + ((size_t)k * (size_t)h + (size_t)y) * row;
+            if (!flip_x) {
+                memcpy(d, s, row);
+                continue;
+            }
+            for (int32_t x = 0; x < w; x++)
+                memcpy(d + (size_t)x * 3, s + (size_t)(w - 1 - x) * 3, 3);
+        }
 }
 
 /* ---- the VAE's input ------------------------------------------------------------------------ */

@@ -9,8 +9,10 @@
  * reads nothing else, an edited caption or setting re-encodes that file, and since the
  * manifest is written last (and every file atomically), a killed run leaves nothing served
  * stale. With a dataset's musubi_cache, musubi-tuner's files of the same encodings are written
- * too (musubi-tuner's names, keys and metadata) and listed in the manifest like ours. The next
- * media file is hashed and decoded on a thread while one is encoded. */
+ * too (musubi-tuner's names, keys and metadata) and listed in the manifest like ours. With its
+ * flip_x / flip_y (augmentations_cache_mode "static", the only one there), each clip is also
+ * encoded mirrored (<stem>_flipx, _flipy, _flipxy), its text cache hard-linked under that stem.
+ * The next media file is hashed and decoded on a thread while one is encoded. */
 #include <config.h>
 
 #include <errno.h>
@@ -31,6 +33,7 @@
 #include <gh200core/safetensors.h>
 #include <gh200core/train.h>
 
+#include "dataset_impl.h"   /* defines: ghc_data_aug_cache_mode */
 #include "train_impl.h"
 
 /* ---- hashes and fingerprints ------------------------------------------------------------------ */
@@ -281,6 +284,26 @@ static int add_file(ghc_core_t *core, const struct job *j, char **files, int *nf
     return write_bf16(core, path, key, t, j->hash, meta);
 }
 
+/* The suffix of a clip's variant (bit 0 flip_x, bit 1 flip_y) in its file names. */
+static const char *const flip_suffix[4] = { "", "_flipx", "_flipy", "_flipxy" };
+
+/* The text cache of a flipped clip, "name": the clip's own (`target`, written before), as a
+ * hard link (a copy where the file system has none), so that the dataset pairs each latent
+ * with the text file of its own stem as for any gh200core cache. */
+static int add_text_link(ghc_core_t *core, const struct job *j, char **files, int *nf, const char *name,
+                         const char *target, const ghc_tensor_t *text)
+{
+    char path[8400], from[8400];
+    if (!(files[*nf] = strdup(name)))
+        return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+    snprintf(path, sizeof(path), "%s/%s", j->dir, files[(*nf)++]);
+    snprintf(from, sizeof(from), "%s/%s", j->dir, target);
+    unlink(path);   /* an older one (the manifest is written after: a crash re-encodes) */
+    if (link(from, path) == 0)
+        return 0;
+    return write_bf16(core, path, "text_embed", text, j->hash, NULL);
+}
+
 /* musubi-tuner's latent cache of a clip named `name` (musubi's item key: the stem, with
  * "_<start:05d>-<frames:03d>" for a video clip): "<name>_<W:04d>x<H:04d>_wan.safetensors", W x H
  * the media's size before resizing, key "latents_<F>x<H>x<W>_bfloat16" of the latent's sizes;
@@ -321,37 +344,64 @@ static int job_encode(struct prep *p, struct job *j)
     if (!te)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
     ghc_tensor_t *text = NULL;
-    char **files = calloc((size_t)(3 * fr->n_clips + 2), sizeof(*files));
+    int variants = (1 + j->m->flip_x) * (1 + j->m->flip_y);
+    char **files = calloc((size_t)((2 * variants + 1) * fr->n_clips + 2), sizeof(*files));
+    uint8_t *mirror = NULL;   /* a clip's frames flipped */
     int nf = 0;
-    if (!files)
+    if (variants > 1) {
+        int32_t longest = 0;
+        for (int64_t c = 0; c < fr->n_clips; c++)
+            longest = fr->clips[c].frames > longest ? fr->clips[c].frames : longest;
+        mirror = malloc((size_t)longest * (size_t)fr->height * (size_t)fr->width * 3);
+    }
+    if (!files || (variants > 1 && !mirror)) {
+        free(files);
+        free(mirror);
         return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+    }
     if ((rc = ghc_text_encoder_encode(te, it->caption, &text)) < 0)
         goto out;
     for (int64_t c = 0; c < fr->n_clips && rc == 0; c++) {
         const struct ghc_media_clip *cl = &fr->clips[c];
-        char name[4200], file[4300];
-        int64_t vs[4] = { 3, cl->frames, fr->height, fr->width };
-        ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS), *lat = NULL;
-        if (!video) {
-            rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
-            break;
-        }
-        ghc_media_to_vae_f32(fr->rgb + (size_t)cl->start * (size_t)fr->height * (size_t)fr->width * 3, cl->frames,
-                             fr->height, fr->width, ghc_tensor_data(video));
+        const uint8_t *frames = fr->rgb + (size_t)cl->start * (size_t)fr->height * (size_t)fr->width * 3;
+        char name[4200], file[4300], text_file[4300];
         if (it->kind == GHC_MEDIA_VIDEO)
             snprintf(name, sizeof(name), "%s_%05lld-%03d", stem, (long long)cl->start, cl->frames);
         else
             snprintf(name, sizeof(name), "%s", stem);
-        rc = ghc_vae_encode(vae, video, &lat);
-        ghc_tensor_free(video);
-        for (int k = 0; k < 2 && rc == 0; k++) {
-            snprintf(file, sizeof(file), "%s%s", name, k ? ".text.safetensors" : ".latent.safetensors");
-            rc = add_file(core, j, files, &nf, file, k ? "text_embed" : "latent", k ? text : lat, NULL);
+        snprintf(text_file, sizeof(text_file), "%s.text.safetensors", name);
+        /* variant v: bit 0 mirrored left-right, bit 1 upside down (ai-toolkit's list: flip_x
+         * copies the files, flip_y then copies them all, the x-flipped ones too) */
+        for (int v = 0; v < 4 && rc == 0; v++) {
+            if (((v & 1) && !j->m->flip_x) || ((v & 2) && !j->m->flip_y))
+                continue;
+            int64_t vs[4] = { 3, cl->frames, fr->height, fr->width };
+            ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+            ghc_tensor_t *lat = NULL;
+            if (!video) {
+                rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
+                break;
+            }
+            if (v) {
+                ghc_media_flip(frames, cl->frames, fr->height, fr->width, v & 1, v & 2, mirror);
+                ghc_media_to_vae_f32(mirror, cl->frames, fr->height, fr->width, ghc_tensor_data(video));
+            } else {
+                ghc_media_to_vae_f32(frames, cl->frames, fr->height, fr->width, ghc_tensor_data(video));
+            }
+            rc = ghc_vae_encode(vae, video, &lat);
+            ghc_tensor_free(video);
+            snprintf(file, sizeof(file), "%s%s.latent.safetensors", name, flip_suffix[v]);
+            if (rc == 0)
+                rc = add_file(core, j, files, &nf, file, "latent", lat, NULL);
+            snprintf(file, sizeof(file), "%s%s.text.safetensors", name, flip_suffix[v]);
+            if (rc == 0)
+                rc = v ? add_text_link(core, j, files, &nf, file, text_file, text)
+                       : add_file(core, j, files, &nf, file, "text_embed", text, NULL);
+            if (rc == 0 && j->musubi && !v)   /* musubi-tuner has no flips */
+                rc = add_musubi_latent(core, j, fr, cl, files, &nf, name, lat);
+            ghc_tensor_free(lat);
+            p->st->clips++;
         }
-        if (rc == 0 && j->musubi)
-            rc = add_musubi_latent(core, j, fr, cl, files, &nf, name, lat);
-        ghc_tensor_free(lat);
-        p->st->clips++;
     }
     /* musubi-tuner's text cache: one per media file, "<stem>_wan_te.safetensors" */
     if (rc == 0 && j->musubi) {
@@ -371,6 +421,7 @@ static int job_encode(struct prep *p, struct job *j)
     }
 out:
     ghc_tensor_free(text);
+    free(mirror);
     for (int i = 0; i < nf; i++)
         free(files[i]);
     free(files);
@@ -425,7 +476,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             break;
         }
         if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 || (rc = ghc_media_settings_read(g, &m)) < 0 ||
-            (rc = ghc_cfg_get_bool(g, "musubi_cache", false, &musubi)) < 0)
+            (rc = ghc_cfg_get_bool(g, "musubi_cache", false, &musubi)) < 0 ||
+            (rc = ghc_data_aug_cache_mode(data, g)) < 0)
             break;
         if ((rc = ghc_media_scan(core, dir, m.caption_extension, &list)) == GHC_ENOTFOUND) {
             ghc_error_clear(core);   /* no folder, no media: the dataset says so when it opens */
@@ -437,8 +489,11 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         int64_t n = ghc_media_list_len(list);
         if (n > 0) {
             media_fp(&m, mfp, sizeof(mfp));
-            if (musubi)   /* the files made are part of the settings: turning it on or off re-encodes */
+            /* the files made are part of the settings: turning these on or off re-encodes */
+            if (musubi)
                 snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "musubi;");
+            if (m.flip_x || m.flip_y)
+                snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "flip=%d%d;", m.flip_x, m.flip_y);
             if (!first_dir[0])
                 snprintf(first_dir, sizeof(first_dir), "%s", dir);
             for (int k = 0; k < 2 && rc == 0; k++)

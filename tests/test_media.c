@@ -239,6 +239,11 @@ START_TEST(settings_from_config)
     ck_assert(s.frame_stride == 10 && s.frame_sample == 1 && s.max_frames == 81);
     ck_assert(s.source_fps == 30.0 && s.target_fps == 16.0);
     ck_assert_str_eq(s.caption_extension, ".caption");
+    ck_assert(!s.flip_x && !s.flip_y);
+    ghc_core_free(core);
+    core = core_cfg("data = { flip_x = true; };", 0);
+    ck_assert_int_eq(ghc_media_settings_read(ghc_config_section(core, "data"), &s), 0);
+    ck_assert(s.flip_x && !s.flip_y);
     ghc_core_free(core);
 
     /* defaults: musubi-tuner's */
@@ -267,12 +272,41 @@ START_TEST(settings_from_config)
         { "data = { frame_stride = 0; };", "frame_stride" },
         { "data = { caption_extension = \"\"; };", "data.caption_extension = \"\": expected a file name ending" },
         { "data = { source_fps = -1.0; };", "source_fps" },
+        { "data = { flip_y = 1; };", "flip_y" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         core = core_cfg(bad[i].cfg, 0);
         ck_assert_int_eq(ghc_media_settings_read(ghc_config_section(core, "data"), &s), GHC_ECONFIG);
         ck_assert_msg(strstr(ghc_error_message(core), bad[i].msg), "%s: %s", bad[i].cfg, ghc_error_message(core));
         ghc_core_free(core);
+    }
+}
+END_TEST
+
+/* ---- augmentations ---------------------------------------------------------------------------- */
+
+/* Each pixel of each frame lands where the mirror puts it; the frames keep their order. */
+START_TEST(flip_frames)
+{
+    enum { F = 2, H = 3, W = 5 };
+    uint8_t px[F * H * W * 3], out[F * H * W * 3], back[F * H * W * 3];
+    for (int i = 0; i < F * H * W * 3; i++)
+        px[i] = (uint8_t)(i * 37 % 251);
+    for (int v = 0; v < 4; v++) {
+        bool fx = v & 1, fy = v & 2;
+        memset(out, 0, sizeof(out));
+        ghc_media_flip(px, F, H, W, fx, fy, out);
+        for (int f = 0; f < F; f++)
+            for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++)
+                    for (int c = 0; c < 3; c++) {
+                        int sy = fy ? H - 1 - y : y, sx = fx ? W - 1 - x : x;
+                        ck_assert_int_eq(out[((f * H + y) * W + x) * 3 + c], px[((f * H + sy) * W + sx) * 3 + c]);
+                    }
+        /* twice: the frames again; and not the frames once, but for the copy */
+        ghc_media_flip(out, F, H, W, fx, fy, back);
+        ck_assert(memcmp(back, px, sizeof(px)) == 0);
+        ck_assert(v == 0 ? memcmp(out, px, sizeof(px)) == 0 : memcmp(out, px, sizeof(px)) != 0);
     }
 }
 END_TEST
@@ -823,6 +857,7 @@ int main(void)
     tcase_add_test(tc, bucket_choice);
     tcase_add_test(tc, settings_from_config);
     tcase_add_test(tc, vae_input);
+    tcase_add_test(tc, flip_frames);
     tcase_add_test(tc, scan_folder);
     tcase_add_test(tc, resize_pixels);
     tcase_add_test(tc, resize_fixture);

@@ -6,7 +6,10 @@
  * file stops the run naming it, or is skipped with skip_bad_samples; a training run then reads
  * the caches (and runs prepare first itself). musubi_cache: musubi-tuner's files beside ours
  * (names, keys, metadata, the same bytes), kept by the manifest, read once beside ours and
- * read alone as musubi-tuner's. Without FFmpeg: that prepare says so. */
+ * read alone as musubi-tuner's. flip_x / flip_y: each clip also encoded mirrored, the same bits
+ * as the encoding of a mirrored file written here, the text cache linked, kept and removed by
+ * the manifest, the samples served twice (four times); the two cache modes not there yet are
+ * one line naming the key. Without FFmpeg: that prepare says so. */
 #include <config.h>
 
 #include <check.h>
@@ -106,12 +109,11 @@ static unsigned long long inode_of(const char *dir, const char *file)
 
 #ifdef GHC_HAVE_FFMPEG
 
-START_TEST(prepare_media_to_caches)
+/* In folder clips, at the bucket's size (48 x 32): a.mkv, 9 frames of the test pattern, and
+ * b.png, its frame 3, with their captions. */
+static void write_ab(const char *clips)
 {
-    char *dir = tu_tmpdir(), clips[4200], path[4300], *out;
-    snprintf(clips, sizeof(clips), "%s/clips", dir);
-    ck_assert_int_eq(mkdir(clips, 0755), 0);
-    free(tu_write(dir, "train.cfg", cfg_text));
+    char path[4300];
     snprintf(path, sizeof(path), "%s/a.mkv", clips);
     tu_write_video(path, 48, 32, 9, 16, NULL, tu_fill_pattern);
     uint8_t px[32 * 48 * 3];
@@ -120,6 +122,15 @@ START_TEST(prepare_media_to_caches)
     tu_write_image(path, 48, 32, 3, px);
     free(tu_write(clips, "a.txt", "a red ball\n"));
     free(tu_write(clips, "b.txt", "a blue cube"));
+}
+
+START_TEST(prepare_media_to_caches)
+{
+    char *dir = tu_tmpdir(), clips[4200], path[4300], *out;
+    snprintf(clips, sizeof(clips), "%s/clips", dir);
+    ck_assert_int_eq(mkdir(clips, 0755), 0);
+    free(tu_write(dir, "train.cfg", cfg_text));
+    write_ab(clips);
 
     /* first run: a.mkv's clips of 1 and 5 frames (head), b.png's image */
     ck_assert_msg(cli(dir, &out, "prepare -c train.cfg") == 0, "%s", out);
@@ -273,6 +284,113 @@ START_TEST(prepare_musubi_layout)
 }
 END_TEST
 
+
+/* The test pattern mirrored by its formula (not by the code under test): left-right with fx,
+ * upside down with fy. */
+static void fill_flipped(int k, int w, int h, uint8_t *rgb, bool fx, bool fy)
+{
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = rgb + ((size_t)y * w + x) * 3;
+            int sx = fx ? w - 1 - x : x, sy = fy ? h - 1 - y : y;
+            p[0] = (uint8_t)(6 * sx), p[1] = (uint8_t)(10 * sy), p[2] = (uint8_t)(20 * k + 3);
+        }
+}
+
+static void fill_x(int k, int w, int h, uint8_t *rgb) { fill_flipped(k, w, h, rgb, true, false); }
+
+#define FLIP_SET(flips) "--set 'data.datasets=( { path = \"clips\"; resolution = [48, 32]; " \
+                        "target_frames = [1, 5]; " flips " } )'"
+
+/* flip_x / flip_y: the flipped clips are the encodings of the mirrored media, each with its
+ * clip's text; made once, removed when turned off; the dataset serves them all. */
+START_TEST(prepare_flips)
+{
+    char *dir = tu_tmpdir(), clips[4200], mirror[4200], path[4300], *out;
+    snprintf(clips, sizeof(clips), "%s/clips", dir);
+    snprintf(mirror, sizeof(mirror), "%s/mirror", dir);
+    ck_assert_int_eq(mkdir(clips, 0755), 0);
+    ck_assert_int_eq(mkdir(mirror, 0755), 0);
+    free(tu_write(dir, "train.cfg", cfg_text));
+    /* at the bucket's size: the flip after the resize is the flip of the file */
+    write_ab(clips);
+    snprintf(path, sizeof(path), "%s/ax.mkv", mirror);
+    tu_write_video(path, 48, 32, 9, 16, NULL, fill_x);
+    free(tu_write(mirror, "ax.txt", "a red ball"));
+    static const char *const mirrored[] = { "bx", "by", "bxy" }, *const ours[] = { "b_flipx", "b_flipy", "b_flipxy" };
+    uint8_t px[32 * 48 * 3];
+    for (int v = 1; v < 4; v++) {
+        fill_flipped(3, 48, 32, px, v & 1, v & 2);
+        snprintf(path, sizeof(path), "%s/%s.png", mirror, mirrored[v - 1]);
+        tu_write_image(path, 48, 32, 3, px);
+        snprintf(path, sizeof(path), "%s.txt", mirrored[v - 1]);
+        free(tu_write(mirror, path, "a blue cube"));
+    }
+
+    /* plain first, then flip_x turned on: every clip also mirrored */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg") == 0, "%s", out);
+    free(out);
+    ck_assert(!exists(clips, "b_flipx.latent.safetensors"));
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " FLIP_SET("flip_x = true;")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 2 encoded (6 clips), 0 up to date"), "%s", out);
+    free(out);
+    ck_assert(exists(clips, "a_00000-001_flipx.latent.safetensors") && !exists(clips, "b_flipy.latent.safetensors"));
+    /* its text: the clip's own file, linked */
+    ck_assert(same_tensor(clips, "a_00000-005_flipx.text.safetensors", "text_embed", "a_00000-005.text.safetensors",
+                          "text_embed"));
+    ck_assert(inode_of(clips, "b_flipx.text.safetensors") == inode_of(clips, "b.text.safetensors"));
+    /* a second run encodes nothing */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " FLIP_SET("flip_x = true;")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 0 encoded (0 clips), 2 up to date"), "%s", out);
+    free(out);
+    /* the dataset serves each clip twice, each with its text */
+    ck_assert_msg(cli(dir, &out, "-c train.cfg " FLIP_SET("flip_x = true;")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "): 6 samples, gh200core format\n") && strstr(out, "train: done: 3 steps"), "%s", out);
+    free(out);
+
+    /* both: ai-toolkit's four copies (none, x, y, x and y) */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " FLIP_SET("flip_x = true; flip_y = true;")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 2 encoded (12 clips)"), "%s", out);
+    free(out);
+    /* the mirrored files, encoded as they are: the same bits */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set 'data.datasets=( { path = \"mirror\"; "
+                                 "resolution = [48, 32]; target_frames = [1, 5]; } )'") == 0, "%s", out);
+    free(out);
+    for (int v = 0; v < 3; v++) {
+        char f1[128], f2[128];
+        snprintf(f1, sizeof(f1), "%s.latent.safetensors", ours[v]);
+        snprintf(f2, sizeof(f2), "../mirror/%s.latent.safetensors", mirrored[v]);
+        ck_assert_msg(same_tensor(clips, f1, "latent", f2, "latent"), "%s vs %s", f1, f2);
+        ck_assert_msg(!same_tensor(clips, "b.latent.safetensors", "latent", f1, "latent"), "%s", f1);
+    }
+    ck_assert(same_tensor(mirror, "../clips/a_00000-005_flipx.latent.safetensors", "latent",
+                          "ax_00000-005.latent.safetensors", "latent"));
+    ck_assert(same_tensor(mirror, "../clips/a_00000-001_flipx.latent.safetensors", "latent",
+                          "ax_00000-001.latent.safetensors", "latent"));
+    ck_assert_msg(cli(dir, &out, "-c train.cfg --set output_dir=\"out2\" " FLIP_SET("flip_x = true; flip_y = true;")) == 0,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "): 12 samples, gh200core format\n"), "%s", out);
+    free(out);
+    /* musubi-tuner's layout has no flips */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " FLIP_SET("flip_x = true; musubi_cache = true;")) == 0, "%s", out);
+    free(out);
+    ck_assert(exists(clips, "b_0048x0032_wan.safetensors") && exists(clips, "b_flipx.latent.safetensors") &&
+              !exists(clips, "b_flipx_0048x0032_wan.safetensors") && !exists(clips, "b_flipy.latent.safetensors"));
+
+    /* turned off: the flipped files go */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg") == 0, "%s", out);
+    ck_assert_msg(strstr(out, "b_flipx.latent.safetensors (no longer made"), "%s", out);
+    free(out);
+    static const char *const gone[] = { "a_00000-005_flipx.latent.safetensors", "a_00000-001_flipx.text.safetensors",
+                                        "b_flipx.latent.safetensors", "b_flipx.text.safetensors", NULL };
+    for (int i = 0; gone[i]; i++)
+        ck_assert_msg(!exists(clips, gone[i]), "%s", gone[i]);
+    ck_assert(exists(clips, "b.latent.safetensors") && exists(clips, "b.text.safetensors"));
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 #else
 
 START_TEST(prepare_without_ffmpeg)
@@ -312,6 +430,24 @@ START_TEST(prepare_config_errors)
     ck_assert_int_ne(cli(dir, &out, "prepare -c train.cfg --set 'data.prepare=\"sometimes\"'"), 0);
     ck_assert_msg(strstr(out, "prepare") && strstr(out, "sometimes"), "%s", out);
     free(out);
+    /* the augmentations' cache modes not there yet: one line naming the key, for prepare and
+     * for a training run that does not prepare; an unknown one lists them */
+    ck_assert_int_eq(cli(dir, &out, "prepare -c train.cfg --set 'data.augmentations_cache_mode=\"refresh_each_epoch\"'"), 3);
+    ck_assert_msg(strstr(out, "data.augmentations_cache_mode = \"refresh_each_epoch\" is not available yet (issue 24)"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(cli(dir, &out, "-c train.cfg --set 'data.prepare=\"never\"' --set 'data.datasets=( { path = "
+                                    "\"clips\"; augmentations_cache_mode = \"disable_cache\"; } )'"), 3);
+    ck_assert_msg(strstr(out, "data.datasets[0].augmentations_cache_mode = \"disable_cache\" is not available yet"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_ne(cli(dir, &out, "prepare -c train.cfg --set 'data.augmentations_cache_mode=\"dynamic\"'"), 0);
+    ck_assert_msg(strstr(out, "augmentations_cache_mode") && strstr(out, "refresh_each_epoch"), "%s", out);
+    free(out);
+    /* static is the default, and may be said: on to the media (a.png is no picture) */
+    ck_assert_int_eq(cli(dir, &out, "prepare -c train.cfg --set 'data.augmentations_cache_mode=\"static\"'"), 5);
+    ck_assert_msg(strstr(out, "a.png") && !strstr(out, "augmentations_cache_mode"), "%s", out);
+    free(out);
     tu_rm_rf(dir);
     free(dir);
 }
@@ -325,6 +461,7 @@ int main(void)
 #ifdef GHC_HAVE_FFMPEG
     tcase_add_test(tc, prepare_media_to_caches);
     tcase_add_test(tc, prepare_musubi_layout);
+    tcase_add_test(tc, prepare_flips);
 #else
     tcase_add_test(tc, prepare_without_ffmpeg);
 #endif

@@ -71,6 +71,9 @@ struct ghc_media_settings {
                                             to be at this rate; 0: no conversion (default) */
     double  target_fps;                  /* 16 (Wan) */
     char    caption_extension[32];       /* ".txt" */
+    bool    flip_x, flip_y;              /* (since API 17) augmentations (ai-toolkit's): each clip also
+                                            encoded mirrored left-right / upside down (both:
+                                            also both at once); default false */
 };
 
 /* musubi-tuner's defaults, with caption_extension ".txt" and target_fps 16. */
@@ -81,7 +84,7 @@ GHC_API const struct ghc_cfg_key *ghc_media_keys(void);
 /* Read those keys from `cfg` (absent ones keep musubi-tuner's defaults): resolution = [W, H],
  * enable_bucket, bucket_no_upscale, target_frames (a list: [1, 25, 45]), frame_extraction
  * ("head", "chunk", "slide", "uniform", "full"), frame_stride, frame_sample, max_frames,
- * source_fps, caption_extension. target_frames are rounded down to 4k + 1, sorted and made
+ * source_fps, caption_extension, flip_x, flip_y. target_frames are rounded down to 4k + 1, sorted and made
  * distinct (a warning when that changed them), and uniform with frame_sample = 1 becomes head
  * (a warning), as musubi-tuner does. Returns 0 or GHC_ECONFIG ("train.cfg:12: data.resolution:
  * expected [width, height] ..."). */
@@ -241,6 +244,14 @@ GHC_API int ghc_media_write_video(ghc_core_t *core, const char *path, const uint
  * Returns as ghc_media_write_video(). */
 GHC_API int ghc_media_write_image(ghc_core_t *core, const char *path, const uint8_t *px, int32_t width,
                                   int32_t height, int32_t channels);
+
+/* ---- augmentations ---------------------------------------------------------------------------- */
+
+/* (since API 17) Packed RGB24 frames src [f, h, w, 3] mirrored into dst (the same size; not overlapping):
+ * left-right with flip_x, upside down with flip_y, both with both, a copy with neither. The
+ * frames keep their order. */
+GHC_API void ghc_media_flip(const uint8_t *src, int64_t f, int32_t h, int32_t w, bool flip_x, bool flip_y,
+                            uint8_t *dst);
 
 /* ---- the VAE's input ---------------------------------------------------------------------------- */
 
