@@ -229,7 +229,7 @@ GHC_API int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_medi
 
 /* ---- writing ------------------------------------------------------------------------------------ */
 
-/* Write `frames` packed RGB24 pictures (rgb: [frames, height, width, 3]) as a video at `path`,
+/* (since API 17) Write `frames` packed RGB24 pictures (rgb: [frames, height, width, 3]) as a video at `path`,
  * the codec by its extension (any case): .mkv Matroska with FFV1 (lossless), .mp4 MP4 with
  * MPEG-4 Part 2 at quantiser 2 in 4:2:0 (even sides). Frame k is at k / fps seconds, or at
  * pts_ms[k] milliseconds when pts_ms is given (a variable frame rate). The bytes depend on the
@@ -239,7 +239,7 @@ GHC_API int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_medi
  * ghc_error_message(core). */
 GHC_API int ghc_media_write_video(ghc_core_t *core, const char *path, const uint8_t *rgb, int32_t frames,
                                   int32_t width, int32_t height, int32_t fps, const int64_t *pts_ms);
-/* Write one packed picture of `channels` 3 (RGB24) or 4 (RGBA, PNG only) as an image at `path`:
+/* (since API 17) Write one packed picture of `channels` 3 (RGB24) or 4 (RGBA, PNG only) as an image at `path`:
  * .png PNG (lossless), .jpg / .jpeg JPEG at quantiser 2 in 4:4:4, full range.
  * Returns as ghc_media_write_video(). */
 GHC_API int ghc_media_write_image(ghc_core_t *core, const char *path, const uint8_t *px, int32_t width,
