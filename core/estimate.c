@@ -370,8 +370,11 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
         snprintf(chosen, len, "plan: auto: the demo makes its data during the run: the configured plan");
         return 0;
     }
-    if (batch <= 0 && (rc = data ? ghc_cfg_get_int(data, "batch_size", 1, 1, 1 << 20, &batch) : (batch = 1, 0)) < 0)
-        return rc;
+    if (batch <= 0) {   /* data.batch_size, as the dataset reads it */
+        batch = 1;
+        if (data && (rc = ghc_cfg_get_int(data, "batch_size", 1, 1, 1 << 20, &batch)) < 0)
+            return rc;
+    }
     struct ghc_model_memory mm = { .struct_size = sizeof(mm) };
     if ((rc = load_named(core, model, "model", model_name)) < 0 ||
         (rc = ghc_model_estimate(core, model_name, model, batch, 1, &mm)) < 0)
