@@ -31,6 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include <gh200core/gh200core.h>
+#include <gh200core/ops.h>
 #include <gh200core/safetensors.h>
 
 #include "../plugins/umt5/umt5.h"
@@ -140,6 +141,18 @@ int main(int argc, char **argv)
         if (i + 1 < iters)
             for (int32_t b = 0; b < B; b++)
                 ghc_tensor_free(y[b]);
+    }
+    /* BENCH_PROFILE=FILE: one more batch, its GPU time by kernel (CUPTI) into FILE */
+    const char *prof = getenv("BENCH_PROFILE");
+    FILE *pf = prof && *prof && device >= 0 ? fopen(prof, "w") : NULL;
+    if (pf) {
+        for (int32_t b = 0; b < B; b++)
+            ghc_tensor_free(y[b]);
+        if (ghc_op_profile_start(core, device) < 0 ||
+            ghc_umt5_encode_batch(enc, ghc_tensor_cdata(ids), ghc_tensor_cdata(mask), B, L, y) < 0 ||
+            ghc_op_profile_stop(core, device, pf, 1, "bench_umt5: one batch") < 0)
+            fprintf(stderr, "bench_umt5: profile: %s\n", ghc_error_message(core));
+        fclose(pf);
     }
     /* as the plugin runs a caption (what `prepare` does): each prompt alone, on its true tokens */
     double per = 0.0;

@@ -138,6 +138,17 @@ int main(int argc, char **argv)
     cudaMemGetInfo(&fr, &tot);
     if (pool)
         cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high);
+    /* BENCH_PROFILE=FILE: one more encode, its GPU time by kernel (CUPTI) into FILE */
+    const char *prof = getenv("BENCH_PROFILE");
+    FILE *pf = prof && *prof ? fopen(prof, "w") : NULL;
+    if (pf) {
+        ghc_tensor_free(lat);
+        lat = NULL;
+        if (ghc_op_profile_start(core, device) < 0 || ghc_vae_encode(vae, video, &lat) < 0 ||
+            ghc_op_profile_stop(core, device, pf, 1, "bench_vae: one encode") < 0)
+            fprintf(stderr, "bench_vae: profile: %s\n", ghc_error_message(core));
+        fclose(pf);
+    }
     cudaGetLastError();
     const double gib = 1024.0 * 1024.0 * 1024.0;
     /* one line for bench/vae.sh */

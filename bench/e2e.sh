@@ -296,6 +296,8 @@ EOF
     st=$(status_of $rc "$out/$name.log")
     m="$work/run_$name/metrics.jsonl"
     sps=- peak=-
+    # train.profile_steps (--set): where the GPU's time went
+    [ -s "$work/run_$name/profile.md" ] && cp "$work/run_$name/profile.md" "$out/$name.profile.md"
     if [ -s "$m" ]; then
         cp "$m" "$out/$name.metrics.jsonl"
         sps=$(tail -n +"$((skip + 1))" "$m" | field time_step | median)

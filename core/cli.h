@@ -33,11 +33,19 @@ struct ghc_estimate {
     char     plan[512];               /* when it does not fit: the --set arguments of the first
                                        * plan that fits ("" when none does) */
     uint64_t plan_total;              /* that plan's device_total */
+    uint64_t device_dynamic;          /* of at[1], what is not allocated once (weights, ring,
+                                       * resident blocks, adapters, their grads and state) */
+    uint64_t streamed;                /* weights a pass streams to the card (offload) */
+    uint64_t saved_off;               /* saved activations kept off the card, per step */
+    double   flops_step, flops_forward;   /* the model's (struct ghc_model_memory), 0 unknown */
 };
-/* What the card needs beyond the estimate (CUDA context, library workspaces, the pool's
- * slack): a fixed part plus a share of the device total; to be calibrated against nvidia-smi. */
-#define GHC_ESTIMATE_ALLOWANCE_GIB   1.5
-#define GHC_ESTIMATE_ALLOWANCE_SHARE 0.05
+/* What the card needs beyond the estimate: a fixed part (the CUDA context, cuBLASLt's and
+ * cuDNN's workspaces, the ops' scratch) plus a share of device_dynamic (the caching pool's
+ * slack over memory allocated and freed during a step). Fitted to nvidia-smi's figures of
+ * twelve runs at A14B dims (4096 and 32760 tokens; device, offload with 0 to 80 resident
+ * blocks; H100 and H200): each within 2.5% (doc/memory.md). */
+#define GHC_ESTIMATE_ALLOWANCE_GIB   0.55
+#define GHC_ESTIMATE_ALLOWANCE_SHARE 0.10
 /* `gh200core estimate`: memory by role and location for the loaded configuration, from the
  * checkpoint headers only (or the model's known dims when the files are absent), through the
  * estimate members of the model and network plugins it names (loaded from the plugin search
@@ -46,14 +54,26 @@ struct ghc_estimate {
 int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct ghc_estimate *out, FILE *print);
 
 /* plan = "auto" (top-level key): choose the fastest plan whose estimate fits the card and set it
- * into the configuration before the run's plugins exist: the memory policy (device, then
- * offload with saved activations on the host and as many resident blocks as fit; a configured
- * gh200_uvm or other policy is kept), the model's checkpointing and checkpoint_every. */
+ * into the configuration before the run's plugins exist: the memory policy (device, or offload
+ * with saved activations on the host and the fewest resident blocks that keep the streaming
+ * under the compute; a configured gh200_uvm or other policy is kept), the model's
+ * checkpointing and checkpoint_every. A plan's step time is predicted from the model's FLOPs
+ * and the copies it needs at the card's measured speeds; of the plans within GHC_PLAN_AUTO_TIE
+ * of the fastest, the smallest on the card. */
 struct ghc_plan_opts {
     int64_t batch;       /* samples per micro-batch; 0: data.batch_size */
     int64_t tokens;      /* tokens per sample; 0: the dataset's largest (its headers) */
     double  device_gib;  /* the card's free memory; 0: the model's device asked (CUDA) */
+    double  flops;       /* the card's bf16 FLOP/s and host-to-device bytes/s; 0: measured on */
+    double  h2d;         /* the model's device (ghc_op_device_speed), else GHC_PLAN_AUTO_* */
 };
+/* The speeds assumed where none can be measured (no GPU here): an H100's bf16 products, a
+ * PCIe 4 x16 link from pinned memory. */
+#define GHC_PLAN_AUTO_FLOPS 700e12
+#define GHC_PLAN_AUTO_H2D   25e9
+/* Plans whose predicted step times are within this share of the fastest count as equally
+ * fast: the one with the smallest device total wins. */
+#define GHC_PLAN_AUTO_TIE   0.02
 /* Returns 0 with the choice for people in `chosen` ("" when plan is not "auto"), or GHC_E*. A
  * plan fits when its estimate (allowance included) leaves this share of the card free. */
 #define GHC_PLAN_AUTO_HEADROOM 0.03

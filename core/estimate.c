@@ -92,8 +92,21 @@ static void place(const struct ghc_model_memory *mm, const struct ghc_network_me
                 mm->block : 0;
     out->saved_ring = saved_off ? (uint64_t)p->sring * (p->saved_unit + 256) : 0;   /* the largest unit */
     out->at[AT_DEVICE] += out->ring + out->saved_ring;
+    /* the allowance: a fixed part, and the pool's slack over what is allocated and freed again
+     * during a step (what the card holds beyond the weights, the ring and resident blocks, the
+     * adapters and their optimizer state, which are allocated once) */
+    uint64_t fixed = out->ring;
+    static const int once[] = { GHC_ROLE_WEIGHTS, GHC_ROLE_WEIGHTS_INACTIVE, GHC_ROLE_ADAPTER, GHC_ROLE_GRADS,
+                                GHC_ROLE_OPTIMIZER_STATE };
+    for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++)
+        fixed += out->where[once[i]] == AT_DEVICE ? out->role[once[i]] : 0;
+    out->device_dynamic = out->at[AT_DEVICE] > fixed ? out->at[AT_DEVICE] - fixed : 0;
     out->device_total = out->at[AT_DEVICE] ? out->at[AT_DEVICE] + (uint64_t)(GHC_ESTIMATE_ALLOWANCE_GIB * GIB +
-                        GHC_ESTIMATE_ALLOWANCE_SHARE * (double)out->at[AT_DEVICE]) : 0;
+                        GHC_ESTIMATE_ALLOWANCE_SHARE * (double)out->device_dynamic) : 0;
+    /* what a step copies between host and card: the streamed blocks' weights (each pass) and
+     * the saved activations kept off the card (out in the forward, back in the backward) */
+    out->streamed = offload && res < blocks ? (blocks - res) * mm->block : 0;
+    out->saved_off = saved_off ? p->saved : 0;
 }
 
 /* ---- the plan search -------------------------------------------------------------------------- */
@@ -198,8 +211,17 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     /* without a network section: the default network's defaults */
     if (net && (rc = ghc_cfg_get_string(net, "plugin", "lycoris", &net_name)) < 0)
         return rc;
+    /* one adapter per expert with train.mode = "separate" only ("single" trains one expert,
+     * "shared" one adapter for both) */
+    struct ghc_model_memory nmm = mm;
+    ghc_cfg_t *train = ghc_config_section(core, "train");
+    const char *mode = "single";
+    if (train && ghc_cfg_has(train, "mode") && (rc = ghc_cfg_get_string(train, "mode", "single", &mode)) < 0)
+        return rc;
+    if (strcmp(mode, "separate") != 0)
+        nmm.experts = 1;
     if ((rc = load_named(core, net, "network", net_name)) < 0 ||
-        (rc = ghc_network_estimate(core, net_name, net, &mm, &nm)) < 0)
+        (rc = ghc_network_estimate(core, net_name, net, &nmm, &nm)) < 0)
         return rc;
     if (opt)
         ghc_cfg_get_string(opt, "plugin", "adamw", &opt_name);
@@ -210,6 +232,8 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     place(&mm, &nm, o->adapters, &cfg, out);
     out->activations_full = mm.activations_full;
     out->activations_ckpt = mm.activations_ckpt;
+    out->flops_step = mm.flops_step;
+    out->flops_forward = mm.flops_forward;
     uint64_t limit = (uint64_t)(o->device_gib * GIB);
     if (o->device_gib > 0) {
         out->fits = out->device_total <= limit;
@@ -246,10 +270,10 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
             fprintf(print, " %s %.3f GiB;", at_names[a], out->at[a] / GIB);
     fprintf(print, " (excludes CUDA context, library workspaces and pool slack)\n");
     if (o->device_gib > 0) {
-        fprintf(print, "device: %.1f GiB estimated + %.1f GiB allowance (CUDA context, workspaces, pool slack: "
-                "%.1f GiB + %.0f%%, to be calibrated) = %.1f GiB of %.1f GiB: %s\n", out->at[AT_DEVICE] / GIB,
-                (out->device_total - out->at[AT_DEVICE]) / GIB, GHC_ESTIMATE_ALLOWANCE_GIB,
-                100 * GHC_ESTIMATE_ALLOWANCE_SHARE, out->device_total / GIB, o->device_gib,
+        fprintf(print, "device: %.1f GiB estimated + %.1f GiB allowance (CUDA context, workspaces: %.2f GiB; "
+                "pool slack: %.0f%% of the %.1f GiB allocated during a step) = %.1f GiB of %.1f GiB: %s\n",
+                out->at[AT_DEVICE] / GIB, (out->device_total - out->at[AT_DEVICE]) / GIB, GHC_ESTIMATE_ALLOWANCE_GIB,
+                100 * GHC_ESTIMATE_ALLOWANCE_SHARE, out->device_dynamic / GIB, out->device_total / GIB, o->device_gib,
                 out->fits ? "fits" : "does not fit");
         if (!out->fits && *out->plan)
             fprintf(print, "plan:  %s (%.1f GiB of %.1f GiB)\n", out->plan, out->plan_total / GIB, o->device_gib);
@@ -282,6 +306,10 @@ static int auto_set(ghc_core_t *core, const struct auto_plan *p, const char *con
         return rc;
     if ((rc = ghc_cfg_set_group(root, "mempolicy", &mem)) < 0 || (rc = ghc_cfg_set_string(mem, "plugin", p->policy)) < 0)
         return rc;
+    /* a configured device policy keeps none of the keys the offload trials set in its section */
+    if (final && same && strcmp(p->policy, "device") == 0 &&
+        ((rc = ghc_cfg_remove(mem, "saved")) < 0 || (rc = ghc_cfg_remove(mem, "resident")) < 0))
+        return rc;
     if (strcmp(p->policy, "offload") == 0 &&
         ((rc = ghc_cfg_set_string(mem, "saved", "host")) < 0 || (rc = ghc_cfg_set_int(mem, "resident", p->resident)) < 0 ||
          (final && !same && (rc = ghc_cfg_set_int(mem, "device", device)) < 0)))
@@ -304,6 +332,102 @@ static int auto_try(ghc_core_t *core, struct auto_plan *p, bool ck_keys, const c
     if (rc == 0)
         rc = ghc_cli_estimate(core, eo, e, NULL);
     return rc < 0 ? rc : e->fits == 1;
+}
+
+/* A plan's step time (s) at `flops` FLOP/s and `h2d` bytes/s each way between host and card:
+ * its compute, plus what its copies take beyond AUTO_OVERLAP of the compute of their pass (a
+ * copy stream runs beside the compute). The forward streams the blocks in and the saved
+ * activations out (the two directions), the backward streams both in. 0: the model gives no
+ * FLOPs. */
+#define AUTO_OVERLAP 0.8
+static double auto_time(const struct ghc_estimate *e, double flops, double h2d)
+{
+    if (e->flops_step <= 0)
+        return 0;
+    double fwd = e->flops_forward / flops, bwd = (e->flops_step - e->flops_forward) / flops;
+    double in_f = (double)e->streamed / h2d, out_f = (double)e->saved_off / h2d;
+    double cf = in_f > out_f ? in_f : out_f, cb = (double)(e->streamed + e->saved_off) / h2d;
+    return fwd + bwd + (cf > AUTO_OVERLAP * fwd ? cf - AUTO_OVERLAP * fwd : 0) +
+           (cb > AUTO_OVERLAP * bwd ? cb - AUTO_OVERLAP * bwd : 0);
+}
+
+/* The plans that fit, and the last one tried; the choice: the fastest, or of those within
+ * GHC_PLAN_AUTO_TIE of it the smallest on the card. */
+#define AUTO_PLANS_MAX 64
+struct auto_pick {
+    int                 n;
+    struct auto_plan    plan[AUTO_PLANS_MAX];
+    struct ghc_estimate e[AUTO_PLANS_MAX];
+    double              time[AUTO_PLANS_MAX];
+    struct ghc_estimate last;
+};
+
+/* Try plan p and keep it when it fits. Returns 1 fits, 0 not, or GHC_E*. */
+static int auto_add(ghc_core_t *core, struct auto_plan *p, bool ck_keys, const char *configured, int device,
+                    const struct ghc_estimate_opts *eo, double flops, double h2d, struct auto_pick *pk)
+{
+    int fit = auto_try(core, p, ck_keys, configured, device, eo, &pk->last);
+    if (fit == 1 && pk->n < AUTO_PLANS_MAX) {
+        pk->plan[pk->n] = *p;
+        pk->e[pk->n] = pk->last;
+        pk->time[pk->n++] = auto_time(&pk->last, flops, h2d);
+    }
+    return fit;
+}
+
+/* The index of the choice among pk's plans (-1: none fits). Without FLOPs (time 0) the first
+ * that fits, as the candidates come fastest first. */
+static int auto_choose(const struct auto_pick *pk)
+{
+    int c = -1;
+    double fastest = 0;
+    for (int i = 0; i < pk->n; i++)
+        if (i == 0 || pk->time[i] < fastest)
+            fastest = pk->time[i];
+    for (int i = 0; i < pk->n; i++)
+        if (pk->time[i] <= fastest * (1 + GHC_PLAN_AUTO_TIE) &&
+            (c < 0 || (fastest > 0 && pk->e[i].device_total < pk->e[c].device_total)))
+            c = i;
+    return c;
+}
+
+/* The streaming policy with checkpointing ck: the most resident blocks that fit (the estimate
+ * grows with them), then the fewest whose predicted step is within GHC_PLAN_AUTO_TIE of that
+ * one's (more would be no faster), kept in pk. 0 or GHC_E*. */
+static int auto_stream(ghc_core_t *core, const char *ck, int64_t blocks, bool ck_keys, const char *configured,
+                       int device, const struct ghc_estimate_opts *eo, double flops, double h2d,
+                       struct auto_pick *pk)
+{
+    struct ghc_estimate e;
+    struct auto_plan p = { .policy = "offload", .ckpt = ck, .every = 1 };
+    int64_t lo = -1, hi = blocks;
+    int fit = 0;
+    while (lo < hi) {
+        p.resident = (lo + hi + 1) / 2;
+        if ((fit = auto_try(core, &p, ck_keys, configured, device, eo, &e)) < 0)
+            return fit;
+        if (fit)
+            lo = p.resident;
+        else
+            hi = p.resident - 1;
+    }
+    if (lo < 0)
+        return 0;
+    p.resident = lo;
+    if ((fit = auto_try(core, &p, ck_keys, configured, device, eo, &e)) < 0)
+        return fit;
+    double most = auto_time(&e, flops, h2d);
+    int64_t r = 0;
+    for (; r < lo; r++) {   /* the time falls as r grows: the first near `most` */
+        p.resident = r;
+        if ((fit = auto_try(core, &p, ck_keys, configured, device, eo, &e)) < 0)
+            return fit;
+        if (fit && auto_time(&e, flops, h2d) <= most * (1 + GHC_PLAN_AUTO_TIE))
+            break;
+    }
+    p.resident = r;
+    fit = auto_add(core, &p, ck_keys, configured, device, eo, flops, h2d, pk);
+    return fit < 0 ? fit : 0;
 }
 
 /* The largest batch of tokens of the dataset's samples (its headers; before the run's
@@ -381,11 +505,11 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
         return rc;
     if (tokens <= 0 && (rc = auto_tokens(core, mm.patch, &tokens)) < 0)
         return rc;
-    /* the candidates, fastest first: the device policy with no recomputation, then every k-th
-     * block recomputed with the attention kept (fewest first); the streaming policy (offload,
-     * saved activations on the host) with the attention kept and as many resident blocks as
-     * fit; then block checkpointing (the attention recomputed too) on the device, and streamed.
-     * A configured gh200_uvm (or another policy of its own) is kept throughout. */
+    /* the candidates: the device policy with no recomputation, then every k-th block recomputed
+     * with the attention kept (the fewest recomputed that fit); the streaming policy (offload,
+     * saved activations on the host) with the attention kept; block checkpointing (the
+     * attention recomputed too) on the device, and streamed. A configured gh200_uvm (or another
+     * policy of its own) is kept throughout. */
     uint64_t blocks = mm.blocks > 0 ? (uint64_t)mm.blocks : mm.block ? mm.weights / mm.block : 1;
     /* the model's checkpointing keys, where its modes say it has them (wan22's) */
     bool ck_keys = false;
@@ -395,12 +519,28 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
         blocks = 1;
     bool keep_policy = strcmp(conf, "device") != 0 && strcmp(conf, "offload") != 0;
     const char *dev_pol = keep_policy ? conf : "device", *stream_pol = keep_policy ? conf : "offload";
+    /* the speeds a plan's time is weighed with */
+    double flops = o->flops, h2d = o->h2d;
+    bool measured = false;
+    if ((flops <= 0 || h2d <= 0) && device >= 0 && !keep_policy) {
+        double f = 0, b = 0;
+        if (ghc_op_device_speed(core, (int)device, &f, &b) == 0 && f > 0 && b > 0) {
+            flops = flops > 0 ? flops : f;
+            h2d = h2d > 0 ? h2d : b;
+            measured = true;
+        }
+        ghc_error_clear(core);
+    }
+    flops = flops > 0 ? flops : GHC_PLAN_AUTO_FLOPS;
+    h2d = h2d > 0 ? h2d : GHC_PLAN_AUTO_H2D;
     /* a plan fits when its estimate leaves GHC_PLAN_AUTO_HEADROOM of the card free */
     struct ghc_estimate_opts eo = { .batch = batch, .tokens = tokens, .adapters = true,
                                     .device_gib = gib * (1.0 - GHC_PLAN_AUTO_HEADROOM) };
-    struct ghc_estimate e;
+    struct auto_pick *pk = calloc(1, sizeof(*pk));
+    if (!pk)
+        return ghc_error_set(core, GHC_ENOMEM, "plan: auto: out of memory");
     struct auto_plan p = { .policy = dev_pol, .ckpt = "off", .every = 1 };
-    int fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+    int fit = auto_add(core, &p, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
     int64_t last_rec = 0;
     for (int64_t k = (int64_t)blocks; fit == 0 && k >= 1; k--) {
         int64_t rec = ((int64_t)blocks + k - 1) / k;   /* blocks recomputed with every k */
@@ -408,34 +548,30 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
             continue;
         last_rec = rec;
         p = (struct auto_plan){ .policy = dev_pol, .ckpt = "block_attn", .every = k };
-        fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+        fit = auto_add(core, &p, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
     }
-    if (fit == 0 && !keep_policy) {
-        /* the most resident blocks that fit (the estimate grows with them) */
-        int64_t lo = -1, hi = (int64_t)blocks;
-        while (fit >= 0 && lo < hi) {
-            int64_t mid = (lo + hi + 1) / 2;
-            p = (struct auto_plan){ .policy = "offload", .ckpt = "block_attn", .every = 1, .resident = mid };
-            if ((fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e)) == 1)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (fit >= 0 && lo >= 0) {
-            p.resident = lo;
-            fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
-        } else if (fit >= 0) {
-            fit = 0;
-        }
-    }
-    if (fit == 0) {
+    if (fit >= 0 && !keep_policy)
+        fit = auto_stream(core, "block_attn", (int64_t)blocks, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
+    if (fit >= 0) {
         p = (struct auto_plan){ .policy = dev_pol, .ckpt = "block", .every = 1 };
-        fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+        fit = auto_add(core, &p, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
     }
-    if (fit == 0 && !keep_policy) {   /* the leanest: block checkpointing, everything streamed */
+    if (fit >= 0 && !keep_policy)
+        fit = auto_stream(core, "block", (int64_t)blocks, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
+    int c = fit < 0 ? -1 : auto_choose(pk);
+    struct ghc_estimate e = { 0 };
+    double time = 0;
+    if (fit >= 0 && c < 0) {   /* none fits: the leanest, block checkpointing, everything streamed */
         p = (struct auto_plan){ .policy = stream_pol, .ckpt = "block", .every = 1 };
         fit = auto_try(core, &p, ck_keys, conf, (int)device, &eo, &e);
+        fit = fit < 0 ? fit : 0;
+    } else if (fit >= 0) {
+        p = pk->plan[c];
+        e = pk->e[c];
+        time = pk->time[c];
+        fit = 1;
     }
+    free(pk);
     if (fit < 0)
         return fit;
     if ((rc = auto_set(core, &p, conf, (int)device, true)) < 0)
@@ -450,8 +586,13 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
         snprintf(ck, sizeof(ck), "%s", p.ckpt);
     else
         snprintf(ck, sizeof(ck), "%s every %lld", p.ckpt, (long long)p.every);
+    char step[96] = "";
+    if (fit && time > 0)
+        snprintf(step, sizeof(step), ", a step about %.2f s at %.0f TFLOP/s and %.0f GB/s from the host (%s)",
+                 time, flops / 1e12, h2d / 1e9, measured ? "measured" : o->flops > 0 && o->h2d > 0 ? "given" : "assumed");
     snprintf(chosen, len, "plan: auto for %lld x %lld tokens, %.1f GiB free on cuda:%d: mempolicy %s%s, "
-             "checkpointing %s: %.1f GiB estimated%s", (long long)batch, (long long)tokens, gib, (int)device, p.policy,
-             res, ck, e.device_total / GIB, fit ? "" : " (does not fit: no plan does; fewer tokens or a smaller batch)");
+             "checkpointing %s: %.1f GiB estimated%s%s", (long long)batch, (long long)tokens, gib, (int)device,
+             p.policy, res, ck, e.device_total / GIB, step,
+             fit ? "" : " (does not fit: no plan does; fewer tokens or a smaller batch)");
     return 0;
 }

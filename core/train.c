@@ -13,6 +13,7 @@
  * sees while it runs in progress.c. */
 #include <config.h>
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -718,6 +719,43 @@ static int train_step(struct ghc_trainer *tr)
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
+/* train.profile_steps: before step profile_skip (begin) the GPU's activity is recorded; after
+ * step profile_skip + profile_steps - 1 its account goes to <output_dir>/profile.md. A profile
+ * that cannot be taken (no GPU, no CUPTI) is a warning, and the run goes on. */
+static void profile_at(struct ghc_trainer *tr, bool begin)
+{
+    ghc_core_t *core = tr->core;
+    const int64_t first = tr->c.profile_skip, n = tr->c.profile_steps;
+    if (!n || !tr->writer || (begin ? tr->step != first : tr->step != first + n || !tr->profiling))
+        return;
+    if (begin) {
+        if (tr->device < 0)
+            ghc_log(core, GHC_LOG_WARN, "train: profile_steps: the model computes on the CPU: no profile");
+        else if (ghc_op_profile_start(core, tr->device) < 0)
+            ghc_log(core, GHC_LOG_WARN, "train: profile_steps: %s: no profile", ghc_error_message(core));
+        else
+            tr->profiling = true;
+        ghc_error_clear(core);
+        return;
+    }
+    tr->profiling = false;
+    char path[4200], title[160];
+    snprintf(path, sizeof(path), "%s/profile.md", tr->out);
+    snprintf(title, sizeof(title), "steps %lld to %lld", (long long)first, (long long)(first + n - 1));
+    FILE *f = fopen(path, "w");
+    int rc = f ? ghc_op_profile_stop(core, tr->device, f, (int32_t)n, title) : -1;
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = ghc_error_set(core, GHC_EIO, "%s: cannot write it", path);
+    if (rc < 0 || !f)
+        ghc_log(core, GHC_LOG_WARN, "train: profile_steps: %s: %s", path, f ? ghc_error_message(core) : strerror(errno));
+    else
+        ghc_log(core, GHC_LOG_INFO, "train: the GPU's time over steps %lld to %lld: %s", (long long)first,
+                (long long)(first + n - 1), path);
+    if (!f)
+        ghc_op_profile_stop(core, tr->device, NULL, 0, NULL);   /* ends the recording */
+    ghc_error_clear(core);
+}
+
 /* This process's rank (opts->dist; one process without). */
 static int dist_setup(struct ghc_trainer *tr, const struct ghc_train_opts *opts)
 {
@@ -800,12 +838,14 @@ int ghc_train(ghc_core_t *core, const struct ghc_train_opts *opts)
     while (tr.step < tr.c.steps) {
         if (tr.world > 1 ? tr.dist_stop : stop_signal != 0)
             break;
+        profile_at(&tr, true);
         if ((rc = train_step(&tr)) < 0 ||
             (tr.writer && tr.c.validate_every && tr.step % tr.c.validate_every == 0 && (rc = validate(&tr)) < 0)) {
             if (tr.log_failed)
                 rc = stop_on_log_error(&tr);
             goto out;
         }
+        profile_at(&tr, false);
         if (tr.c.save_every && tr.step % tr.c.save_every == 0 && tr.step < tr.c.steps &&
             ((rc = dist_check_adapters(&tr)) < 0 || (tr.writer && (rc = ghc_checkpoint_write(&tr)) < 0)))
             goto out;

@@ -61,6 +61,10 @@ static const struct ghc_cfg_key train_keys[] = {
     { "log_every",     GHC_CFG_INT,    "10",      "1 to 2^40",                NULL },
     /* wait for the GPU after each phase: exact phase times */
     { "sync_timing",   GHC_CFG_BOOL,   "false",   NULL,                       NULL },
+    /* steps whose GPU time is written to <output_dir>/profile.md (CUPTI); 0: none */
+    { "profile_steps", GHC_CFG_INT,    "0",       "0 to 2^20",                NULL },
+    /* steps run before the profiled ones (warm-up) */
+    { "profile_skip",  GHC_CFG_INT,    "2",       "0 to 2^40",                NULL },
     /* 0: no validation */
     { "validate_every", GHC_CFG_INT,   "0",       "0 to 2^40",                NULL },
     { "validation_sigmas", GHC_CFG_LIST, "(0.25, 0.5, 0.75)", "(0, 1], at most 16", NULL },
@@ -133,6 +137,8 @@ static int read_cfg(ghc_core_t *core, ghc_cfg_t *s, struct ghc_train_cfg *c, str
         (rc = ghc_cfg_get_bool(s, "tensorboard", true, &c->tensorboard)) < 0 ||
         (rc = ghc_cfg_get_bool(s, "sync_timing", false, &c->sync_timing)) < 0 ||
         (rc = ghc_cfg_get_int(s, "log_every", 10, 1, INT64_C(1) << 40, &c->log_every)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "profile_steps", 0, 0, 1 << 20, &c->profile_steps)) < 0 ||
+        (rc = ghc_cfg_get_int(s, "profile_skip", 2, 0, INT64_C(1) << 40, &c->profile_skip)) < 0 ||
         (rc = ghc_cfg_get_int(s, "validate_every", 0, 0, INT64_C(1) << 40, &c->validate_every)) < 0 ||
         (rc = ghc_cfg_get_int(s, "validation_batches", 1, 1, 1 << 20, &c->validation_batches)) < 0 ||
         (rc = ghc_cfg_list_len(s, "validation_sigmas", &c->n_vsig)) < 0)

@@ -110,6 +110,7 @@ extern const char *const ghc_train_expert_names[];   /* by model expert: 0 high 
 struct ghc_train_cfg {
     int64_t steps, switch_every, max_tries, save_every, keep_last, max_bad, log_every;
     int64_t validate_every, validation_batches;
+    int64_t profile_steps, profile_skip;   /* profile.md: steps skip .. skip + steps - 1 */
     int     mode, expert, weighting;
     bool    t_offset, tensorboard, stored_noise, sync_timing;
     double  max_grad_norm;
@@ -185,6 +186,7 @@ struct ghc_trainer {
     const char        *resume;                   /* borrowed from ghc_train_opts, or NULL */
     bool               overwrite;
     bool               log_failed;               /* a write to metrics.jsonl or the events failed */
+    bool               profiling;                /* train.profile_steps: CUPTI is recording */
     /* Several ranks (ghc_train_opts.dist; NULL or world 1: one process). Rank 0 is the writer:
      * output_dir, logs, checkpoints, adapters, progress, validation. */
     const struct ghc_train_dist *dist;

@@ -309,6 +309,48 @@ int ghc_op_device_memory(ghc_core_t *core, int device, uint64_t *free_bytes, uin
 #endif
 }
 
+int ghc_op_device_speed(ghc_core_t *core, int device, double *flops, double *h2d_bytes)
+{
+    *flops = *h2d_bytes = 0;
+#ifdef GHC_HAVE_CUDA
+    int err = device < 0 ? 0 : ghc_k_device_speed(core, device, flops, h2d_bytes);
+    if (device < 0 || err)
+        return ghc_error_set(core, GHC_ECUDA, "device speed: CUDA device %d: %s", device,
+                             device < 0 ? "not a CUDA ordinal" : ghc_k_error_string(err));
+    return 0;
+#else
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "device speed: device %d: this build has no CUDA", device);
+#endif
+}
+
+int ghc_op_profile_start(ghc_core_t *core, int device)
+{
+#ifdef GHC_HAVE_CUDA
+    if (device >= 0 && ghc_k_profile_start(device) == 0)
+        return 0;
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "profile: CUDA device %d: %s", device,
+                         device < 0 ? "not a CUDA ordinal" : ghc_k_profile_why());
+#else
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "profile: device %d: this build has no CUDA", device);
+#endif
+}
+
+int ghc_op_profile_stop(ghc_core_t *core, int device, FILE *out, int32_t steps, const char *title)
+{
+#ifdef GHC_HAVE_CUDA
+    int rc = device < 0 ? -1 : ghc_k_profile_stop(device, out, steps, title);
+    if (rc == -2)
+        return ghc_error_set(core, GHC_EIO, "profile: writing the report failed");
+    if (rc < 0)
+        return ghc_error_set(core, GHC_EUNSUPPORTED, "profile: CUDA device %d: %s", device,
+                             device < 0 ? "not a CUDA ordinal" : ghc_k_profile_why());
+    return 0;
+#else
+    (void)out, (void)steps, (void)title;
+    return ghc_error_set(core, GHC_EUNSUPPORTED, "profile: device %d: this build has no CUDA", device);
+#endif
+}
+
 /* ---- casts and random numbers ------------------------------------------------------------- */
 
 int ghc_op_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng,

@@ -113,9 +113,16 @@ if [ "${GHC_TRAIN:-1}" = 1 ]; then
         --set model.random.layers=4 --set model.random.text_dim=4096 --set model.random.freq_dim=256 \
         --set demo.videos=0 --set demo.images=0 --set demo.samples=4 --set demo.height=32 --set demo.width=32 --set demo.frames=8 \
         --set demo.text_len=512 --set demo.text_dim=4096 --set data.batch_size=1 --set network.rank=16 \
-        --set cache.plugin='"unified_memory"' --set train.sync_timing=true \
+        --set cache.plugin='"unified_memory"' --set train.sync_timing=true --set train.profile_steps=4 \
         > "$work/train_mid.log" 2>&1
     echo "train mid: exit $?"; tail -n 3 "$work/train_mid.log"
+    # train.profile_steps: steps 2..5 profiled through CUPTI into profile.md
+    if grep -q "the GPU busy" "$work/mid/profile.md" 2>/dev/null && grep -q "matrix products" "$work/mid/profile.md"; then
+        echo "profile of the mid-size run (train.profile_steps = 4):"; head -n 14 "$work/mid/profile.md"
+    else
+        echo "profile: no $work/mid/profile.md with the GPU's time"; grep -i profile "$work/train_mid.log"
+        failed=$((failed + 1))
+    fi
     [ -f "$work/mid/metrics.jsonl" ] && tail -n +3 "$work/mid/metrics.jsonl" | awk -F'[:,]' '
         { for (i = 1; i < NF; i++) { if ($i == "\"time_step\"") s += $(i+1); if ($i == "\"time_data\"") d += $(i+1) } n++ }
         END { if (n) printf "mid-size steps 3..%d: %.4f s/step, data wait %.5f s/step = %.3f%% of the step\n", n + 2, s / n, d / n, 100 * d / s }'

@@ -834,28 +834,61 @@ START_TEST(plan_auto)
     ck_assert_msg(!fits_with(core, 4096, 79.6, "model", "checkpoint_every", k2), "every %lld fits too (chosen every %lld)", (long long)k2,
                   (long long)k);
     ghc_core_free(core);
-    /* 32760 tokens, both experts: every block resident under offload */
+    /* 32760 tokens, both experts, a PCIe 4 link (25 GB/s): a block's weights stream in under
+     * its compute, so offload keeps no block resident (as fast, and the least on the card) */
     core = auto_core("");
     ghc_cfg_t *rnd;
     ck_assert_int_eq(ghc_cfg_set_group(ghc_config_section(core, "model"), "random", &rnd), 0);
     ck_assert_int_eq(ghc_cfg_set_int(rnd, "experts", 2), 0);
-    o.tokens = 32760;
+    o = (struct ghc_plan_opts){ .batch = 1, .tokens = 32760, .device_gib = 79.6, .flops = 700e12, .h2d = 25e9 };
     ck_assert_msg(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
     printf("plan_auto: %s\n", chosen);
     ck_assert_str_eq(cfg_str(core, "mempolicy", "plugin"), "offload");
     ck_assert_str_eq(cfg_str(core, "mempolicy", "saved"), "host");
     ck_assert_int_eq(cfg_int(core, "mempolicy", "ring"), 3);   /* the configured policy's own keys stay */
     ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block_attn");
-    /* the most resident blocks that fit (the device ring's 3 blocks beside them) */
+    ck_assert_msg(cfg_int(core, "mempolicy", "resident") == 0 && strstr(chosen, "a step about") &&
+                  strstr(chosen, "(given)"), "%s", chosen);
+    ghc_core_free(core);
+    /* 4096 tokens on 20 GiB, where no device plan fits: a block's compute is shorter than its
+     * copy, each resident block saves time: the most resident blocks that fit (the device
+     * ring's 3 blocks beside them) */
+    core = auto_core("");
+    o.tokens = 4096;
+    o.device_gib = 20;
+    ck_assert_msg(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
+    printf("plan_auto: %s\n", chosen);
     int64_t r = cfg_int(core, "mempolicy", "resident");
-    ck_assert_msg(r >= 30 && strstr(chosen, "mempolicy offload"), "%s", chosen);
-    ck_assert(fits_with(core, 32760, 79.6, "mempolicy", "resident", r));
-    ck_assert(r == 40 || !fits_with(core, 32760, 79.6, "mempolicy", "resident", r + 1));
-    /* 8 GiB: nothing fits; the leanest is set and the line says so */
+    ck_assert_msg(r >= 10 && strstr(chosen, "mempolicy offload") && !strstr(chosen, "does not fit"), "%s", chosen);
+    ck_assert(fits_with(core, 4096, 20, "mempolicy", "resident", r));
+    ck_assert(r == 40 || !fits_with(core, 4096, 20, "mempolicy", "resident", r + 1));
+    /* 8 GiB at 32760 tokens: nothing fits; the leanest is set and the line says so */
     o.device_gib = 8;
+    o.tokens = 32760;
     ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
     ck_assert_msg(strstr(chosen, "does not fit") && strstr(chosen, "0 resident"), "%s", chosen);
     ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block");
+    ghc_core_free(core);
+    /* one expert at 32760 tokens on 139.3 GiB: the device policy fits but is no faster than
+     * offload with nothing resident, which takes far less of the card */
+    core = auto_core("");
+    ck_assert_int_eq(ghc_cfg_set_string(ghc_config_section(core, "mempolicy"), "plugin", "device"), 0);
+    o = (struct ghc_plan_opts){ .batch = 1, .tokens = 32760, .device_gib = 139.3, .flops = 700e12, .h2d = 25e9 };
+    ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
+    printf("plan_auto: %s\n", chosen);
+    ck_assert_msg(strstr(chosen, "mempolicy offload") && cfg_int(core, "mempolicy", "resident") == 0, "%s", chosen);
+    ck_assert(fits_with(core, 32760, 139.3 * 0.99, "mempolicy", "resident", 0));
+    ck_assert_int_eq(ghc_cfg_set_string(ghc_config_section(core, "mempolicy"), "plugin", "device"), 0);
+    ck_assert(fits_with(core, 32760, 139.3, "model", "checkpoint_every", 1));   /* device fits too */
+    ghc_core_free(core);
+    /* the same configured device policy at 4096 tokens: its section gets no offload keys */
+    core = auto_core("");
+    ck_assert_int_eq(ghc_cfg_set_string(ghc_config_section(core, "mempolicy"), "plugin", "device"), 0);
+    o.tokens = 4096;
+    ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
+    ck_assert_msg(strstr(chosen, "mempolicy device, checkpointing off"), "%s", chosen);
+    ck_assert_msg(!ghc_cfg_has(ghc_config_section(core, "mempolicy"), "resident") &&
+                  !ghc_cfg_has(ghc_config_section(core, "mempolicy"), "saved"), "the offload trials' keys stayed");
     ghc_core_free(core);
     /* the model on the CPU; plan = "configured" */
     core = auto_core("");

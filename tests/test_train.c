@@ -764,6 +764,34 @@ START_TEST(test_nan_skipped)
 }
 END_TEST
 
+START_TEST(test_profile_without_gpu)
+{
+    /* train.profile_steps on a model that computes on the CPU: one warning, the run goes on,
+     * no profile.md; a negative count is a configuration error naming the key */
+    char *dir = tu_tmpdir(), *out, args[8400], p[8400];
+    static const int64_t lat[4] = { 16, 1, 4, 4 }, txt[2] = { 4, 32 };
+    snprintf(p, sizeof(p), "%s/set", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    write_shaped(p, "a", lat, txt, 0.5f);
+    char *cfg = tiny_cfg(dir, "p.cfg", 1, "steps = 3; profile_steps = 1; profile_skip = 1;",
+                         "data = { batch_size = 1; datasets = ( { path = \"set\"; } ); };");
+    snprintf(args, sizeof(args), "-q -n -c '%s' --set train.profile_steps=-1", cfg);
+    ck_assert_int_eq(cli(args, &out), 3);
+    ck_assert_msg(strstr(out, "profile_steps") != NULL, "%s", out);
+    free(out);
+    snprintf(args, sizeof(args), "-c '%s' 2>&1", cfg);
+    ck_assert_int_eq(cli(args, &out), 0);
+    ck_assert_msg(strstr(out, "profile_steps: the model computes on the CPU: no profile") != NULL, "%s", out);
+    free(out);
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/p.cfg.out/profile.md", dir);
+    ck_assert_int_ne(stat(p, &st), 0);
+    free(cfg);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_shared_and_validation)
 {
     /* one adapter shared by both experts: the base follows each micro-batch's first sigma (a
@@ -1379,6 +1407,7 @@ static Suite *train_suite(void)
     tcase_add_test(tr, test_signal_stops_with_checkpoint);
     tcase_add_test(tr, test_experts_alternate);
     tcase_add_test(tr, test_nan_skipped);
+    tcase_add_test(tr, test_profile_without_gpu);
     tcase_add_test(tr, test_shared_and_validation);
     tcase_add_test(tr, test_saved_activations);
     tcase_add_test(tr, test_resume_logs_each_step_once);

@@ -198,6 +198,12 @@ struct ghc_model_memory {
     /* (since API 17) blocks per expert (offload's resident unit is `block` bytes); 0: weights
      * over block */
     int64_t  blocks;
+    /* (since API 18) floating-point operations of one training step for the batch and tokens
+     * asked (the forward, the recomputation its checkpointing configures, the backward), and of
+     * the forward alone, the adapters left out: for plan = "auto" to weigh a plan's compute
+     * against the copies it needs (streamed weights, saved activations). 0: not known. */
+    double   flops_step;
+    double   flops_forward;
 };
 
 struct ghc_model_ops {

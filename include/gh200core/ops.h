@@ -15,6 +15,8 @@
 #ifndef GHC_OPS_H
 #define GHC_OPS_H
 
+#include <stdio.h>              /* defines: FILE */
+
 #include <gh200core/tensor.h>   /* defines: ghc_tensor_t, enum ghc_dtype */
 
 GHC_BEGIN_DECLS
@@ -36,6 +38,22 @@ GHC_API int ghc_op_sync(ghc_core_t *core, int device, void *stream);
  * e.g. to choose a plan that fits it. GHC_EUNSUPPORTED in a build without CUDA, GHC_ECUDA (no
  * such device). */
 GHC_API int ghc_op_device_memory(ghc_core_t *core, int device, uint64_t *free_bytes, uint64_t *total_bytes);
+/* (since API 18) Measured speeds of CUDA device `device`: *flops, the FLOP/s of a bf16 product
+ * of 4096 x 4096 x 4096 through ghc_op_gemm; *h2d_bytes, the bytes/s of a 128 MiB copy from
+ * pinned host memory to the device. Each the median of a few timed calls, about 0.1 s in all
+ * with 0.2 GB of device and 128 MiB of pinned host memory, freed before it returns; e.g. to
+ * tell whether streaming weights hides under compute. Errors as ghc_op_device_memory. */
+GHC_API int ghc_op_device_speed(ghc_core_t *core, int device, double *flops, double *h2d_bytes);
+/* (since API 18) Where CUDA device `device`'s time goes from ghc_op_profile_start to
+ * ghc_op_profile_stop: every kernel, copy and memset from CUPTI's activity records (libcupti.so.13
+ * loaded at run time; GHC_CUPTI_LIBRARY names another file). Stop writes to `out` a Markdown
+ * report over `steps` steps (per-step figures; title its heading): the wall time, the GPU busy
+ * and idle, the time by class (matrix products, attention, convolutions, other kernels, copies
+ * by direction, memsets) and the 30 kernels that took the most (out NULL: none, the recording
+ * ends). Both synchronise the device.
+ * GHC_EUNSUPPORTED without CUDA or without CUPTI, GHC_EIO when writing fails. */
+GHC_API int ghc_op_profile_start(ghc_core_t *core, int device);
+GHC_API int ghc_op_profile_stop(ghc_core_t *core, int device, FILE *out, int32_t steps, const char *title);
 
 /* ---- casts and random numbers --------------------------------------------------------------- */
 

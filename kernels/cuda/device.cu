@@ -1,6 +1,7 @@
 /* device.cu: CUDA device queries and a smoke kernel (see device.h), and the memory entries
  * of kernels.h: copies between any two devices (column views as 2-D copies), stream
  * synchronisation and the ops' scratch memory per (device, stream). */
+#include <cstring>
 #include <mutex>
 
 #include <cuda_runtime.h>
@@ -161,4 +162,98 @@ extern "C" int ghc_k_scratch(int dev, void *stream, size_t bytes, void **out)
     }
     *out = s->ptr;
     return 0;
+}
+
+/* ---- the speed probe of ghc_op_device_speed ------------------------------------------------ */
+
+/* The median of n timings (n <= 8). */
+static double median_ms(float *ms, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+            float t = ms[j];
+            ms[j] = ms[j - 1];
+            ms[j - 1] = t;
+        }
+    return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
+extern "C" int ghc_k_device_speed(ghc_core_t *core, int dev, double *flops, double *h2d)
+{
+    enum { N = 4096, REPS = 6 };
+    const size_t mat = (size_t)N * N * 2, copy = (size_t)128 << 20;
+    void *a = NULL, *b = NULL, *c = NULL, *dst = NULL, *src = NULL;
+    cudaStream_t s = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    ghc_tensor_t *ta = NULL, *tb = NULL, *tc = NULL;
+    float ms[REPS];
+    int err = cudaSetDevice(dev);
+    const int64_t shape[2] = { N, N };
+    const struct ghc_rng rng = { 0x5eed, 0 };
+    struct ghc_gemm nt = {};
+    nt.trans_b = true;
+    *flops = *h2d = 0;
+#define TRY_K(x)                  \
+    do {                          \
+        if ((err = (int)(x)) != 0) \
+            goto out;             \
+    } while (0)
+    TRY_K(err);
+    TRY_K(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    TRY_K(cudaEventCreate(&e0));
+    TRY_K(cudaEventCreate(&e1));
+    TRY_K(cudaMalloc(&a, mat));
+    TRY_K(cudaMalloc(&b, mat));
+    TRY_K(cudaMalloc(&c, mat));
+    TRY_K(cudaMalloc(&dst, copy));
+    TRY_K(cudaMallocHost(&src, copy));
+    memset(src, 0, copy);
+    ta = ghc_tensor_wrap(core, GHC_DTYPE_BF16, 2, shape, dev, a);
+    tb = ghc_tensor_wrap(core, GHC_DTYPE_BF16, 2, shape, dev, b);
+    tc = ghc_tensor_wrap(core, GHC_DTYPE_BF16, 2, shape, dev, c);
+    if (!ta || !tb || !tc) {
+        err = (int)cudaErrorMemoryAllocation;
+        goto out;
+    }
+    /* random operands: a product of zeros runs faster than the real thing */
+    TRY_K(ghc_k_rand_normal(ta, &rng, s));
+    TRY_K(ghc_k_rand_normal(tb, &rng, s));
+    TRY_K(ghc_k_gemm(tc, ta, tb, &nt, s));   /* warm-up: the plan, the clocks */
+    TRY_K(ghc_k_gemm(tc, ta, tb, &nt, s));
+    for (int i = 0; i < REPS; i++) {
+        TRY_K(cudaEventRecord(e0, s));
+        TRY_K(ghc_k_gemm(tc, ta, tb, &nt, s));
+        TRY_K(cudaEventRecord(e1, s));
+        TRY_K(cudaEventSynchronize(e1));
+        TRY_K(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    *flops = 2.0 * N * N * (double)N / (median_ms(ms, REPS) * 1e-3);
+    TRY_K(cudaMemcpyAsync(dst, src, copy, cudaMemcpyHostToDevice, s));
+    for (int i = 0; i < REPS; i++) {
+        TRY_K(cudaEventRecord(e0, s));
+        TRY_K(cudaMemcpyAsync(dst, src, copy, cudaMemcpyHostToDevice, s));
+        TRY_K(cudaEventRecord(e1, s));
+        TRY_K(cudaEventSynchronize(e1));
+        TRY_K(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    *h2d = (double)copy / (median_ms(ms, REPS) * 1e-3);
+out:
+#undef TRY_K
+    if (s)
+        cudaStreamSynchronize(s);
+    ghc_tensor_free(ta);
+    ghc_tensor_free(tb);
+    ghc_tensor_free(tc);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    cudaFree(dst);
+    cudaFreeHost(src);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (s)
+        cudaStreamDestroy(s);
+    return err;
 }

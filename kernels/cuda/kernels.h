@@ -19,6 +19,15 @@ int ghc_k_sync(int device, void *stream);
  * across calls and ops on that stream (stream order keeps them apart; growing it synchronises
  * the stream). Returns 0 or a cudaError_t. */
 int ghc_k_scratch(int dev, void *stream, size_t bytes, void **out);
+/* ghc_op_device_speed: the rate of a bf16 4096^3 product through ghc_k_gemm (FLOP/s) and of a
+ * 128 MiB copy from pinned host memory (bytes/s), the medians of a few timed calls on a stream
+ * of its own; synchronises. */
+int ghc_k_device_speed(ghc_core_t *core, int dev, double *flops, double *h2d);
+/* kernels/cuda/profile.cu: ghc_op_profile_start / _stop. Return 0, -1 (the reason in
+ * ghc_k_profile_why()) or -2 (writing `out` failed). */
+int ghc_k_profile_start(int dev);
+int ghc_k_profile_stop(int dev, FILE *out, int32_t steps, const char *title);
+const char *ghc_k_profile_why(void);
 
 int ghc_k_fill(ghc_tensor_t *t, double value, void *stream);
 int ghc_k_cast(ghc_tensor_t *dst, const ghc_tensor_t *src, float scale, const struct ghc_rng *rng, void *stream);

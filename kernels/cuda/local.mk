@@ -38,6 +38,8 @@ kernels/cuda/optim_am_fused.lo: kernels/cuda/optim_am_cluster.cuh
 endif
 # LoRA's backward at a K-concatenated linear's output (issue 5)
 CUDA_KERNEL_SOURCES += kernels/cuda/lora.cu
+# the GPU's time by kernel between two points of a run (CUPTI, loaded at run time; issue 23)
+CUDA_KERNEL_SOURCES += kernels/cuda/profile.cu
 # the model-input ops: timestep embedding, padded text rows (API 14)
 CUDA_KERNEL_SOURCES += kernels/cuda/inputs.cu
 # the text-encoder ops (umT5): embedding, relative-position bias, attention with bias and mask

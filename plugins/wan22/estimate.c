@@ -385,6 +385,23 @@ static void est_mode(const struct est_model *m, uint64_t B, uint64_t L, int ck, 
     out->saved_unit = resid + attn;
 }
 
+/* The FLOPs of a training step of B samples of L tokens (forward, recomputation, backward) and
+ * of its forward, with checkpointing ck (0 off, 1 block, 2 block_attn) every k-th block. Per
+ * block: the self-attention's q, k, v, o and the cross-attention's q, o over L rows, its k, v
+ * over the text's rows, the FFN; the two attention products; a linear's backward is twice its
+ * forward, an attention's 2.5 times (dQ, dK, dV, and the product recomputed). block_attn
+ * recomputes all but the self-attention's products (their output is kept). */
+static void est_flops(const struct est_model *m, double B, double L, int ck, uint64_t every, double *fwd,
+                      double *step)
+{
+    const double D = (double)m->dim, F = (double)m->ffn, T = WAN22_TEXT_LEN, N = (double)m->layers;
+    const double lin = B * (2 * L * D * D * 6 + 2 * T * D * D * 2 + 2 * L * D * F * 2);
+    const double self = B * 4 * L * L * D, cross = B * 4 * L * T * D;
+    const double n_rec = ck ? (double)(((uint64_t)m->layers + every - 1) / every) : 0;
+    *fwd = N * (lin + self + cross);
+    *step = *fwd + N * (2 * lin + 2.5 * (self + cross)) + n_rec * (lin + cross + (ck == 2 ? 0 : self));
+}
+
 int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t tokens, struct ghc_model_memory *out)
 {
     static const char *const ckpts[] = { "off", "block", "block_attn", NULL };
@@ -421,6 +438,7 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
         .patch = { 1, 2, 2 },   /* WAN22_PATCH: 1 x 2 x 2 */
         .blocks = m.layers,
     };
+    est_flops(&m, (double)B, (double)L, ck, (uint64_t)every, &r.flops_forward, &r.flops_step);
     snprintf(r.checkpointing, sizeof(r.checkpointing), "%s",
              ck == 2 ? "per block, attention kept" : ck ? "per block" : "off");
     snprintf(r.summary, sizeof(r.summary), "dim %lld, ffn %lld, %lld blocks, %s weights", (long long)m.dim,
