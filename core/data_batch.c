@@ -16,11 +16,14 @@
 
 /* ---- a sample's tensors ---------------------------------------------------------------------- */
 
-/* One sample's tensor of `kind`: from the cache (pinned), else decoded now; put_tensor()
- * gives it back the same way. */
-static int get_tensor(ghc_dataset_t *ds, int64_t idx, enum ghc_sample_kind kind, ghc_tensor_t **out)
+/* One sample's tensor of `kind` at (epoch, cursor): from the cache (pinned), else decoded now;
+ * an augmented clip's latent from data_aug.c. put_tensor() gives it back the same way. */
+static int get_tensor(ghc_dataset_t *ds, int64_t idx, int64_t epoch, int64_t cursor, enum ghc_sample_kind kind,
+                      ghc_tensor_t **out)
 {
     const struct data_sample *s = &ds->samples[idx];
+    if (kind == GHC_SAMPLE_LATENT && s->aug1)
+        return ghc_data_aug_latent(ds, idx, epoch, cursor, out);
     if (ds->cache)
         return ghc_cache_sample(ds->cache, idx, kind, out);
     return ghc_cache_decode(ds->core, ds->backend, s->file[kind], s->key[kind], ghc_sample_kind_role(kind), out);
@@ -30,7 +33,7 @@ static void put_tensor(ghc_dataset_t *ds, int64_t idx, enum ghc_sample_kind kind
 {
     if (!t)
         return;
-    if (ds->cache)
+    if (ds->cache && !(kind == GHC_SAMPLE_LATENT && ds->samples[idx].aug1))
         ghc_cache_release(ds->cache, idx, kind, t);
     else
         ghc_tensor_free(t);
@@ -150,7 +153,11 @@ static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, int32_t off, i
     const struct data_order_batch *ob = &ds->batches[bi];
     int64_t first = ob->start + off;
     int32_t n = count;
-    int rc = 0;
+    int rc = ghc_data_aug_epoch(ds, epoch);   /* refresh_each_epoch: the epoch's augmented clips */
+    if (rc < 0) {
+        memset(out, 0, sizeof(*out));
+        return rc;
+    }
     ghc_tensor_t **lat = calloc((size_t)n, sizeof(*lat));
     ghc_tensor_t **txt = calloc((size_t)n, sizeof(*txt));
     ghc_tensor_t **noi = calloc((size_t)n, sizeof(*noi));
@@ -167,18 +174,20 @@ static int assemble(ghc_dataset_t *ds, int64_t epoch, int64_t bi, int32_t off, i
     for (int32_t i = 0; i < n; i++) {
         int64_t idx = ds->order[first + i];
         const struct data_sample *s = &ds->samples[idx];
-        int r = get_tensor(ds, idx, GHC_SAMPLE_LATENT, &lat[m]);
+        int r = get_tensor(ds, idx, epoch, first + i, GHC_SAMPLE_LATENT, &lat[m]);
         if (r == 0)
             r = check_decoded(ds, idx, GHC_SAMPLE_LATENT, lat[m]);
         bool drop_it = ghc_data_text_dropped(ds, epoch, first + i);
         if (r == 0 && !(drop_it)) {
-            r = get_tensor(ds, idx, GHC_SAMPLE_TEXT_EMBED, &txt[m]);
+            r = get_tensor(ds, idx, epoch, first + i, GHC_SAMPLE_TEXT_EMBED, &txt[m]);
             if (r == 0)
                 r = check_decoded(ds, idx, GHC_SAMPLE_TEXT_EMBED, txt[m]);
         }
-        if (r == 0 && s->file[GHC_SAMPLE_NOISE] && (r = get_tensor(ds, idx, GHC_SAMPLE_NOISE, &noi[m])) == 0)
+        if (r == 0 && s->file[GHC_SAMPLE_NOISE] &&
+            (r = get_tensor(ds, idx, epoch, first + i, GHC_SAMPLE_NOISE, &noi[m])) == 0)
             r = check_decoded(ds, idx, GHC_SAMPLE_NOISE, noi[m]);
-        if (r == 0 && s->file[GHC_SAMPLE_TIMESTEP] && (r = get_tensor(ds, idx, GHC_SAMPLE_TIMESTEP, &tim[m])) == 0)
+        if (r == 0 && s->file[GHC_SAMPLE_TIMESTEP] &&
+            (r = get_tensor(ds, idx, epoch, first + i, GHC_SAMPLE_TIMESTEP, &tim[m])) == 0)
             r = check_decoded(ds, idx, GHC_SAMPLE_TIMESTEP, tim[m]);
         if (r < 0) {
             char msg[GHC_ERROR_MAX];

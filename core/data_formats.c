@@ -455,6 +455,11 @@ out:
     return rc;
 }
 
+int ghc_data_text_check(ghc_dataset_t *ds, struct data_sample *s)
+{
+    return check_text(ds, ghc_data_format_of(s->format), s);
+}
+
 int ghc_data_sample_check(ghc_dataset_t *ds, struct data_sample *s)
 {
     const struct data_format *fmt = ghc_data_format_of(s->format);

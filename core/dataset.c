@@ -38,6 +38,19 @@ const char *ghc_data_disk_name(const ghc_dataset_t *ds, const char *entry, char 
     return ghc_path_quote(raw, buf, n);   /* for messages: control bytes escaped */
 }
 
+int ghc_data_reserve(ghc_dataset_t *ds, void **p, int64_t *cap, int64_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    int64_t want = *cap ? *cap * 2 : 256;
+    void *q = realloc(*p, (size_t)want * size);
+    if (!q)
+        return ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
+    *p = q;
+    *cap = want;
+    return 0;
+}
+
 /* A bad sample: an error, or with skip_bad_samples a warning and a count (returns 1). The
  * message so far (if any) is kept as the reason. */
 int ghc_data_bad_sample(ghc_dataset_t *ds, int rc, const char *fmt, ...)
@@ -99,20 +112,6 @@ static const struct ghc_cfg_key *entry_keys(void)
 
 const struct ghc_cfg_key *ghc_dataset_keys(bool entry) { return entry ? entry_keys() : data_keys; }
 
-/* ai-toolkit's GH200 fork's names for when augmented media are encoded */
-static const char *const aug_modes[] = { "static", "disable_cache", "refresh_each_epoch", NULL };
-
-int ghc_data_aug_cache_mode(ghc_cfg_t *data, ghc_cfg_t *entry)
-{
-    ghc_cfg_t *cfg = entry && ghc_cfg_has(entry, "augmentations_cache_mode") ? entry : data;
-    int mode = 0, rc = cfg ? ghc_cfg_get_choice(cfg, "augmentations_cache_mode", 0, aug_modes, &mode) : 0;
-    if (rc < 0 || mode == 0)
-        return rc;
-    return ghc_error_set(ghc_cfg_core(cfg), GHC_ECONFIG, "%s: %s.augmentations_cache_mode = \"%s\" is not available "
-                         "yet (issue 24): only \"static\" (prepare encodes the flips once, served every epoch)",
-                         ghc_cfg_where(cfg, "augmentations_cache_mode"), ghc_cfg_path(cfg), aug_modes[mode]);
-}
-
 /* `p` made absolute against the configuration file's folder. */
 static char *resolve_path(ghc_core_t *core, const char *p)
 {
@@ -125,25 +124,33 @@ static char *resolve_path(ghc_core_t *core, const char *p)
     return strdup(realpath(buf, real) ? real : buf);
 }
 
+int ghc_data_seed(ghc_core_t *core, ghc_cfg_t *data, uint64_t *seed)
+{
+    ghc_cfg_t *top = ghc_config_root(core);
+    int64_t top_seed = 42, v;
+    int rc;
+    if (top && ghc_cfg_has(top, "seed") && (rc = ghc_cfg_get_int(top, "seed", 42, 0, INT64_MAX, &top_seed)) < 0)
+        return rc;
+    if ((rc = ghc_cfg_get_int(data, "seed", top_seed, 0, INT64_MAX, &v)) < 0)
+        return rc;
+    *seed = (uint64_t)v;
+    return 0;
+}
+
 static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
 {
     ghc_core_t *core = ds->core;
-    ghc_cfg_t *top = ghc_config_root(core);
     int rc;
-    int64_t top_seed = 42, seed, bs;
-    bool has_top = ghc_cfg_has(top, "seed");
-    if (has_top && (rc = ghc_cfg_get_int(top, "seed", 42, 0, INT64_MAX, &top_seed)) < 0)
-        return rc;
+    int64_t bs;
     const char *empty = NULL;
     if ((rc = ghc_cfg_get_int(cfg, "batch_size", 1, 1, 1 << 20, &bs)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "seed", top_seed, 0, INT64_MAX, &seed)) < 0 ||
+        (rc = ghc_data_seed(core, cfg, &ds->seed)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "shuffle", true, &ds->shuffle)) < 0 ||
         (rc = ghc_cfg_get_float(cfg, "text_dropout", 0.0, 0.0, 1.0, &ds->text_dropout)) < 0 ||
         (rc = ghc_cfg_get_string(cfg, "empty_prompt", NULL, &empty)) < 0 ||
         (rc = ghc_cfg_get_bool(cfg, "skip_bad_samples", false, &ds->skip_bad)) < 0)
         return rc;
     ds->batch_size = bs;
-    ds->seed = (uint64_t)seed;
 
     int n;
     if ((rc = ghc_cfg_list_len(cfg, "datasets", &n)) < 0)
@@ -156,8 +163,9 @@ static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
     ds->n_sets = n;
     for (int i = 0; i < n; i++) {
         ghc_cfg_t *g;
+        int mode;
         if ((rc = ghc_cfg_list_group(cfg, "datasets", i, entry_keys(), &g)) < 0 ||
-            (rc = ghc_data_aug_cache_mode(cfg, g)) < 0)
+            (rc = ghc_data_aug_mode(cfg, g, &mode)) < 0)
             return rc;
         const char *what = ghc_cfg_path(g);   /* "data.datasets[1]" */
         const char *path, *comp, *trigger, *defcap;
@@ -229,7 +237,7 @@ static int read_config(ghc_dataset_t *ds, ghc_cfg_t *cfg)
 
 /* ---- discovery ------------------------------------------------------------------------------- */
 
-static void sample_clear(struct data_sample *s)
+void ghc_data_sample_clear(struct data_sample *s)
 {
     for (int k = 0; k < GHC_SAMPLE_KIND_COUNT; k++) {
         free(s->file[k]);
@@ -320,16 +328,9 @@ static int discover(ghc_dataset_t *ds, int32_t d)
             rc = 0;
             continue;
         }
-        if (ds->n_samples == ds->cap_samples) {
-            int64_t cap = ds->cap_samples ? ds->cap_samples * 2 : 256;
-            struct data_sample *ns = realloc(ds->samples, (size_t)cap * sizeof(*ns));
-            if (!ns) {
-                rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
-                goto out;
-            }
-            ds->samples = ns;
-            ds->cap_samples = cap;
-        }
+        if ((rc = ghc_data_reserve(ds, (void **)&ds->samples, &ds->cap_samples, ds->n_samples,
+                                   sizeof(*ds->samples))) < 0)
+            goto out;
         struct data_sample *s = &ds->samples[ds->n_samples];
         memset(s, 0, sizeof(*s));
         s->ds = d;
@@ -338,12 +339,12 @@ static int discover(ghc_dataset_t *ds, int32_t d)
         if (!(s->file[GHC_SAMPLE_LATENT] = strdup(f->name)) ||
             !(s->file[GHC_SAMPLE_TEXT_EMBED] = strdup(t->name)) ||
             (cap && !(s->caption = strdup(cap->name)))) {
-            sample_clear(s);
+            ghc_data_sample_clear(s);
             rc = ghc_error_set(ds->core, GHC_ENOMEM, "data: out of memory");
             goto out;
         }
         if ((rc = ghc_data_sample_check(ds, s)) != 0) {
-            sample_clear(s);
+            ghc_data_sample_clear(s);
             if (rc < 0)
                 goto out;
             rc = 0;
@@ -387,7 +388,7 @@ static int filter_samples(ghc_dataset_t *ds, int (*judge)(ghc_dataset_t *ds, int
                 return rc;
             }
             if (rc > 0) {
-                sample_clear(&ds->samples[i]);
+                ghc_data_sample_clear(&ds->samples[i]);
                 continue;
             }
             ds->samples[kept++] = ds->samples[i];
@@ -534,9 +535,13 @@ int ghc_dataset_open_fit(ghc_core_t *core, const char *section, ghc_data_fit_fn 
     free(roots);
     if (rc < 0)
         goto fail;
-    for (int32_t d = 0; d < ds->n_sets; d++)
-        if ((rc = discover(ds, d)) < 0)
+    for (int32_t d = 0; d < ds->n_sets; d++) {
+        ghc_cfg_t *g;
+        if ((rc = discover(ds, d)) < 0 || (rc = ghc_cfg_list_group(cfg, "datasets", d, entry_keys(), &g)) < 0 ||
+            (rc = ghc_data_aug_discover(ds, d, cfg, g)) < 0)
             goto fail;
+        ds->sets[d].n = ds->n_samples - ds->sets[d].first;   /* its augmented clips too */
+    }
     if (ds->n_samples && ((rc = unify_text_dim(ds)) < 0 || (rc = ghc_data_blanks_load(ds)) < 0))
         goto fail;
     if (ds->n_samples && fit && (rc = fit_samples(ds, section, fit, user)) < 0)
@@ -564,8 +569,10 @@ int ghc_dataset_open_fit(ghc_core_t *core, const char *section, ghc_data_fit_fn 
         }
         for (int64_t i = 0; i < ds->n_samples; i++)
             for (int k = 0; k < GHC_SAMPLE_KIND_COUNT; k++) {
-                refs[i].file[k] = ds->samples[i].file[k];
-                refs[i].key[k] = ds->samples[i].key[k];
+                /* an augmented clip's latent is encoded at training time (data_aug.c): no file */
+                bool none = k == GHC_SAMPLE_LATENT && ds->samples[i].aug1;
+                refs[i].file[k] = none ? NULL : ds->samples[i].file[k];
+                refs[i].key[k] = none ? NULL : ds->samples[i].key[k];
             }
         rc = ghc_cache_bind(ds->cache, ds->backend, refs, ds->n_samples);
         free(refs);
@@ -591,8 +598,9 @@ void ghc_dataset_free(ghc_dataset_t *ds)
 {
     if (!ds)
         return;
+    ghc_data_aug_free(ds);
     for (int64_t i = 0; i < ds->n_samples; i++)
-        sample_clear(&ds->samples[i]);
+        ghc_data_sample_clear(&ds->samples[i]);
     free(ds->samples);
     for (int32_t d = 0; d < ds->n_sets; d++) {
         struct data_set *set = &ds->sets[d];

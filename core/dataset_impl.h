@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <gh200core/dataset.h>
+#include <gh200core/encoder.h>      /* defines: ghc_vae_t */
 #include <gh200core/gh200core.h>
 #include <gh200core/safetensors.h>     /* defines: struct ghc_st_info */
 
@@ -37,6 +38,8 @@ struct data_sample {
     int64_t              lat_shape[4];
     int64_t              txt_len, txt_dim;
     int32_t              bucket;
+    int64_t              aug1;   /* an augmented clip encoded at training time: its item + 1
+                                  * (data_aug.c); 0: none, the latent is the file's */
 };
 
 struct data_bucket {
@@ -55,6 +58,7 @@ struct ghc_dataset {
     ghc_backend_t     *backend;      /* the run's, or own_backend */
     ghc_backend_t     *own_backend;
     ghc_cache_t       *cache;        /* the run's, or NULL: decode on each use */
+    struct data_aug   *aug;          /* augmented clips encoded at training time, or NULL */
 
     int64_t            batch_size;
     uint64_t           seed;
@@ -105,10 +109,41 @@ const char *ghc_data_disk_name(const ghc_dataset_t *ds, const char *entry, char 
  * warning and a count (returns 1, the error cleared). A message already set is passed in
  * as the reason ("%s", ghc_error_message(core)). */
 int ghc_data_bad_sample(ghc_dataset_t *ds, int rc, const char *fmt, ...) GHC_PRINTF(3, 4);
-/* augmentations_cache_mode of dataset entry `entry` (else of `data`): "static" (the default)
- * is the only one there; "disable_cache" and "refresh_each_epoch" are GHC_ECONFIG, one line
- * naming the key (prepare.c and the dataset both check). Returns 0 or GHC_ECONFIG. */
-int ghc_data_aug_cache_mode(ghc_cfg_t *data, ghc_cfg_t *entry);
+/* The seed of the `data` section: data.seed, else the top-level seed, else 42. 0 or GHC_ECONFIG. */
+int ghc_data_seed(ghc_core_t *core, ghc_cfg_t *data, uint64_t *seed);
+/* Room for element n of the array *p (*cap elements of `size` bytes; doubled, from 256, when
+ * full). Returns 0 or GHC_ENOMEM. */
+int ghc_data_reserve(ghc_dataset_t *ds, void **p, int64_t *cap, int64_t n, size_t size);
+/* Free a sample's strings and zero it. */
+void ghc_data_sample_clear(struct data_sample *s);
+
+/* ---- augmentations encoded at training time (data_aug.c) -------------------------------------- */
+
+/* augmentations_cache_mode values (ai-toolkit's GH200 fork's names). */
+enum { GHC_DATA_AUG_STATIC = 0, GHC_DATA_AUG_DISABLE_CACHE, GHC_DATA_AUG_REFRESH };
+/* augmentations_cache_mode of dataset entry `entry` (else of `data`) into *mode. Returns 0 or
+ * GHC_ECONFIG (one line naming the key). */
+int ghc_data_aug_mode(ghc_cfg_t *data, ghc_cfg_t *entry, int *mode);
+/* The seed of a random crop: the data seed, the media file's name, the epoch (-1: static) and
+ * the draw (disable_cache: its position + 1; else 0). */
+uint64_t ghc_data_aug_seed(uint64_t seed, const char *media, int64_t epoch, int64_t draw);
+/* Clip frames [f, h, w, 3] (uint8) flipped by `flip` (bit 0 left-right, bit 1 upside down;
+ * mirror: f * h * w * 3 bytes of scratch when flip is not 0) and encoded by vae on core: *lat a
+ * new f32 CPU latent the caller frees. Shared by prepare and the modes below. 0 or GHC_E*. */
+int ghc_data_aug_encode_clip(ghc_core_t *core, ghc_vae_t *vae, const uint8_t *frames, int32_t f, int32_t h,
+                             int32_t w, int flip, uint8_t *mirror, ghc_tensor_t **lat);
+/* Dataset d's augmented clips that its mode (disable_cache, refresh_each_epoch; static: none)
+ * encodes at training time, from prepare's manifests in its folder, appended to the samples
+ * (their text files checked). 0 or GHC_E*. */
+int  ghc_data_aug_discover(ghc_dataset_t *ds, int32_t d, ghc_cfg_t *data, ghc_cfg_t *entry);
+/* refresh_each_epoch: make `epoch`'s latents the ones served, waiting for their encoding (a log
+ * line) when it is not done, and start the next epoch's. 0 or GHC_E*. */
+int  ghc_data_aug_epoch(ghc_dataset_t *ds, int64_t epoch);
+/* The latent of augmented sample idx at (epoch, cursor): a new bf16 CPU tensor (a view of the
+ * epoch's for refresh_each_epoch; encoded now for disable_cache), freed with ghc_tensor_free. */
+int  ghc_data_aug_latent(ghc_dataset_t *ds, int64_t idx, int64_t epoch, int64_t cursor, ghc_tensor_t **out);
+/* Stops the encoding thread; NULL ds->aug is a no-op. */
+void ghc_data_aug_free(ghc_dataset_t *ds);
 
 /* ---- the formats (data_formats.c) ---------------------------------------------------------------
  *
@@ -189,6 +224,8 @@ bool ghc_data_listing_range(const struct data_listing *ls, int cls, const char *
 /* Check sample s's latent and text headers by its format's rules and fill its keys, dtypes
  * and shapes (and its stored noise and timestep). 0, 1 (a bad sample, skipped) or GHC_E*. */
 int  ghc_data_sample_check(ghc_dataset_t *ds, struct data_sample *s);
+/* The text half of that: the sample's text file only. */
+int  ghc_data_text_check(ghc_dataset_t *ds, struct data_sample *s);
 
 /* ---- ai-toolkit (data_aitk.c) ---------------------------------------------------------------- */
 

@@ -36,6 +36,7 @@ static const struct ghc_cfg_key media_keys[] = {
     { "caption_extension", GHC_CFG_STRING, ".txt", NULL, NULL },
     { "flip_x",            GHC_CFG_BOOL,   "false", "(prepare also encodes each clip mirrored left-right)", NULL },
     { "flip_y",            GHC_CFG_BOOL,   "false", "(prepare also encodes each clip upside down)", NULL },
+    { "random_crop",       GHC_CFG_BOOL,   "false", "(the crop's corner drawn at random instead of centred)", NULL },
     { NULL, 0, NULL, NULL, NULL },
 };
 

@@ -57,6 +57,8 @@ struct ghc_media_decoder {
     size_t              rgb_cap;
     struct ghc_media_clip *clips;
     int64_t             clips_cap;
+    bool                crop_random;   /* random_crop: the corner drawn from crop_seed */
+    uint64_t            crop_seed;
 };
 
 /* Record the message (prefixed with the file) and return code. */
@@ -280,7 +282,7 @@ int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_media_settin
     bool fps = s && !image && s->source_fps > 0 && s->target_fps > 0;
     double delta = fps ? s->target_fps / s->source_fps : 1.0, acc = 0.0;
     int64_t prev = -1, seen = 0, n = 0;
-    int32_t bw = 0, bh = 0, sw = 0, sh = 0;
+    int32_t bw = 0, bh = 0, sw = 0, sh = 0, left = -1, top = -1;
     for (;;) {
         int r = next_frame(d);
         if (r < 0)
@@ -326,7 +328,15 @@ int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_media_settin
                 return fail(d, GHC_ENOMEM, "out of memory for %lld frames of %dx%d", (long long)(n + 1),
                             (int)bw, (int)bh);
         }
-        if ((rc = ghc_media_resize_into(d->src, fw, fh, d->src_stride, d->rgb + (size_t)n * fb, bw, bh,
+        if (n == 0) {   /* one corner for all the frames: the first one's geometry */
+            left = top = -1;
+            if (s && d->crop_random) {
+                int32_t rw, rh;
+                ghc_media_fit(fw, fh, bw, bh, &rw, &rh, NULL, NULL);
+                ghc_media_crop_draw(d->crop_seed, rw, rh, bw, bh, &left, &top);
+            }
+        }
+        if ((rc = ghc_media_resize_into(d->src, fw, fh, d->src_stride, d->rgb + (size_t)n * fb, bw, bh, left, top,
                                         &d->scratch, &d->scratch_cap)) < 0)
             return fail(d, rc, "cannot resize %dx%d to %dx%d", fw, fh, (int)bw, (int)bh);
         n++;
@@ -358,6 +368,12 @@ int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_media_settin
     out->n_clips = nc;
     out->clips = d->clips;
     return 0;
+}
+
+void ghc_media_decoder_crop(ghc_media_decoder_t *d, bool random, uint64_t seed)
+{
+    d->crop_random = random;
+    d->crop_seed = seed;
 }
 
 #else /* !GHC_HAVE_FFMPEG */
@@ -394,6 +410,11 @@ int ghc_media_decoder_read(ghc_media_decoder_t *d, const struct ghc_media_settin
     memset(out, 0, sizeof(*out));
     snprintf(d->err, sizeof(d->err), "media: cannot decode: this gh200core was " NO_FFMPEG);
     return GHC_EUNSUPPORTED;
+}
+
+void ghc_media_decoder_crop(ghc_media_decoder_t *d, bool random, uint64_t seed)
+{
+    (void)d, (void)random, (void)seed;
 }
 
 #endif

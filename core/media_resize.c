@@ -231,14 +231,18 @@ out:
 /* ---- resize and crop ----------------------------------------------------------------------------- */
 
 int ghc_media_resize_into(const uint8_t *src, int32_t w, int32_t h, ptrdiff_t stride, uint8_t *dst, int32_t bw,
-                          int32_t bh, uint8_t **scratch, size_t *cap)
+                          int32_t bh, int32_t left, int32_t top, uint8_t **scratch, size_t *cap)
 {
-    int32_t rw, rh, left, top;
+    int32_t rw, rh, cl, ct;
     if (!src || !dst || w < 1 || h < 1 || bw < 1 || bh < 1)
         return GHC_EINVAL;
-    ghc_media_fit(w, h, bw, bh, &rw, &rh, &left, &top);
+    ghc_media_fit(w, h, bw, bh, &rw, &rh, &cl, &ct);
     if (rw < bw || rh < bh)
         return GHC_EINVAL;
+    if (left < 0)
+        left = cl, top = ct;
+    left = left > rw - bw ? rw - bw : left;   /* a corner drawn for another frame's size */
+    top = top < 0 ? 0 : top > rh - bh ? rh - bh : top;
     if (rw == w && rh == h) {
         for (int32_t y = 0; y < bh; y++)
             memcpy(dst + (size_t)y * bw * 3, src + (y + top) * stride + (size_t)left * 3, (size_t)bw * 3);
@@ -267,7 +271,23 @@ int ghc_media_resize_crop(const uint8_t *src, int32_t w, int32_t h, ptrdiff_t st
 {
     uint8_t *scratch = NULL;
     size_t cap = 0;
-    int rc = ghc_media_resize_into(src, w, h, stride, dst, bw, bh, &scratch, &cap);
+    int rc = ghc_media_resize_into(src, w, h, stride, dst, bw, bh, -1, -1, &scratch, &cap);
     free(scratch);
     return rc;
+}
+
+/* splitmix64's finaliser: a seed's bits spread over the word. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void ghc_media_crop_draw(uint64_t seed, int32_t rw, int32_t rh, int32_t bw, int32_t bh, int32_t *left, int32_t *top)
+{
+    uint64_t a = mix64(seed), b = mix64(a);
+    *left = rw > bw ? (int32_t)(a % (uint64_t)(rw - bw + 1)) : 0;
+    *top = rh > bh ? (int32_t)(b % (uint64_t)(rh - bh + 1)) : 0;
 }

@@ -10,8 +10,12 @@
  * manifest is written last (and every file atomically), a killed run leaves nothing served
  * stale. With a dataset's musubi_cache, musubi-tuner's files of the same encodings are written
  * too (musubi-tuner's names, keys and metadata) and listed in the manifest like ours. With its
- * flip_x / flip_y (augmentations_cache_mode "static", the only one there), each clip is also
- * encoded mirrored (<stem>_flipx, _flipy, _flipxy), its text cache hard-linked under that stem.
+ * flip_x / flip_y each clip is also encoded mirrored (<stem>_flipx, _flipy, _flipxy), its text
+ * cache hard-linked under that stem; with random_crop the crop's corner is drawn (seeded by the
+ * data seed and the file's name) instead of centred. That is augmentations_cache_mode "static";
+ * with "disable_cache" or "refresh_each_epoch" the augmented clips are not encoded here but
+ * listed in the manifest ("aug") with one text cache per clip, for the dataset to encode
+ * when training (data_aug.c).
  * The next media file is hashed and decoded on a thread while one is encoded. */
 #include <config.h>
 
@@ -33,7 +37,8 @@
 #include <gh200core/safetensors.h>
 #include <gh200core/train.h>
 
-#include "dataset_impl.h"   /* defines: ghc_data_aug_cache_mode */
+#include "dataset_impl.h"   /* defines: ghc_data_aug_mode, ghc_data_aug_encode_clip */
+#include "media_impl.h"     /* defines: ghc_media_decoder_crop */
 #include "train_impl.h"
 
 /* ---- hashes and fingerprints ------------------------------------------------------------------ */
@@ -136,6 +141,10 @@ static bool up_to_date(const char *dir, const char *mpath, const char *hash)
     return ok;
 }
 
+/* The text cache of a clip's augmented variants that are encoded at training time (after
+ * "<name>"): a name no format of the dataset claims (a lone text file), listed by every backend. */
+#define AUG_TEXT ".aug-text.safetensors"
+
 /* Files an older manifest lists that `now` (NULL-terminated names) does not: removed. */
 static void remove_stale(ghc_core_t *core, const char *dir, const char *mpath, char **now, int n_now)
 {
@@ -156,7 +165,9 @@ static void remove_stale(ghc_core_t *core, const char *dir, const char *mpath, c
     json_decref(j);
 }
 
-static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash, char **files, int n)
+/* The manifest: the hash, the files made and (aug, NULL for none; taken) the augmented clips
+ * the dataset encodes at training time. */
+static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash, char **files, int n, json_t *aug)
 {
     json_t *j = json_object(), *a = json_array();
     char tmp[8500];
@@ -164,8 +175,11 @@ static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash,
     if (!j || !a) {
         json_decref(j);
         json_decref(a);
+        json_decref(aug);
         return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
     }
+    if (aug)
+        json_object_set_new(j, "aug", aug);
     json_object_set_new(j, "format", json_string("gh200core-prepare"));
     json_object_set_new(j, "hash", json_string(hash));
     for (int i = 0; i < n; i++)
@@ -185,6 +199,7 @@ static int write_manifest(ghc_core_t *core, const char *mpath, const char *hash,
 struct prep {
     ghc_core_t            *core;
     bool                   force, skip_bad;
+    uint64_t               seed;            /* the data seed: random crops */
     struct ghc_prepare_stats *st;
     char                   enc_fp[8192];    /* the encoder sections' fingerprint */
 };
@@ -196,6 +211,8 @@ struct job {
     const struct prep *p;
     const char        *dir, *mfp;
     bool               musubi;         /* musubi-tuner's files too (musubi_cache) */
+    bool               random_crop;
+    int                aug_mode;       /* GHC_DATA_AUG_*: static encodes the augmented clips */
     const struct ghc_media_settings *m;
     const struct ghc_media_item *it;
     ghc_media_decoder_t *dec;          /* owned by the caller, one per job slot */
@@ -233,6 +250,10 @@ static void *job_read(void *arg)
         j->current = true;
         return NULL;
     }
+    /* static: the crop drawn once (its epoch -1); the other modes draw theirs when training,
+     * the frames here only say the clips */
+    ghc_media_decoder_crop(j->dec, j->random_crop && j->aug_mode == GHC_DATA_AUG_STATIC,
+                           ghc_data_aug_seed(j->p->seed, it->name, -1, 0));
     if ((j->rc = ghc_media_decoder_open(j->dec, it->path, NULL)) < 0 ||
         (j->rc = ghc_media_decoder_read(j->dec, j->m, &j->fr)) < 0)
         snprintf(j->msg, sizeof(j->msg), "%s", ghc_media_decoder_error(j->dec));
@@ -359,12 +380,19 @@ static int job_encode(struct prep *p, struct job *j)
         free(mirror);
         return ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
     }
-    if ((rc = ghc_text_encoder_encode(te, it->caption, &text)) < 0)
+    struct ghc_vae_info vi = { .struct_size = sizeof(vi) };
+    json_t *aug = j->aug_mode != GHC_DATA_AUG_STATIC ? json_array() : NULL;   /* clips encoded when training */
+    if (j->aug_mode != GHC_DATA_AUG_STATIC && !aug) {
+        rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+        goto out;
+    }
+    if ((rc = ghc_vae_info(vae, &vi)) < 0 || (rc = ghc_text_encoder_encode(te, it->caption, &text)) < 0)
         goto out;
     for (int64_t c = 0; c < fr->n_clips && rc == 0; c++) {
         const struct ghc_media_clip *cl = &fr->clips[c];
         const uint8_t *frames = fr->rgb + (size_t)cl->start * (size_t)fr->height * (size_t)fr->width * 3;
         char name[4200], file[4300], text_file[4300];
+        bool base_text = false, aug_text = false;   /* text_file written; aug_file */
         if (it->kind == GHC_MEDIA_VIDEO)
             snprintf(name, sizeof(name), "%s_%05lld-%03d", stem, (long long)cl->start, cl->frames);
         else
@@ -375,21 +403,25 @@ static int job_encode(struct prep *p, struct job *j)
         for (int v = 0; v < 4 && rc == 0; v++) {
             if (((v & 1) && !j->m->flip_x) || ((v & 2) && !j->m->flip_y))
                 continue;
-            int64_t vs[4] = { 3, cl->frames, fr->height, fr->width };
-            ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+            if ((v || j->random_crop) && j->aug_mode != GHC_DATA_AUG_STATIC) {
+                /* augmented, encoded at training time: its text cache and a manifest entry */
+                char aug_file[4300];
+                snprintf(aug_file, sizeof(aug_file), "%s" AUG_TEXT, name);
+                if (!aug_text)
+                    rc = base_text ? add_text_link(core, j, files, &nf, aug_file, text_file, text)
+                                   : add_file(core, j, files, &nf, aug_file, "text_embed", text, NULL);
+                aug_text = true;
+                snprintf(file, sizeof(file), "%s%s", name, flip_suffix[v]);
+                json_t *e = json_pack("{s:s, s:s, s:I, s:i, s:i, s:[I, I, I, I]}", "sample", file, "text", aug_file,
+                                      "start", (json_int_t)cl->start, "frames", (int)cl->frames, "flip", v,
+                                      "shape", (json_int_t)vi.z_dim, (json_int_t)((cl->frames - 1) / vi.t_stride + 1),
+                                      (json_int_t)(fr->height / vi.s_stride), (json_int_t)(fr->width / vi.s_stride));
+                if (rc == 0 && (!e || json_array_append_new(aug, e) != 0))
+                    rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
+                continue;
+            }
             ghc_tensor_t *lat = NULL;
-            if (!video) {
-                rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
-                break;
-            }
-            if (v) {
-                ghc_media_flip(frames, cl->frames, fr->height, fr->width, v & 1, v & 2, mirror);
-                ghc_media_to_vae_f32(mirror, cl->frames, fr->height, fr->width, ghc_tensor_data(video));
-            } else {
-                ghc_media_to_vae_f32(frames, cl->frames, fr->height, fr->width, ghc_tensor_data(video));
-            }
-            rc = ghc_vae_encode(vae, video, &lat);
-            ghc_tensor_free(video);
+            rc = ghc_data_aug_encode_clip(core, vae, frames, cl->frames, fr->height, fr->width, v, mirror, &lat);
             snprintf(file, sizeof(file), "%s%s.latent.safetensors", name, flip_suffix[v]);
             if (rc == 0)
                 rc = add_file(core, j, files, &nf, file, "latent", lat, NULL);
@@ -397,6 +429,7 @@ static int job_encode(struct prep *p, struct job *j)
             if (rc == 0)
                 rc = v ? add_text_link(core, j, files, &nf, file, text_file, text)
                        : add_file(core, j, files, &nf, file, "text_embed", text, NULL);
+            base_text |= rc == 0 && !v;
             if (rc == 0 && j->musubi && !v)   /* musubi-tuner has no flips */
                 rc = add_musubi_latent(core, j, fr, cl, files, &nf, name, lat);
             ghc_tensor_free(lat);
@@ -412,7 +445,8 @@ static int job_encode(struct prep *p, struct job *j)
     }
     if (rc == 0) {
         remove_stale(core, j->dir, j->mpath, files, nf);
-        rc = write_manifest(core, j->mpath, j->hash, files, nf);
+        rc = write_manifest(core, j->mpath, j->hash, files, nf, aug);
+        aug = NULL;
     }
     if (rc == 0) {
         p->st->encoded++;
@@ -420,6 +454,7 @@ static int job_encode(struct prep *p, struct job *j)
                 fr->n_clips == 1 ? "" : "s", fr->width, fr->height);
     }
 out:
+    json_decref(aug);
     ghc_tensor_free(text);
     free(mirror);
     for (int i = 0; i < nf; i++)
@@ -456,7 +491,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         return rc;   /* nothing to prepare (the dataset says what is missing when it opens) */
     struct prep p = { .core = core, .force = force, .st = &st };
     ghc_media_decoder_t *dec[2] = { NULL, NULL };
-    if ((rc = ghc_cfg_get_bool(data, "skip_bad_samples", false, &p.skip_bad)) < 0)
+    if ((rc = ghc_cfg_get_bool(data, "skip_bad_samples", false, &p.skip_bad)) < 0 ||
+        (rc = ghc_data_seed(core, data, &p.seed)) < 0)
         return rc;
     section_fp(core, "vae", p.enc_fp, sizeof(p.enc_fp));
     section_fp(core, "text_encoder", p.enc_fp, sizeof(p.enc_fp));
@@ -465,7 +501,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         ghc_cfg_t *g;
         const char *path;
         char dir[4096], mfp[1024];
-        bool musubi = false;
+        bool musubi = false, crop = false;
+        int mode = GHC_DATA_AUG_STATIC;
         struct ghc_media_settings m;
         ghc_media_list_t *list = NULL;
         if ((rc = ghc_cfg_list_group(data, "datasets", i, ghc_dataset_keys(true), &g)) < 0 ||
@@ -477,7 +514,7 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         }
         if ((rc = ghc_cfg_resolve_path(g, "path", path, dir, sizeof(dir))) < 0 || (rc = ghc_media_settings_read(g, &m)) < 0 ||
             (rc = ghc_cfg_get_bool(g, "musubi_cache", false, &musubi)) < 0 ||
-            (rc = ghc_data_aug_cache_mode(data, g)) < 0)
+            (rc = ghc_cfg_get_bool(g, "random_crop", false, &crop)) < 0 || (rc = ghc_data_aug_mode(data, g, &mode)) < 0)
             break;
         if ((rc = ghc_media_scan(core, dir, m.caption_extension, &list)) == GHC_ENOTFOUND) {
             ghc_error_clear(core);   /* no folder, no media: the dataset says so when it opens */
@@ -494,6 +531,10 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
                 snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "musubi;");
             if (m.flip_x || m.flip_y)
                 snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "flip=%d%d;", m.flip_x, m.flip_y);
+            if (crop)   /* the seed draws the static crop */
+                snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "random_crop:%llu;", (unsigned long long)p.seed);
+            if ((crop || m.flip_x || m.flip_y) && mode != GHC_DATA_AUG_STATIC)   /* both make the same files */
+                snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "aug=when-training;");
             if (!first_dir[0])
                 snprintf(first_dir, sizeof(first_dir), "%s", dir);
             for (int k = 0; k < 2 && rc == 0; k++)
@@ -504,7 +545,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         /* file k + 1 is read (hashed, decoded) on a thread while file k is encoded */
         struct job jobs[2];
         for (int k = 0; k < 2; k++)
-            jobs[k] = (struct job){ .p = &p, .dir = dir, .mfp = mfp, .musubi = musubi, .m = &m, .dec = dec[k] };
+            jobs[k] = (struct job){ .p = &p, .dir = dir, .mfp = mfp, .musubi = musubi, .m = &m, .dec = dec[k],
+                                    .random_crop = crop, .aug_mode = mode };
         if (n > 0 && rc == 0) {
             jobs[0].it = ghc_media_list_at(list, 0);
             job_start(&jobs[0]);

@@ -8,7 +8,7 @@ lib_LTLIBRARIES += libgh200core_train.la
 libgh200core_train_la_SOURCES = core/train.c core/train_check.c core/checkpoint.c core/outdir.c core/progress.c \
 	core/train_impl.h core/sampler.c core/tboard.c core/demo.c core/dist_shard.c core/dist_shard.h core/prepare.c
 libgh200core_train_la_SOURCES += core/dataset.c core/dataset_impl.h core/data_formats.c core/data_aitk.c \
-	core/data_order.c core/data_batch.c
+	core/data_order.c core/data_batch.c core/data_aug.c
 # raw media for `prepare` (media.h): folder scan, captions, buckets, clips (media.c), musubi-tuner's
 # resize filters (media_resize.c), the FFmpeg decoder (media_ffmpeg.c) and writer (media_write.c: the
 # demo's media and the tests'); both GHC_EUNSUPPORTED when configured --without-ffmpeg

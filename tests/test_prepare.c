@@ -8,8 +8,10 @@
  * (names, keys, metadata, the same bytes), kept by the manifest, read once beside ours and
  * read alone as musubi-tuner's. flip_x / flip_y: each clip also encoded mirrored, the same bits
  * as the encoding of a mirrored file written here, the text cache linked, kept and removed by
- * the manifest, the samples served twice (four times); the two cache modes not there yet are
- * one line naming the key. Without FFmpeg: that prepare says so. */
+ * the manifest, the samples served twice (four times). random_crop: a crop of the picture at a
+ * seeded corner, not the centre's. refresh_each_epoch: other latents each epoch for the
+ * augmented samples, the same for the others, the same losses run to run; disable_cache:
+ * nothing of the augmented clips written, training runs. Without FFmpeg: that prepare says so. */
 #include <config.h>
 
 #include <check.h>
@@ -19,6 +21,8 @@
 #include <sys/stat.h>
 
 #include <gh200core/gh200core.h>
+#include <gh200core/dataset.h>
+#include <gh200core/run.h>
 #include <gh200core/safetensors.h>
 
 #include "testutil.h"
@@ -108,6 +112,22 @@ static unsigned long long inode_of(const char *dir, const char *file)
 }
 
 #ifdef GHC_HAVE_FFMPEG
+
+/* The "loss" of each line of metrics.jsonl `path` into v (at most n); how many. */
+static int losses(const char *path, double *v, int n)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    char line[4096];
+    int k = 0;
+    while (k < n && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "\"loss\":");
+        if (p)
+            v[k++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return k;
+}
 
 /* In folder clips, at the bucket's size (48 x 32): a.mkv, 9 frames of the test pattern, and
  * b.png, its frame 3, with their captions. */
@@ -391,6 +411,220 @@ START_TEST(prepare_flips)
 }
 END_TEST
 
+/* ---- random_crop and the three cache modes ------------------------------------------------- */
+
+/* In folder `dir`: w.png, a 64 x 32 picture (wider than the 48 x 32 bucket: its crop's corner
+ * goes from 0 to 16) and v.mkv, 9 frames of 64 x 32, with captions. */
+static void write_wide(const char *dir)
+{
+    char path[4300];
+    uint8_t px[32 * 64 * 3];
+    tu_fill_pattern(3, 64, 32, px);
+    snprintf(path, sizeof(path), "%s/w.png", dir);
+    tu_write_image(path, 64, 32, 3, px);
+    snprintf(path, sizeof(path), "%s/v.mkv", dir);
+    tu_write_video(path, 64, 32, 9, 16, NULL, tu_fill_pattern);
+    free(tu_write(dir, "w.txt", "a wide picture"));
+    free(tu_write(dir, "v.txt", "a wide video"));
+}
+
+/* A test's folder (returned; the caller frees it) with train.cfg and two empty folders, their
+ * paths in a and b (4200 bytes each). */
+static char *two_folders(const char *an, char *a, const char *bn, char *b)
+{
+    char *dir = tu_tmpdir();
+    snprintf(a, 4200, "%s/%s", dir, an);
+    snprintf(b, 4200, "%s/%s", dir, bn);
+    ck_assert(mkdir(a, 0755) == 0 && mkdir(b, 0755) == 0);
+    free(tu_write(dir, "train.cfg", cfg_text));
+    return dir;
+}
+
+#define CROP_SET(extra) "--set 'data.datasets=( { path = \"clips\"; resolution = [48, 32]; target_frames = [1]; " \
+                        "random_crop = true; " extra " } )'"
+
+/* static random_crop: the crop of a picture at a corner drawn by the seed (not the centre),
+ * the same corner from the same seed, another from another; a second prepare encodes nothing. */
+START_TEST(prepare_random_crop)
+{
+    char clips[4200], crops[4200], path[4300], *out, *dir = two_folders("clips", clips, "crops", crops);
+    write_wide(clips);
+    /* every crop of w.png the bucket can take, as pictures of their own */
+    uint8_t px[32 * 64 * 3], crop[32 * 48 * 3];
+    tu_fill_pattern(3, 64, 32, px);
+    for (int l = 0; l <= 16; l++) {
+        for (int y = 0; y < 32; y++)
+            memcpy(crop + y * 48 * 3, px + (y * 64 + l) * 3, 48 * 3);
+        snprintf(path, sizeof(path), "%s/c%02d.png", crops, l);
+        tu_write_image(path, 48, 32, 3, crop);
+        snprintf(path, sizeof(path), "c%02d.txt", l);
+        free(tu_write(crops, path, "a wide picture"));
+    }
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set 'data.datasets=( { path = \"crops\"; "
+                                 "resolution = [48, 32]; target_frames = [1]; } )'") == 0, "%s", out);
+    free(out);
+
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " CROP_SET("")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 2 encoded (2 clips)"), "%s", out);
+    free(out);
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg " CROP_SET("")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 0 encoded (0 clips), 2 up to date"), "%s", out);
+    free(out);
+    /* w's latent is the encoding of exactly one crop, not the centre's (corner 8) */
+    int match = -1, n = 0;
+    for (int l = 0; l <= 16; l++) {
+        snprintf(path, sizeof(path), "../crops/c%02d.latent.safetensors", l);
+        if (same_tensor(clips, "w.latent.safetensors", "latent", path, "latent"))
+            match = l, n++;
+    }
+    ck_assert_msg(n == 1 && match != 8, "%d matches, the last at %d", n, match);
+    /* the same seed, the same corner: a copy of the folder prepared again */
+    char again[4300];
+    snprintf(again, sizeof(again), "%s/again", dir);
+    ck_assert_int_eq(mkdir(again, 0755), 0);
+    write_wide(again);
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set 'data.datasets=( { path = \"again\"; "
+                                 "resolution = [48, 32]; target_frames = [1]; random_crop = true; } )'") == 0, "%s", out);
+    free(out);
+    ck_assert(same_tensor(clips, "w.latent.safetensors", "latent", "../again/w.latent.safetensors", "latent"));
+    ck_assert(same_tensor(clips, "v_00000-001.latent.safetensors", "latent", "../again/v_00000-001.latent.safetensors",
+                          "latent"));
+    /* another seed: the settings changed, both encoded again, at another corner */
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set data.seed=7 " CROP_SET("")) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "2 media files: 2 encoded (2 clips)"), "%s", out);
+    free(out);
+    snprintf(path, sizeof(path), "../crops/c%02d.latent.safetensors", match);
+    ck_assert(!same_tensor(clips, "w.latent.safetensors", "latent", path, "latent"));
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* A hash of every latent the dataset serves over `epochs` epochs (batch 1, in order): h[e][i]
+ * for sample i in epoch e; *aug: whether sample i is in dataset 0 (the augmented one). */
+static void served_latents(const char *dir, const char *const *sets, int epochs, uint64_t h[][16], bool *aug, int *n)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/train.cfg", dir);
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
+    const char *ov[] = { "data.shuffle=false", sets[0] };
+    ck_assert_msg(ghc_config_load(core, path, ov, 2) == 0, "%s", ghc_error_message(core));
+    ghc_dataset_t *ds;
+    ck_assert_msg(ghc_dataset_open(core, &ds) == 0, "%s", ghc_error_message(core));
+    *n = (int)ghc_dataset_size(ds);
+    ck_assert_int_le(*n, 16);
+    for (int e = 0; e < epochs; e++)
+        for (int k = 0; k < *n; k++) {
+            struct ghc_data_batch b;
+            struct ghc_data_sample_info si;
+            ck_assert_msg(ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &b) == 0, "%s", ghc_error_message(core));
+            ck_assert(b.n == 1 && b.epoch == e && ghc_dataset_sample_at(ds, b.index[0], &si));
+            uint64_t x = 1469598103934665603ull;
+            const uint8_t *p = ghc_tensor_cdata(b.latents);
+            for (size_t i = 0; i < ghc_tensor_nbytes(b.latents); i++)
+                x = (x ^ p[i]) * 1099511628211ull;
+            h[e][b.index[0]] = x;
+            aug[b.index[0]] = si.dataset == 0;
+            ghc_data_batch_release(ds, &b);
+        }
+    ghc_dataset_free(ds);
+    ghc_core_free(core);
+}
+
+#define MODE_SET(mode) "data.datasets=( { path = \"clips\"; resolution = [48, 32]; target_frames = [1]; " \
+                       "random_crop = true; flip_x = true; augmentations_cache_mode = \"" mode "\"; }, " \
+                       "{ path = \"plain\"; resolution = [48, 32]; target_frames = [1]; } )"
+
+/* refresh_each_epoch: the augmented clips (a random crop, mirrored or not) are encoded for
+ * each epoch, none written as latents; the plain dataset's are the same every epoch; a
+ * training run's losses are the same run to run. */
+START_TEST(prepare_refresh_each_epoch)
+{
+    char clips[4200], plain[4200], a[4400], b[4400], *out, *dir = two_folders("clips", clips, "plain", plain);
+    write_wide(clips);
+    write_wide(plain);
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set '" MODE_SET("refresh_each_epoch") "'") == 0, "%s", out);
+    ck_assert_msg(strstr(out, "4 media files: 4 encoded (2 clips)"), "%s", out);   /* plain's alone */
+    free(out);
+    /* nothing of the augmented clips but their text and the manifest */
+    ck_assert(!exists(clips, "w.latent.safetensors") && !exists(clips, "w_flipx.latent.safetensors") &&
+              exists(clips, "w.aug-text.safetensors") && exists(plain, "w.latent.safetensors"));
+    ck_assert_msg(cli(dir, &out, "prepare -c train.cfg --set '" MODE_SET("refresh_each_epoch") "'") == 0, "%s", out);
+    ck_assert_msg(strstr(out, "4 media files: 0 encoded (0 clips), 4 up to date"), "%s", out);
+    free(out);
+
+    static uint64_t h[3][16];
+    bool aug[16] = { false };
+    int n, n_aug = 0;
+    const char *sets[] = { MODE_SET("refresh_each_epoch") };
+    served_latents(dir, sets, 3, h, aug, &n);
+    ck_assert_int_eq(n, 6);   /* w and v, each as it is (cropped) and mirrored; plain's two */
+    for (int i = 0; i < n; i++) {
+        n_aug += aug[i];
+        if (aug[i])
+            ck_assert_msg(h[0][i] != h[1][i] && h[1][i] != h[2][i] && h[0][i] != h[2][i], "sample %d", i);
+        else
+            ck_assert_msg(h[0][i] == h[1][i] && h[1][i] == h[2][i], "sample %d", i);
+    }
+    ck_assert_int_eq(n_aug, 4);
+    /* again: the same latents, epoch by epoch */
+    static uint64_t h2[3][16];
+    served_latents(dir, sets, 3, h2, aug, &n);
+    ck_assert(memcmp(h, h2, sizeof(h)) == 0);
+
+    /* training over three epochs: the same losses twice */
+    ck_assert_msg(cli(dir, &out, "-c train.cfg --set train.steps=18 --set output_dir=\"r1\" --set '"
+                                 MODE_SET("refresh_each_epoch") "'") == 0, "%s", out);
+    ck_assert_msg(strstr(out, "train: done: 18 steps") && strstr(out, "waiting for epoch 0's augmented clips") &&
+                  strstr(out, "4 augmented clips encoded at training time (refresh_each_epoch)"), "%s", out);
+    free(out);
+    ck_assert_msg(cli(dir, &out, "-c train.cfg --set train.steps=18 --set output_dir=\"r2\" --set '"
+                                 MODE_SET("refresh_each_epoch") "'") == 0, "%s", out);
+    free(out);
+    snprintf(a, sizeof(a), "%s/r1/metrics.jsonl", dir);
+    snprintf(b, sizeof(b), "%s/r2/metrics.jsonl", dir);
+    double x[32], y[32];
+    ck_assert_int_eq(losses(a, x, 32), 18);
+    ck_assert_int_eq(losses(b, y, 32), 18);
+    for (int i = 0; i < 18; i++)
+        ck_assert_msg(x[i] == y[i], "step %d: %.9g vs %.9g", i, x[i], y[i]);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
+/* disable_cache: the augmented clips encoded each time they are drawn (a crop drawn each
+ * time), never written; training runs. */
+START_TEST(prepare_disable_cache)
+{
+    char clips[4200], plain[4200], *out, *dir = two_folders("clips", clips, "plain", plain);
+    write_wide(clips);
+    write_wide(plain);
+    ck_assert_msg(cli(dir, &out, "-c train.cfg --set train.steps=8 --set '" MODE_SET("disable_cache") "'") == 0,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "train: done: 8 steps") && strstr(out, "4 augmented clips encoded at training time"),
+                  "%s", out);
+    free(out);
+    static const char *const never[] = { "w.latent.safetensors", "w_flipx.latent.safetensors",
+                                         "v_00000-001.latent.safetensors", "v_00000-001_flipx.latent.safetensors", NULL };
+    for (int i = 0; never[i]; i++)
+        ck_assert_msg(!exists(clips, never[i]), "%s", never[i]);
+    static uint64_t h[3][16];
+    bool aug[16] = { false };
+    int n;
+    const char *sets[] = { MODE_SET("disable_cache") };
+    served_latents(dir, sets, 3, h, aug, &n);
+    ck_assert_int_eq(n, 6);
+    /* a draw's corner is one of 17: over three epochs an augmented sample takes two or more */
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(aug[i] ? h[0][i] != h[1][i] || h[1][i] != h[2][i]
+                             : h[0][i] == h[1][i] && h[1][i] == h[2][i], "sample %d", i);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 #else
 
 START_TEST(prepare_without_ffmpeg)
@@ -430,16 +664,18 @@ START_TEST(prepare_config_errors)
     ck_assert_int_ne(cli(dir, &out, "prepare -c train.cfg --set 'data.prepare=\"sometimes\"'"), 0);
     ck_assert_msg(strstr(out, "prepare") && strstr(out, "sometimes"), "%s", out);
     free(out);
-    /* the augmentations' cache modes not there yet: one line naming the key, for prepare and
-     * for a training run that does not prepare; an unknown one lists them */
-    ck_assert_int_eq(cli(dir, &out, "prepare -c train.cfg --set 'data.augmentations_cache_mode=\"refresh_each_epoch\"'"), 3);
-    ck_assert_msg(strstr(out, "data.augmentations_cache_mode = \"refresh_each_epoch\" is not available yet (issue 24)"),
-                  "%s", out);
+    /* the augmentations' cache modes: all three taken (on to the media: a.png is no picture),
+     * in `data` or per dataset; an unknown one lists them, naming the key */
+    ck_assert_int_eq(cli(dir, &out, "prepare -c train.cfg --set 'data.augmentations_cache_mode=\"refresh_each_epoch\"'"), 5);
+    ck_assert_msg(strstr(out, "a.png") && !strstr(out, "augmentations_cache_mode"), "%s", out);
     free(out);
-    ck_assert_int_eq(cli(dir, &out, "-c train.cfg --set 'data.prepare=\"never\"' --set 'data.datasets=( { path = "
-                                    "\"clips\"; augmentations_cache_mode = \"disable_cache\"; } )'"), 3);
-    ck_assert_msg(strstr(out, "data.datasets[0].augmentations_cache_mode = \"disable_cache\" is not available yet"),
-                  "%s", out);
+    ck_assert_int_eq(cli(dir, &out, "prepare -c train.cfg --set 'data.datasets=( { path = \"clips\"; "
+                                    "augmentations_cache_mode = \"disable_cache\"; random_crop = true; } )'"), 5);
+    ck_assert_msg(strstr(out, "a.png") && !strstr(out, "augmentations_cache_mode"), "%s", out);
+    free(out);
+    ck_assert_int_ne(cli(dir, &out, "prepare -c train.cfg --set 'data.datasets=( { path = \"clips\"; "
+                                    "random_crop = 1; } )'"), 0);
+    ck_assert_msg(strstr(out, "random_crop"), "%s", out);
     free(out);
     ck_assert_int_ne(cli(dir, &out, "prepare -c train.cfg --set 'data.augmentations_cache_mode=\"dynamic\"'"), 0);
     ck_assert_msg(strstr(out, "augmentations_cache_mode") && strstr(out, "refresh_each_epoch"), "%s", out);
@@ -462,6 +698,9 @@ int main(void)
     tcase_add_test(tc, prepare_media_to_caches);
     tcase_add_test(tc, prepare_musubi_layout);
     tcase_add_test(tc, prepare_flips);
+    tcase_add_test(tc, prepare_random_crop);
+    tcase_add_test(tc, prepare_refresh_each_epoch);
+    tcase_add_test(tc, prepare_disable_cache);
 #else
     tcase_add_test(tc, prepare_without_ffmpeg);
 #endif
