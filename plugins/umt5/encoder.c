@@ -449,10 +449,10 @@ ghc_umt5_t *ghc_umt5_init_random(ghc_core_t *core, const struct ghc_umt5_config 
 
 /* Scratch of one forward over B prompts of n positions (N = B n rows), on the encoder's device:
  * the residual x and the output y in f32, the rest in the encoder's dtype; q4 .. o4 are
- * [B, n, H, d_kv] views of q .. o. ids, mask and host are the inputs and output on the CPU. */
+ * [B, n, H, d_kv] views of q .. o; host_ids, host_mask: the inputs on the CPU. */
 struct scratch {
     ghc_tensor_t *ids, *mask, *x, *h, *q, *k, *v, *o, *q4, *k4, *v4, *o4, *bias, *a, *b, *y;
-    ghc_tensor_t *host_ids, *host_mask, *host_y;
+    ghc_tensor_t *host_ids, *host_mask;
 };
 
 static void scratch_free(struct scratch *s)
@@ -592,30 +592,27 @@ int ghc_umt5_encode_batch(ghc_umt5_t *enc, const int32_t *ids, const int32_t *ma
             goto out;
     if ((rc = ghc_op_rmsnorm_fwd(s.y, NULL, s.x, enc->final_norm, c->eps, NULL)) < 0)
         goto out;
-    const int64_t D = c->d_model, N = (int64_t)B * n;
-    if (enc->device == GHC_DEVICE_CPU) {
-        s.host_y = s.y;
+    const int64_t D = c->d_model;
+    if (enc->device == GHC_DEVICE_CPU && B == 1 && L[0] == n) {   /* the whole output */
+        out[0] = s.y;
         s.y = NULL;
-    } else if (!(s.host_y = ghc_tensor_init(core, GHC_DTYPE_F32, 2, (const int64_t[]){ N, D }, GHC_DEVICE_CPU,
-                                            GHC_ROLE_TEXT_EMBEDS))) {
-        rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
-        goto out;
-    } else if ((rc = ghc_op_copy(s.host_y, s.y, NULL)) < 0 || (rc = ghc_op_sync(core, enc->device, NULL)) < 0) {
         goto out;
     }
-    if (B == 1 && L[0] == n) {   /* the whole output */
-        out[0] = s.host_y;
-        s.host_y = NULL;
-        goto out;
-    }
-    for (int32_t b = 0; b < B && rc == 0; b++) {   /* each prompt's true rows */
+    /* each prompt's true rows, copied from the device (or the host) straight into its tensor:
+     * no staging copy of the whole batch, one synchronisation */
+    for (int32_t b = 0; b < B && rc == 0; b++) {
+        ghc_tensor_t *rows = NULL;
         if (!(out[b] = ghc_tensor_init(core, GHC_DTYPE_F32, 2, (const int64_t[]){ L[b], D }, GHC_DEVICE_CPU,
-                                       GHC_ROLE_TEXT_EMBEDS)))
+                                       GHC_ROLE_TEXT_EMBEDS)) ||
+            !(rows = ghc_tensor_wrap(core, GHC_DTYPE_F32, 2, (const int64_t[]){ L[b], D }, enc->device,
+                                     (float *)ghc_tensor_data(s.y) + (int64_t)b * n * D)))
             rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
         else
-            memcpy(ghc_tensor_data(out[b]), (const float *)ghc_tensor_cdata(s.host_y) + (int64_t)b * n * D,
-                   (size_t)(L[b] * D) * sizeof(float));
+            rc = ghc_op_copy(out[b], rows, NULL);
+        ghc_tensor_free(rows);
     }
+    if (rc == 0 && enc->device != GHC_DEVICE_CPU)
+        rc = ghc_op_sync(core, enc->device, NULL);
 out:
     scratch_free(&s);
     free(L);
