@@ -280,6 +280,7 @@ const char *ghc_mem_role_name(enum ghc_mem_role role)
     static const char *const names[GHC_ROLE_COUNT] = {
         "weights", "weights_inactive", "adapter", "grads", "optimizer_state",
         "activations", "latents", "text_embeds", "masks", "workspace", "saved",
+        "encoder_weights", "encoder_activations",
     };
     return (unsigned)role < GHC_ROLE_COUNT ? names[role] : "?";
 }

@@ -8,7 +8,8 @@
  * ring (plugins/offload/saved.c, linked in) driven as wan22 drives it, its copies and events
  * replayed on two simulated streams with vector clocks: no copy races a kernel on a buffer or a
  * home, and every read sees the bytes its unit's last write pass left; the saved role through
- * the host policy; and the `estimate` and `diag` commands of the CLI. */
+ * the host policy; the encoders' roles through the host policy (tiny random VAE and umT5:
+ * nothing under the model's roles); and the `estimate` and `diag` commands of the CLI. */
 #include <config.h>
 
 #include <math.h>
@@ -292,6 +293,13 @@ START_TEST(advice_by_role)
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_TEXT_EMBEDS, UVM_CPU_FIRST, 0, true, true), UVM_ADVICE_GPU);
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_MASKS, UVM_BALANCED, 1, true, true), UVM_ADVICE_GPU);
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_WEIGHTS, UVM_GPU_FIRST, 1, true, true), UVM_ADVICE_GPU);
+    /* an encoder's weights as the model's, its activations by pattern like the model's */
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_ENCODER_WEIGHTS, UVM_CPU_FIRST, 1, true, true), UVM_ADVICE_GPU);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_ENCODER_WEIGHTS, UVM_GPU_FIRST, 1, true, false), UVM_ADVICE_NONE);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_ENCODER_ACTIVATIONS, UVM_CPU_FIRST, 1, true, true), UVM_ADVICE_HOST);
+    ck_assert_int_eq(uvm_advice_for(GHC_ROLE_ENCODER_ACTIVATIONS, UVM_BALANCED, 1, true, true), UVM_ADVICE_NONE);
+    ck_assert_int_eq(uvm_kind_for(GHC_ROLE_ENCODER_WEIGHTS, true), UVM_KIND_STAGE);
+    ck_assert_int_eq(uvm_kind_for(GHC_ROLE_ENCODER_ACTIVATIONS, true), UVM_KIND_STAGE);
     /* GPU-preferred only while it fits the device budget */
     ck_assert_int_eq(uvm_advice_for(GHC_ROLE_WEIGHTS, UVM_GPU_FIRST, 1, true, false), UVM_ADVICE_NONE);
     /* optimizer state: by pattern in stage 0, on the host when pressed */
@@ -647,6 +655,61 @@ START_TEST(saved_ring_streams)
         free(homes[i]);
     }
     saved_ring_free(&r);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* The encoders' roles through the host policy (the CPU-testable one): the tiny random Wan2.2
+ * VAE (tiled: tiles of 32 every 16 over a 48 x 48 clip) encodes and decodes and the tiny umT5
+ * encodes a caption with every byte under encoder_weights, encoder_activations and the latent's
+ * role (latents; text_embeds where umT5 trims its output): the per-role peaks show none under
+ * the model's roles. */
+START_TEST(encoder_roles_host)
+{
+    ck_assert_str_eq(ghc_mem_role_name(GHC_ROLE_ENCODER_WEIGHTS), "encoder_weights");
+    ck_assert_str_eq(ghc_mem_role_name(GHC_ROLE_ENCODER_ACTIVATIONS), "encoder_activations");
+    ck_assert_int_eq(GHC_ROLE_ENCODER_WEIGHTS, GHC_ROLE_SAVED + 1);   /* appended: the ABI keeps */
+    ghc_core_t *core = ghc_core_init();
+    ck_assert_int_eq(ghc_plugin_add_path(core, tu_env("GHC_BUILD_PLUGINS")), 0);
+    const char *cfg = "mempolicy = { plugin = \"host\"; };\n"
+                      "vae = { plugin = \"wanvae\"; tile = 32; random = { version = 22; base_dim = 2; }; };\n"
+                      "text_encoder = { plugin = \"umt5\"; random = { d_model = 32; }; };\n";
+    ck_assert_int_eq(ghc_config_load_string(core, cfg, "m.cfg", NULL, NULL, 0), 0);
+    ck_assert_msg(ghc_run_init(core) == 0, "%s", ghc_error_message(core));
+    ghc_mempolicy_t *mp = ghc_mempolicy_get(core);
+    ghc_vae_t *vae = ghc_vae_get(core);
+    ghc_text_encoder_t *te = ghc_text_encoder_get(core);
+    ck_assert_msg(vae && te, "%s", ghc_error_message(core));
+    struct ghc_mem_stats st = { .struct_size = sizeof(st) };
+    ck_assert_int_eq(ghc_mem_stats(mp, &st), 0);
+    const uint64_t weights = st.bytes_role[GHC_ROLE_ENCODER_WEIGHTS];
+    ck_assert_uint_gt(weights, 0);
+    char use[256];
+    ghc_mem_usage_text(st.bytes_role, (int32_t)st.n_roles, use, sizeof(use));
+    ck_assert_msg(strncmp(use, "encoder_weights ", 16) == 0, "%s", use);
+    ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, (const int64_t[]){ 3, 5, 48, 48 }, GHC_DEVICE_CPU,
+                                          GHC_ROLE_ENCODER_ACTIVATIONS);
+    ghc_tensor_t *lat = NULL, *clip = NULL, *emb = NULL;
+    ck_assert_ptr_nonnull(video);
+    tu_fill_levels(video);
+    ck_assert_msg(ghc_vae_encode(vae, video, &lat) == 0, "%s", ghc_error_message(core));
+    ck_assert_msg(ghc_vae_decode(vae, lat, &clip) == 0, "%s", ghc_error_message(core));
+    ck_assert_msg(ghc_text_encoder_encode(te, "a cat, walking", &emb) == 0, "%s", ghc_error_message(core));
+    ck_assert_int_eq(ghc_tensor_dim(lat, 2), 3);
+    ck_assert_int_eq(ghc_tensor_dim(clip, 3), 48);
+    ck_assert_int_eq(ghc_mem_stats(mp, &st), 0);
+    ck_assert_uint_eq(st.bytes_role[GHC_ROLE_ENCODER_WEIGHTS], weights);
+    ck_assert_uint_gt(st.bytes_role_peak[GHC_ROLE_ENCODER_ACTIVATIONS], ghc_tensor_nbytes(video) + ghc_tensor_nbytes(clip));
+    ck_assert_uint_eq(st.bytes_role[GHC_ROLE_LATENTS], ghc_tensor_nbytes(lat));
+    for (int r = 0; r < GHC_ROLE_COUNT; r++)
+        if (r != GHC_ROLE_ENCODER_WEIGHTS && r != GHC_ROLE_ENCODER_ACTIVATIONS && r != GHC_ROLE_LATENTS &&
+            r != GHC_ROLE_TEXT_EMBEDS)
+            ck_assert_msg(st.bytes_role_peak[r] == 0, "%s: %llu bytes at most", ghc_mem_role_name((enum ghc_mem_role)r),
+                          (unsigned long long)st.bytes_role_peak[r]);
+    ghc_tensor_free(video);
+    ghc_tensor_free(lat);
+    ghc_tensor_free(clip);
+    ghc_tensor_free(emb);
     ghc_core_free(core);
 }
 END_TEST
@@ -1074,6 +1137,7 @@ static Suite *mem_suite(void)
     tcase_add_test(pol, host_oom_names_roles);
     tcase_add_test(pol, saved_ring_streams);
     tcase_add_test(pol, saved_role_host);
+    tcase_add_test(pol, encoder_roles_host);
     suite_add_tcase(s, pol);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 120);

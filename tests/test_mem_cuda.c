@@ -60,6 +60,8 @@ START_TEST(uvm_placement_per_role)
     ck_assert_int_eq(PREF(p[GHC_ROLE_MASKS], 4 * MiB), 0);
     ck_assert_int_eq(PREF(p[GHC_ROLE_WEIGHTS], 4 * MiB), 0);
     ck_assert_int_eq(PREF(p[GHC_ROLE_ACTIVATIONS], 4 * MiB), 0);          /* gpu_first */
+    ck_assert_int_eq(PREF(p[GHC_ROLE_ENCODER_WEIGHTS], 4 * MiB), 0);      /* as the model's weights */
+    ck_assert_int_eq(PREF(p[GHC_ROLE_ENCODER_ACTIVATIONS], 4 * MiB), 0);  /* gpu_first */
     ck_assert_int_eq(PREF(p[GHC_ROLE_OPTIMIZER_STATE], 4 * MiB), cudaCpuDeviceId);   /* stage 1: pressed */
     /* prefetch: recorded on the range; latents read where they are until prefetched */
     ms_ok(core, ghc_mem_prefetch(mp, p[GHC_ROLE_TEXT_EMBEDS], 4 * MiB, 0, NULL));
@@ -75,7 +77,8 @@ START_TEST(uvm_placement_per_role)
     ck_assert_int_eq(st.stage, 1);
     /* all but the workspace, and the saved activations, pinned on the host unless integrated */
     ck_assert(!is_managed(p[GHC_ROLE_SAVED]) || st.platform == GHC_PLATFORM_INTEGRATED);
-    ck_assert_uint_eq(st.bytes_managed, (st.platform == GHC_PLATFORM_INTEGRATED ? 10 : 9) * 4 * MiB);
+    ck_assert_uint_eq(st.bytes_managed, (st.platform == GHC_PLATFORM_INTEGRATED ? 12 : 11) * 4 * MiB);
+    ck_assert_uint_eq(st.bytes_role_peak[GHC_ROLE_ENCODER_WEIGHTS], 4 * MiB);
     ck_assert_uint_eq(st.bytes_role_managed[GHC_ROLE_WEIGHTS_INACTIVE], 8 * MiB);
     ck_assert_uint_eq(st.prefetched_bytes, 8 * MiB);
     ck_assert_uint_ge(st.transitions, 1);

@@ -16,7 +16,8 @@
  * and Wan2.2 fixtures on device 0, f32 activations within 1e-4 (relative error norm) of the
  * fixtures and bf16 activations within 5e-2; inputs from the host (outputs come back to the
  * host) and from the device (outputs stay there); the Wan2.1 one also with bf16 activations on
- * our convolution alone, and tiled (case_tiled: diffusers' enable_tiling, tiles of 32 every 16).
+ * our convolution alone; both tiled (case_tiled, case22_tiled: diffusers' enable_tiling, tiles of 32
+ * every 16).
  *
  * Exits 77 (automake SKIP) without a device; runs with CK_NOFORK (CUDA does not survive fork).
  * GHC_TEST_SEED picks other inputs. */
@@ -252,7 +253,9 @@ static void vae_case(const char *weights, const char *cases, enum ghc_dtype dt, 
     ck_assert_msg(vae != NULL, "%s: %s", path, ghc_error_message(core));
     const double tol = dt == BF16 ? 5e-2 : 1e-4;
     char what[200];
-    ghc_tensor_t *video = case_tensor(cases, "video"), *z = case_tensor(cases, "z");
+    ghc_tensor_t *video = strstr(cases, "22_tiled") ? tu_fill_levels(mk(F32, CPUD, SHP(3, 9, 80, 80)))   /* made */
+                                                    : case_tensor(cases, "video");
+    ghc_tensor_t *z = case_tensor(cases, "z");
     ghc_tensor_t *want_lat = case_tensor(cases, "latent"), *want_dec = case_tensor(cases, "decoded");
     for (int dev_in = 0; dev_in < 2; dev_in++) {
         ghc_tensor_t *lat = NULL, *out = NULL;
@@ -296,6 +299,15 @@ START_TEST(vae21_tiled)
 }
 END_TEST
 
+/* The Wan2.2 VAE tiled (diffusers tiles its patches: tiles of 64 pixels every 32, latent tiles of
+ * 2 every 1 blended in patch space). */
+START_TEST(vae22_tiled)
+{
+    vae_case("weights22_diffusers.safetensors", "case22_tiled.safetensors", F32, 32, 16);
+    vae_case("weights22_diffusers.safetensors", "case22_tiled.safetensors", BF16, 32, 16);
+}
+END_TEST
+
 /* bf16 activations on our convolution alone (cuDNN's path off; f32 ones always run on it). */
 START_TEST(vae21_own_conv)
 {
@@ -317,7 +329,7 @@ int main(void)
     const struct cuda_group groups[] = {
         { "conv3d", { conv3d_k3, conv3d_geometries } },
         { "ops", { channel_ops, frame_ops, frame_attention } },
-        { "vae", { vae21_f32, vae21_bf16, vae22_f32, vae22_bf16, vae21_own_conv, vae21_tiled } },
+        { "vae", { vae21_f32, vae21_bf16, vae22_f32, vae22_bf16, vae21_own_conv, vae21_tiled, vae22_tiled } },
     };
     return cuda_suite_run("vae_cuda", groups, sizeof(groups) / sizeof(groups[0]));
 }

@@ -46,6 +46,16 @@ static inline ghc_tensor_t *tu_fixture_tensor(ghc_core_t *core, const char *dir,
     return t;
 }
 
+/* Fill host f32 t with pixel-like levels, exact in f32: element i is (l - 128) / 128, l the top
+ * byte of (i * 2654435761) mod 2^32 (the clip of tests/fixtures/wanvae/case22_tiled, which
+ * make_wanvae_fixtures.py's video22() makes the same way instead of storing it). Returns t. */
+static inline ghc_tensor_t *tu_fill_levels(ghc_tensor_t *t)
+{
+    for (int64_t i = 0; i < ghc_tensor_numel(t); i++)
+        ((float *)ghc_tensor_data(t))[i] = ((float)(((uint32_t)i * 2654435761u) >> 24) - 128.0f) / 128.0f;
+    return t;
+}
+
 /* A fresh temporary folder; the caller frees the string. */
 static inline char *tu_tmpdir(void)
 {

@@ -10,6 +10,7 @@ EXTRA_DIST += tests/fixtures/make_wanvae_fixtures.py \
 	tests/fixtures/wanvae/names_tiny22.txt \
 	tests/fixtures/wanvae/case22.safetensors \
 	tests/fixtures/wanvae/case_tiled.safetensors \
+	tests/fixtures/wanvae/case22_tiled.safetensors \
 	tests/fixtures/wanvae/names_wan22.txt
 check_PROGRAMS += tests/test_wanvae
 tests_test_wanvae_SOURCES = tests/test_wanvae.c tests/testutil.h

@@ -30,6 +30,10 @@ enum ghc_mem_role {
                                   * (checkpointed block inputs, kept attention outputs), written in
                                   * forward order, read in reverse; used between saved_begin and
                                   * saved_end (below). Since API 14 */
+    GHC_ROLE_ENCODER_WEIGHTS,    /* an encoder's weights (VAE, text encoder: `gh200core prepare`),
+                                  * kept apart from the model's. Since API 18 */
+    GHC_ROLE_ENCODER_ACTIVATIONS,/* what an encoder computes with: activations, its caches and
+                                  * scratch, its inputs and decoded clips. Since API 18 */
     GHC_ROLE_COUNT               /* the roles this gh200core knows; grows when one is appended */
 };
 
@@ -95,6 +99,8 @@ struct ghc_mem_stats {
     uint64_t saved_hits;                  /* read begins served by a ring buffer still holding
                                            * the unit (no copy: the turn-around blocks) */
     uint64_t saved_ring_bytes;            /* the ring's buffers (in bytes_device) */
+    uint64_t bytes_role_peak[GHC_ROLE_MAX];  /* the most bytes each role held at once (since API 18;
+                                              * 0 where the policy does not count them) */
 };
 
 /* The kind of machine a managed-memory policy runs on, from the device's attributes, the first

@@ -47,7 +47,7 @@ struct dev {
     pthread_mutex_t    lock;
     struct dev_block  *blocks;
     uint64_t           live, live_host, live_dev, peak;
-    uint64_t           role[GHC_ROLE_MAX];
+    uint64_t           role[GHC_ROLE_MAX], role_peak[GHC_ROLE_MAX];
 };
 
 static const struct ghc_cfg_key dev_keys[] = {
@@ -195,7 +195,8 @@ static int dev_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     pthread_mutex_lock(&d->lock);
     b->next = d->blocks;
     d->blocks = b;
-    d->role[role] += bytes;
+    if ((d->role[role] += bytes) > d->role_peak[role])
+        d->role_peak[role] = d->role[role];
     if (device == GHC_DEVICE_CPU)
         d->live_host += bytes;
     else
@@ -279,6 +280,8 @@ static int dev_stats(void *self, struct ghc_mem_stats *out)
     out->bytes_device = d->live_dev;
     out->bytes_peak = d->peak;
     out->bytes_pinned = d->live_host;
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, bytes_role_peak) + sizeof(out->bytes_role_peak))
+        memcpy(out->bytes_role_peak, d->role_peak, sizeof(d->role_peak));
     pthread_mutex_unlock(&d->lock);
     return 0;
 }

@@ -60,7 +60,7 @@ struct uvm {
     struct uvm_group      *groups;
     int64_t                n_groups;
     int                    dir;            /* +1 forward walk, -1 backward */
-    uint64_t               role[GHC_ROLE_MAX], role_managed[GHC_ROLE_MAX];
+    uint64_t               role[GHC_ROLE_MAX], role_managed[GHC_ROLE_MAX], role_peak[GHC_ROLE_MAX];
     uint64_t               live, live_dev, live_pinned, peak, gpu_pref, prefetched;
     struct uvm_telemetry  *tel;
     bool                   saved_host;     /* saved activations pinned on the host, through `saved` */
@@ -397,7 +397,8 @@ static int uvm_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     pthread_mutex_lock(&u->lock);
     b->next = u->blocks;
     u->blocks = b;
-    u->role[role] += bytes;
+    if ((u->role[role] += bytes) > u->role_peak[role])
+        u->role_peak[role] = u->role[role];
     u->live += bytes;
     if (b->at == AT_MANAGED)
         u->role_managed[role] += bytes;
@@ -474,7 +475,8 @@ static int uvm_advise(void *self, void *ptr, size_t bytes, enum ghc_mem_role rol
     struct uvm_block *b = uvm_find(u, ptr, NULL);
     if (b && b->role != role) {
         u->role[b->role] -= b->bytes;
-        u->role[role] += b->bytes;
+        if ((u->role[role] += b->bytes) > u->role_peak[role])
+            u->role_peak[role] = u->role[role];
         if (b->at == AT_MANAGED) {
             u->role_managed[b->role] -= b->bytes;
             u->role_managed[role] += b->bytes;
@@ -666,7 +668,9 @@ static int uvm_stats(void *self, struct ghc_mem_stats *out)
     out->bytes_pinned = u->live_pinned;
     out->bytes_device = u->live_dev + saved_ring_bytes(&u->saved);
     out->bytes_managed = u->sm.managed;
-    if (out->struct_size >= sizeof(*out)) {
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, bytes_role_peak) + sizeof(out->bytes_role_peak))
+        memcpy(out->bytes_role_peak, u->role_peak, sizeof(u->role_peak));
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, saved_ring_bytes) + sizeof(uint64_t)) {
         out->saved_out_bytes = u->saved.out_bytes;
         out->saved_in_bytes = u->saved.in_bytes;
         out->saved_hits = u->saved.hits;

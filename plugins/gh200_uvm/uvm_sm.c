@@ -88,6 +88,7 @@ enum uvm_advice uvm_advice_for(enum ghc_mem_role role, enum uvm_pattern pattern,
     case GHC_ROLE_WEIGHTS_INACTIVE:
         return UVM_ADVICE_HOST;
     case GHC_ROLE_WEIGHTS:
+    case GHC_ROLE_ENCODER_WEIGHTS:   /* read by every step of an encoder, as the model's weights */
     case GHC_ROLE_TEXT_EMBEDS:
     case GHC_ROLE_MASKS:
         want = UVM_ADVICE_GPU;

@@ -41,9 +41,10 @@ bool uvm_ratio_parse(const char *text, double *out);
 enum uvm_advice { UVM_ADVICE_NONE = 0, UVM_ADVICE_GPU, UVM_ADVICE_HOST };
 
 /* Where a managed block of `role` should prefer to live (accessed-by GPU goes with any
- * advice): latents and the inactive expert on the host; weights, text embeddings and masks on
- * the GPU while GPU-preferred bytes fit the device budget (else none: let thrash protection
- * act); optimizer state on the host in stage 1; the rest by the access pattern. */
+ * advice): latents and the inactive expert on the host; weights (the model's and an
+ * encoder's), text embeddings and masks on the GPU while GPU-preferred bytes fit the device
+ * budget (else none: let thrash protection act); optimizer state on the host in stage 1; the
+ * rest (encoder activations too) by the access pattern. */
 enum uvm_advice uvm_advice_for(enum ghc_mem_role role, enum uvm_pattern pattern, int stage, bool hints,
                                bool gpu_fits);
 

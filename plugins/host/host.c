@@ -28,7 +28,7 @@ struct host {
     pthread_mutex_t  lock;
     uint64_t         live;
     uint64_t         peak;
-    uint64_t         role[GHC_ROLE_MAX];
+    uint64_t         role[GHC_ROLE_MAX], role_peak[GHC_ROLE_MAX];
     bool             ring;      /* saved activations through a ring (saved_ring > 0) */
     struct saved_ring saved;
 };
@@ -122,7 +122,8 @@ static int host_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devi
     bool over = h->limit && live + bytes > h->limit;
     if (!over) {
         h->live += bytes;
-        h->role[role] += bytes;
+        if ((h->role[role] += bytes) > h->role_peak[role])
+            h->role_peak[role] = h->role[role];
         if (h->live > h->peak)
             h->peak = h->live;
     }
@@ -183,7 +184,8 @@ static int host_advise(void *self, void *ptr, size_t bytes, enum ghc_mem_role ro
     struct host_hdr *hdr = (struct host_hdr *)((char *)ptr - HOST_ALIGN);
     pthread_mutex_lock(&h->lock);
     h->role[hdr->role] -= hdr->bytes;
-    h->role[role] += hdr->bytes;
+    if ((h->role[role] += hdr->bytes) > h->role_peak[role])
+        h->role_peak[role] = h->role[role];
     hdr->role = role;
     pthread_mutex_unlock(&h->lock);
     return 0;
@@ -223,7 +225,9 @@ static int host_stats(void *self, struct ghc_mem_stats *out)
     memcpy(out->bytes_role, h->role, sizeof(h->role));
     out->bytes_host = h->live;
     out->bytes_peak = h->peak;
-    if (out->struct_size >= sizeof(*out) && h->ring) {
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, bytes_role_peak) + sizeof(out->bytes_role_peak))
+        memcpy(out->bytes_role_peak, h->role_peak, sizeof(h->role_peak));
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, saved_ring_bytes) + sizeof(uint64_t) && h->ring) {
         out->saved_out_bytes = h->saved.out_bytes;
         out->saved_in_bytes = h->saved.in_bytes;
         out->saved_hits = h->saved.hits;

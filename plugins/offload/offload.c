@@ -69,7 +69,7 @@ struct off {
     struct off_slot  *slots;
     size_t            slot_bytes;
     uint64_t          clock;
-    uint64_t          role[GHC_ROLE_MAX], live, live_dev, live_pinned, peak, streamed;
+    uint64_t          role[GHC_ROLE_MAX], role_peak[GHC_ROLE_MAX], live, live_dev, live_pinned, peak, streamed;
     /* each block copy between two timing events on the copy stream: a FIFO of event pairs,
      * read back (without waiting) when a pair is needed again and in stats() */
     cudaEvent_t       t_begin[OFF_TIMED], t_end[OFF_TIMED];
@@ -217,7 +217,8 @@ static int off_alloc(void *self, size_t bytes, enum ghc_mem_role role, int devic
     }
     b->next = o->blocks;
     o->blocks = b;
-    o->role[role] += bytes;
+    if ((o->role[role] += bytes) > o->role_peak[role])
+        o->role_peak[role] = o->role[role];
     o->live += bytes;
     if (b->at == OFF_PINNED)
         o->live_pinned += bytes;
@@ -272,7 +273,8 @@ static int off_advise(void *self, void *ptr, size_t bytes, enum ghc_mem_role rol
     for (struct off_block *b = o->blocks; b; b = b->next)
         if (b->ptr == ptr) {
             o->role[b->role] -= b->bytes;
-            o->role[role] += b->bytes;
+            if ((o->role[role] += b->bytes) > o->role_peak[role])
+                o->role_peak[role] = o->role[role];
             b->role = role;   /* the expert switch: both experts' weights stay pinned */
             break;
         }
@@ -566,7 +568,9 @@ static int off_stats(void *self, struct ghc_mem_stats *out)
     out->bytes_device = o->live_dev + saved_ring_bytes(&o->saved);
     out->bytes_peak = o->peak;
     out->streamed_bytes = o->streamed;
-    if (out->struct_size >= sizeof(*out)) {
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, bytes_role_peak) + sizeof(out->bytes_role_peak))
+        memcpy(out->bytes_role_peak, o->role_peak, sizeof(o->role_peak));
+    if (out->struct_size >= offsetof(struct ghc_mem_stats, saved_ring_bytes) + sizeof(uint64_t)) {
         out->saved_out_bytes = o->saved.out_bytes;
         out->saved_in_bytes = o->saved.in_bytes;
         out->saved_hits = o->saved.hits;

@@ -110,7 +110,7 @@ static int find(ghc_core_t *core, ghc_st_t *st, const char *path, const char *na
 static int convert(ghc_core_t *core, ghc_tensor_t **t, enum ghc_dtype dt, float scale)
 {
     ghc_tensor_t *w = ghc_tensor_init(core, dt, ghc_tensor_ndim(*t), ghc_tensor_shape(*t), GHC_DEVICE_CPU,
-                                      GHC_ROLE_WEIGHTS);
+                                      GHC_ROLE_ENCODER_WEIGHTS);
     int rc = w ? ghc_tensor_convert_cpu(w, *t, scale) : ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
     ghc_tensor_free(*t);
     if (rc < 0) {
@@ -140,7 +140,7 @@ static int load(ghc_core_t *core, ghc_st_t *st, const char *path, const struct g
         if (!ghc_st_find(st, sname, &si))
             return ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s' is %s without a per-tensor scale "
                                  "('%s.scale_weight')", path, info->name, ghc_dtype_name(info->dtype), base);
-        ghc_tensor_t *s = ghc_st_load(st, sname, GHC_DTYPE_F32, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *s = ghc_st_load(st, sname, GHC_DTYPE_F32, GHC_ROLE_ENCODER_WEIGHTS);
         if (!s)
             return ghc_error_code(core);
         bool one = ghc_tensor_numel(s) == 1;
@@ -154,7 +154,7 @@ static int load(ghc_core_t *core, ghc_st_t *st, const char *path, const struct g
         return ghc_error_set(core, GHC_EFORMAT, "%s: tensor '%s' is %s, expected a float dtype", path, info->name,
                              ghc_dtype_name(info->dtype));
     }
-    ghc_tensor_t *t = ghc_st_load(st, info->name, dt, GHC_ROLE_WEIGHTS);
+    ghc_tensor_t *t = ghc_st_load(st, info->name, dt, GHC_ROLE_ENCODER_WEIGHTS);
     if (!t)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_EIO;
     if (dt == want && scale == 1.0f) {
@@ -172,7 +172,7 @@ static int to_device(ghc_core_t *core, ghc_tensor_t **t, int device)
     if (device == GHC_DEVICE_CPU)
         return 0;
     ghc_tensor_t *d = ghc_tensor_init(core, ghc_tensor_dtype(*t), ghc_tensor_ndim(*t), ghc_tensor_shape(*t), device,
-                                      GHC_ROLE_WEIGHTS);
+                                      GHC_ROLE_ENCODER_WEIGHTS);
     int rc = !d ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM) : ghc_op_copy(d, *t, NULL);
     if (rc == 0)
         rc = ghc_op_sync(core, device, NULL);   /* the host copy may go */
@@ -384,7 +384,7 @@ static int drawn(ghc_core_t *core, int ndim, const int64_t *shape, bool one, flo
                  enum ghc_dtype dt, ghc_tensor_t **out)
 {
     struct ghc_rng rng = { .seed = seed, .offset = 0 };
-    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, ndim, shape, GHC_DEVICE_CPU, GHC_ROLE_WEIGHTS);
+    ghc_tensor_t *t = ghc_tensor_init(core, GHC_DTYPE_F32, ndim, shape, GHC_DEVICE_CPU, GHC_ROLE_ENCODER_WEIGHTS);
     int rc = !t ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM)
            : one ? ghc_op_fill(t, 1.0, NULL) : ghc_op_rand_normal(t, &rng, NULL);
     if (rc == 0 && !one)
@@ -464,7 +464,7 @@ static void scratch_free(struct scratch *s)
 
 static ghc_tensor_t *act(const ghc_umt5_t *enc, enum ghc_dtype dt, int ndim, const int64_t *shape)
 {
-    return ghc_tensor_init(enc->core, dt, ndim, shape, enc->device, GHC_ROLE_ACTIVATIONS);
+    return ghc_tensor_init(enc->core, dt, ndim, shape, enc->device, GHC_ROLE_ENCODER_ACTIVATIONS);
 }
 
 static ghc_tensor_t *heads_view(const ghc_umt5_t *enc, ghc_tensor_t *t, int64_t B, int64_t n)
@@ -546,7 +546,7 @@ static int scratch_init(const ghc_umt5_t *enc, struct scratch *s, const int32_t 
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
     if (padded) {   /* the padded keys' mask, [B, n] f32 */
         if (!(s->host_mask = ghc_tensor_init(core, f, 2, (const int64_t[]){ B, n }, GHC_DEVICE_CPU,
-                                             GHC_ROLE_WORKSPACE)))
+                                             GHC_ROLE_ENCODER_ACTIVATIONS)))
             return ghc_error_code(core);
         float *m = ghc_tensor_data(s->host_mask);
         for (int64_t i = 0; i < N; i++)

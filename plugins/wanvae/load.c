@@ -51,7 +51,7 @@ struct loader {
 static ghc_tensor_t *synth(struct loader *L, const char *name, int ndim, const int64_t *shape)
 {
     ghc_wanvae_t *vae = L->vae;
-    ghc_tensor_t *t = ghc_tensor_init(vae->core, GHC_DTYPE_F32, ndim, shape, vae->device, GHC_ROLE_WEIGHTS);
+    ghc_tensor_t *t = ghc_tensor_init(vae->core, GHC_DTYPE_F32, ndim, shape, vae->device, GHC_ROLE_ENCODER_WEIGHTS);
     if (!t)
         return NULL;
     size_t n = strlen(name);
@@ -227,7 +227,7 @@ static ghc_tensor_t *load(struct loader *L, const char *off, int ndim, const int
         return NULL;
     }
     bool cpu = vae->device == GHC_DEVICE_CPU;
-    ghc_tensor_t *h = ghc_st_load(L->st, name, GHC_DTYPE_F32, cpu ? GHC_ROLE_WEIGHTS : GHC_ROLE_WORKSPACE);
+    ghc_tensor_t *h = ghc_st_load(L->st, name, GHC_DTYPE_F32, GHC_ROLE_ENCODER_WEIGHTS);
     if (!h)
         return NULL;
     if (ghc_tensor_find_nonfinite(h) >= 0) {
@@ -237,7 +237,7 @@ static ghc_tensor_t *load(struct loader *L, const char *off, int ndim, const int
         return NULL;
     }
     if (!cpu) {
-        ghc_tensor_t *d = ghc_tensor_init(vae->core, GHC_DTYPE_F32, ndim, shape, vae->device, GHC_ROLE_WEIGHTS);
+        ghc_tensor_t *d = ghc_tensor_init(vae->core, GHC_DTYPE_F32, ndim, shape, vae->device, GHC_ROLE_ENCODER_WEIGHTS);
         if (!d || ghc_op_copy(d, h, NULL) < 0 || ghc_op_sync(vae->core, vae->device, NULL) < 0) {
             ghc_tensor_free(d);
             ghc_tensor_free(h);
@@ -648,7 +648,7 @@ tail:;
     ghc_tensor_t **dst[4] = { &vae->enc_scale, &vae->enc_shift, &vae->dec_scale, &vae->dec_shift };
     for (int k = 0; k < 4; k++) {
         ghc_tensor_t *h = ghc_tensor_wrap(vae->core, GHC_DTYPE_F32, 1, &z, GHC_DEVICE_CPU, (void *)src[k]);
-        ghc_tensor_t *d = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 1, &z, vae->device, GHC_ROLE_WEIGHTS);
+        ghc_tensor_t *d = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 1, &z, vae->device, GHC_ROLE_ENCODER_WEIGHTS);
         rc = h && d ? ghc_op_copy(d, h, NULL) : ghc_error_code(vae->core);
         if (rc == 0)
             rc = ghc_op_sync(vae->core, vae->device, NULL);

@@ -45,12 +45,12 @@ static int wanvae_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
          (rc = ghc_cfg_get_int(cfg, "device", GHC_DEVICE_CPU, GHC_DEVICE_CPU, 1023, &device)) < 0) ||
         (rc = ghc_cfg_get_choice(cfg, "dtype", device == GHC_DEVICE_CPU ? 0 : 1, dtypes, &dt)) < 0 ||
         (rc = ghc_cfg_get_int(cfg, "tile", 0, 0, 65536, &tile)) < 0 ||
-        (rc = ghc_cfg_get_int(cfg, "tile_stride", tile * 3 / 4 / 8 * 8, 0, 65536, &stride)) < 0)
+        (rc = ghc_cfg_get_int(cfg, "tile_stride", 0, 0, 65536, &stride)) < 0)   /* 0: the VAE's default */
         return rc;
-    if (tile % 8 || (tile && (stride % 8 || stride < 8 || stride > tile)))
+    if (tile % 8 || (tile && stride && (stride % 8 || stride < 8 || stride > tile)))
         return ghc_error_set(core, GHC_ECONFIG, "%s: vae: 'tile' %lld and 'tile_stride' %lld: expected multiples of 8 "
-                             "with 8 <= tile_stride <= tile (or tile = 0: no tiling)", ghc_cfg_where(cfg, "tile"),
-                             (long long)tile, (long long)stride);
+                             "(16 for the Wan2.2 VAE) with 8 <= tile_stride <= tile (or tile = 0: no tiling)",
+                             ghc_cfg_where(cfg, "tile"), (long long)tile, (long long)stride);
     if (!path == !rnd)
         return ghc_error_set(core, GHC_ECONFIG, "%s: vae: give either 'path' (the VAE's .safetensors) or 'random' "
                              "{ ... } (a small random VAE), not %s", ghc_cfg_where(cfg, NULL), path ? "both" : "neither");

@@ -34,7 +34,7 @@ struct run {
 static ghc_tensor_t *act(ghc_wanvae_t *vae, int64_t c, int64_t t, int64_t h, int64_t w)
 {
     return ghc_tensor_init(vae->core, vae->dtype, 5, (const int64_t[]){ 1, c, t, h, w }, vae->device,
-                           GHC_ROLE_ACTIVATIONS);
+                           GHC_ROLE_ENCODER_ACTIVATIONS);
 }
 
 /* The status of the failure just reported (an allocation that set no message: ENOMEM). */
@@ -61,7 +61,7 @@ static ghc_tensor_t *slot(struct run *r, const struct wv_conv *c, const ghc_tens
         *s = ghc_tensor_init(r->vae->core, ghc_tensor_dtype(x), 5,
                              (const int64_t[]){ 1, ghc_tensor_dim(x, 1), c->geo.pad_t, ghc_tensor_dim(x, 3),
                                                 ghc_tensor_dim(x, 4) },
-                             r->vae->device, GHC_ROLE_ACTIVATIONS);
+                             r->vae->device, GHC_ROLE_ENCODER_ACTIVATIONS);
         if (*s && ghc_op_fill(*s, 0.0, NULL) < 0) {
             ghc_tensor_free(*s);
             *s = NULL;
@@ -116,7 +116,7 @@ static int norm_silu_conv(struct run *r, const ghc_tensor_t *gamma, const struct
                           ghc_tensor_t **y)
 {
     ghc_tensor_t *t = ghc_tensor_init(r->vae->core, r->vae->dtype, 5, ghc_tensor_shape(x), r->vae->device,
-                                      GHC_ROLE_ACTIVATIONS);
+                                      GHC_ROLE_ENCODER_ACTIVATIONS);
     int rc = t ? 0 : last_error(r->vae);
     *y = NULL;
     if (rc == 0 && (rc = ghc_op_channel_rmsnorm(t, x, gamma, NULL)) == 0 && (rc = ghc_op_silu(t, t, NULL)) == 0)
@@ -366,7 +366,7 @@ static const ghc_tensor_t *on_device(ghc_wanvae_t *vae, const ghc_tensor_t *t, g
     if (ghc_tensor_device(t) == vae->device)
         return t;
     ghc_tensor_t *d = ghc_tensor_init(vae->core, ghc_tensor_dtype(t), ghc_tensor_ndim(t), ghc_tensor_shape(t),
-                                      vae->device, GHC_ROLE_ACTIVATIONS);
+                                      vae->device, GHC_ROLE_ENCODER_ACTIVATIONS);
     if (!d || ghc_op_copy(d, t, NULL) < 0) {
         ghc_tensor_free(d);
         return NULL;
@@ -406,7 +406,7 @@ static int to_dtype(ghc_wanvae_t *vae, ghc_tensor_t **x)
     if (ghc_tensor_dtype(*x) == vae->dtype)
         return 0;
     ghc_tensor_t *y = ghc_tensor_init(vae->core, vae->dtype, 5, ghc_tensor_shape(*x), vae->device,
-                                      GHC_ROLE_ACTIVATIONS);
+                                      GHC_ROLE_ENCODER_ACTIVATIONS);
     int rc = y ? ghc_op_cast(y, *x, 1.0f, NULL, NULL) : last_error(vae);
     if (rc < 0) {
         ghc_tensor_free(y);
@@ -440,7 +440,7 @@ static int encode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor
     for (int64_t i = 0; i < T; i++) {   /* chunk 0: frame 0; chunk i: frames [1 + 4 (i - 1), 1 + 4 i) */
         const int64_t t0 = i == 0 ? 0 : 1 + 4 * (i - 1), n = i == 0 ? 1 : 4;
         if (!(x = ghc_tensor_init(vae->core, ghc_tensor_dtype(video), 5, (const int64_t[]){ 1, 3, n, H, W },
-                                  vae->device, GHC_ROLE_ACTIVATIONS))) {
+                                  vae->device, GHC_ROLE_ENCODER_ACTIVATIONS))) {
             rc = last_error(vae);
             goto out;
         }
@@ -478,8 +478,10 @@ out:
     return rc;
 }
 
-/* clamp: to [-1, 1] (off for the tiles of a tiled decode, clamped once blended). */
-static int decode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video, bool clamp)
+/* raw: a tile of a tiled decode, left as the decoder made it (Wan2.2: 3 p p channels of patches,
+ * [3 p p, F, 8 h, 8 w]) and unclamped: the tiles are blended in patch space, then unpatchified
+ * and clamped once joined. */
+static int decode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video, bool raw)
 {
     struct run r = { 0 };
     ghc_tensor_t *zv = NULL, *x = NULL, *xq = NULL, *out_ = NULL, *c = NULL, *up = NULL;
@@ -493,10 +495,11 @@ static int decode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tenso
         return ghc_error_set(vae->core, GHC_EINVAL, "wanvae: decode: the latent is [%lld, %lld, %lld, %lld], "
                              "expected at least one frame of at least 1 x 1", (long long)vae->cfg.z_dim, (long long)T,
                              (long long)h, (long long)w);
-    const int64_t F = 1 + 4 * (T - 1), p = vae->cfg.patch, st = 8 * p;
+    const int64_t F = 1 + 4 * (T - 1), p = raw ? 1 : vae->cfg.patch, st = 8 * p;
+    const int64_t co = raw ? 3 * vae->cfg.patch * vae->cfg.patch : 3;
     TRY(run_init(&r, vae, &vae->dec));
     if (!(dz = on_device(vae, latent, &up)) || !(zv = batch1(vae, dz)) || !(x = act(vae, vae->cfg.z_dim, T, h, w)) ||
-        !(out_ = act(vae, 3, F, st * h, st * w))) {
+        !(out_ = act(vae, co, F, st * h, st * w))) {
         rc = last_error(vae);
         goto out;
     }
@@ -527,9 +530,10 @@ static int decode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tenso
         ghc_tensor_free(c);
         c = NULL;
     }
-    if (clamp)
+    if (!raw)
         TRY(ghc_op_clamp(out_, out_, -1.0f, 1.0f, NULL));
-    TRY(to_result(vae, &out_, ghc_tensor_device(latent), GHC_ROLE_ACTIVATIONS, (const int64_t[]){ 3, F, st * h, st * w }));
+    TRY(to_result(vae, &out_, ghc_tensor_device(latent), GHC_ROLE_ENCODER_ACTIVATIONS,
+                  (const int64_t[]){ co, F, st * h, st * w }));
     *video = out_;
     out_ = NULL;
 out:
@@ -551,7 +555,7 @@ static ghc_tensor_t *crop(ghc_wanvae_t *vae, const ghc_tensor_t *t, int64_t i, i
 {
     const int64_t C = ghc_tensor_dim(t, 0), F = ghc_tensor_dim(t, 1), H = ghc_tensor_dim(t, 2), W = ghc_tensor_dim(t, 3);
     ghc_tensor_t *o = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, (const int64_t[]){ C, F, h, w }, GHC_DEVICE_CPU,
-                                      GHC_ROLE_WORKSPACE);
+                                      GHC_ROLE_ENCODER_ACTIVATIONS);
     if (!o)
         return NULL;
     const float *src = ghc_tensor_cdata(t);
@@ -600,14 +604,14 @@ static const ghc_tensor_t *host_f32(ghc_wanvae_t *vae, const ghc_tensor_t *t, gh
     if (ghc_tensor_device(t) == GHC_DEVICE_CPU && ghc_tensor_dtype(t) == GHC_DTYPE_F32)
         return t;
     ghc_tensor_t *h = ghc_tensor_init(vae->core, ghc_tensor_dtype(t), 4, ghc_tensor_shape(t), GHC_DEVICE_CPU,
-                                      GHC_ROLE_WORKSPACE);
+                                      GHC_ROLE_ENCODER_ACTIVATIONS);
     if (!h || ghc_op_copy(h, t, NULL) < 0 || ghc_op_sync(vae->core, ghc_tensor_device(t), NULL) < 0) {
         ghc_tensor_free(h);
         return NULL;
     }
     if (ghc_tensor_dtype(h) != GHC_DTYPE_F32) {
         ghc_tensor_t *f = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4, ghc_tensor_shape(t), GHC_DEVICE_CPU,
-                                          GHC_ROLE_WORKSPACE);
+                                          GHC_ROLE_ENCODER_ACTIVATIONS);
         if (!f || ghc_op_cast(f, h, 1.0f, NULL, NULL) < 0) {
             ghc_tensor_free(f);
             ghc_tensor_free(h);
@@ -618,20 +622,43 @@ static const ghc_tensor_t *host_f32(ghc_wanvae_t *vae, const ghc_tensor_t *t, gh
     return *own = h;
 }
 
+/* *t (host f32 [3 p p, F, h, w], patches) as the clip [3, F, p h, p w], replacing it. */
+static int unpatchify_host(ghc_wanvae_t *vae, ghc_tensor_t **t)
+{
+    const int64_t p = vae->cfg.patch, F = ghc_tensor_dim(*t, 1), h = ghc_tensor_dim(*t, 2), w = ghc_tensor_dim(*t, 3);
+    ghc_tensor_t *y = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 5, (const int64_t[]){ 1, 3, F, p * h, p * w },
+                                      GHC_DEVICE_CPU, ghc_tensor_role(*t));
+    int rc = y ? ghc_tensor_reshape(*t, 5, (const int64_t[]){ 1, 3 * p * p, F, h, w }) : last_error(vae);
+    if (rc == 0 && (rc = ghc_op_vae_unpatchify(y, *t, (int32_t)p, NULL)) == 0)
+        rc = ghc_tensor_reshape(y, 4, (const int64_t[]){ 3, F, p * h, p * w });
+    if (rc < 0) {
+        ghc_tensor_free(y);
+        return rc;
+    }
+    swap_in(t, y);
+    return 0;
+}
+
 /* Encode (dec false: x a clip [3, F, H, W]) or decode (x a latent [z, T, h, w]) in tiles, as
- * diffusers' tiled_encode / tiled_decode: tiles of x every tile_stride pixels (stride / 8
- * latent elements when decoding) of at most tile, each run whole with its own feature cache
- * (decoded unclamped), blended in place in order (with the tile above, then with the one to the
- * left) over tile - tile_stride output pixels (over 8 when encoding), cropped to the output
- * stride and joined on the host; the result clamped (decoding) and on x's device. */
+ * diffusers' tiled_encode / tiled_decode. With p the patch size (1, or 2 for the Wan2.2 VAE) and
+ * tile, tile_stride as given to diffusers' enable_tiling: encoding cuts the clip into tiles of p
+ * tile pixels every p tile_stride (diffusers cuts the patchified clip into tiles of tile every
+ * tile_stride: the same pixels), decoding cuts the latent into tiles of tile / 8p every
+ * tile_stride / 8p. Each tile runs whole with its own feature cache (decoded raw: in patch space,
+ * unclamped); the tiles are blended in place in order (with the tile above, then with the one to
+ * the left) over (tile - tile_stride) / 8 latent elements or (tile - tile_stride) / p patch-space
+ * pixels, cropped to tile_stride / 8 or tile_stride / p and joined on the host; a decode is then
+ * unpatchified and clamped. The result is on x's device. */
 static int run_tiled(ghc_wanvae_t *vae, const ghc_tensor_t *x, bool dec, ghc_tensor_t **out)
 {
-    const int64_t in_div = dec ? 8 : 1, out_div = dec ? 1 : 8;
-    const int64_t tmin = vae->tile / in_div, tstep = vae->tile_stride / in_div;
-    const int64_t ostep = vae->tile_stride / out_div, extent = (vae->tile - vae->tile_stride) / out_div;
+    const int64_t p = vae->cfg.patch;
+    const int64_t tmin = dec ? vae->tile / (8 * p) : p * vae->tile, tstep = dec ? vae->tile_stride / (8 * p)
+                                                                              : p * vae->tile_stride;
+    const int64_t ostep = dec ? vae->tile_stride / p : vae->tile_stride / 8;
+    const int64_t extent = dec ? (vae->tile - vae->tile_stride) / p : (vae->tile - vae->tile_stride) / 8;
     const int64_t H = ghc_tensor_dim(x, 2), W = ghc_tensor_dim(x, 3);
     const int64_t rows = (H + tstep - 1) / tstep, cols = (W + tstep - 1) / tstep;
-    const int64_t OH = dec ? H * 8 : H / 8, OW = dec ? W * 8 : W / 8;
+    const int64_t OH = dec ? H * 8 : H / (8 * p), OW = dec ? W * 8 : W / (8 * p);   /* decode: patch space */
     ghc_tensor_t *own = NULL, **grid = calloc((size_t)(rows * cols), sizeof(*grid)), *res = NULL;
     const ghc_tensor_t *hx = grid ? host_f32(vae, x, &own) : NULL;
     int rc = grid && hx ? 0 : last_error(vae);
@@ -639,14 +666,14 @@ static int run_tiled(ghc_wanvae_t *vae, const ghc_tensor_t *x, bool dec, ghc_ten
         for (int64_t c = 0; c < cols && rc == 0; c++) {
             const int64_t i = r * tstep, j = c * tstep;
             ghc_tensor_t *t = crop(vae, hx, i, j, H - i < tmin ? H - i : tmin, W - j < tmin ? W - j : tmin);
-            rc = !t ? last_error(vae) : dec ? decode_whole(vae, t, &grid[r * cols + c], false)
+            rc = !t ? last_error(vae) : dec ? decode_whole(vae, t, &grid[r * cols + c], true)
                                             : encode_whole(vae, t, &grid[r * cols + c]);
             ghc_tensor_free(t);
         }
     if (rc == 0 && !(res = ghc_tensor_init(vae->core, GHC_DTYPE_F32, 4,
                                            (const int64_t[]){ ghc_tensor_dim(grid[0], 0), ghc_tensor_dim(grid[0], 1),
                                                               OH, OW },
-                                           GHC_DEVICE_CPU, dec ? GHC_ROLE_ACTIVATIONS : GHC_ROLE_LATENTS)))
+                                           GHC_DEVICE_CPU, dec ? GHC_ROLE_ENCODER_ACTIVATIONS : GHC_ROLE_LATENTS)))
         rc = last_error(vae);
     for (int64_t r = 0; r < rows && rc == 0; r++)
         for (int64_t c = 0; c < cols; c++) {
@@ -658,12 +685,14 @@ static int run_tiled(ghc_wanvae_t *vae, const ghc_tensor_t *x, bool dec, ghc_ten
             const int64_t planes = ghc_tensor_dim(t, 0) * ghc_tensor_dim(t, 1), th = ghc_tensor_dim(t, 2),
                           tw = ghc_tensor_dim(t, 3), y0 = r * ostep, x0 = c * ostep;
             const int64_t hh = th < ostep ? th : ostep, ww = tw < ostep ? tw : ostep;
-            for (int64_t p = 0; p < planes; p++)
+            for (int64_t q = 0; q < planes; q++)
                 for (int64_t y = 0; y < hh && y0 + y < OH; y++)
-                    memcpy((float *)ghc_tensor_data(res) + (p * OH + y0 + y) * OW + x0,
-                           (const float *)ghc_tensor_cdata(t) + (p * th + y) * tw,
+                    memcpy((float *)ghc_tensor_data(res) + (q * OH + y0 + y) * OW + x0,
+                           (const float *)ghc_tensor_cdata(t) + (q * th + y) * tw,
                            (size_t)(x0 + ww <= OW ? ww : OW - x0) * sizeof(float));
         }
+    if (rc == 0 && dec && p > 1)
+        rc = unpatchify_host(vae, &res);
     if (rc == 0 && dec)
         rc = ghc_op_clamp(res, res, -1.0f, 1.0f, NULL);
     if (rc == 0 && ghc_tensor_device(x) != GHC_DEVICE_CPU) {   /* back to x's device */
@@ -692,8 +721,8 @@ int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t
     int rc = check_input(vae, "encode", "the video", video, 3);
     if (rc < 0)
         return rc;
-    const int64_t H = ghc_tensor_dim(video, 2), W = ghc_tensor_dim(video, 3);
-    if (vae->tile && (H > vae->tile || W > vae->tile) && H % 8 == 0 && W % 8 == 0)
+    const int64_t H = ghc_tensor_dim(video, 2), W = ghc_tensor_dim(video, 3), st = 8 * vae->cfg.patch;
+    if (vae->tile && (H > vae->tile || W > vae->tile) && H % st == 0 && W % st == 0)   /* as diffusers: pixels */
         return run_tiled(vae, video, false, latent);
     return encode_whole(vae, video, latent);   /* (also where the shape is wrong: its message) */
 }
@@ -704,9 +733,10 @@ int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_
     int rc = check_input(vae, "decode", "the latent", latent, vae->cfg.z_dim);
     if (rc < 0)
         return rc;
-    if (vae->tile && (ghc_tensor_dim(latent, 2) > vae->tile / 8 || ghc_tensor_dim(latent, 3) > vae->tile / 8))
+    const int64_t tl = vae->tile / (8 * vae->cfg.patch);   /* the tile in latent elements */
+    if (vae->tile && (ghc_tensor_dim(latent, 2) > tl || ghc_tensor_dim(latent, 3) > tl))
         return run_tiled(vae, latent, true, video);
-    return decode_whole(vae, latent, video, true);
+    return decode_whole(vae, latent, video, false);
 }
 
 /* ---- life cycle --------------------------------------------------------------------------------- */
@@ -722,19 +752,22 @@ ghc_wanvae_t *ghc_wanvae_init(ghc_core_t *core, const char *path, const struct g
     vae->device = opts ? opts->device : GHC_DEVICE_CPU;
     vae->dtype = opts ? opts->dtype : GHC_DTYPE_F32;
     vae->tile = opts ? opts->tile : 0;
-    vae->tile_stride = opts && opts->tile_stride ? opts->tile_stride : vae->tile * 3 / 4 / 8 * 8;
+    vae->tile_stride = opts ? opts->tile_stride : 0;
     int rc = 0;
     if (vae->dtype != GHC_DTYPE_F32 && vae->dtype != GHC_DTYPE_BF16)
         rc = ghc_error_set(core, GHC_EINVAL, "wanvae: %s: activations in %s, expected F32 or BF16", path,
                            ghc_dtype_name(vae->dtype));
-    else if (vae->tile && (vae->tile < 0 || vae->tile % 8 || vae->tile_stride % 8 || vae->tile_stride < 8 ||
-                           vae->tile_stride > vae->tile))
-        rc = ghc_error_set(core, GHC_EINVAL, "wanvae: %s: tiles of %lld pixels every %lld, expected multiples of 8 "
-                           "with 8 <= stride <= tile", path, (long long)vae->tile, (long long)vae->tile_stride);
-    else if ((rc = wv_load(vae, path, opts ? opts->random : NULL, opts ? opts->seed : 0)) == 0 && vae->tile &&
-             vae->cfg.patch > 1)
-        rc = ghc_error_set(core, GHC_EUNSUPPORTED, "wanvae: %s: spatial tiling is for the Wan2.1 VAE (this is the "
-                           "Wan2.2 VAE, whose tiles diffusers cuts in patch space)", path);
+    else if ((rc = wv_load(vae, path, opts ? opts->random : NULL, opts ? opts->seed : 0)) == 0 && vae->tile) {
+        const int64_t m = 8 * vae->cfg.patch;   /* tiles are whole latent elements: 8, 16 for Wan2.2 */
+        if (!vae->tile_stride)
+            vae->tile_stride = vae->tile * 3 / 4 / m * m > m ? vae->tile * 3 / 4 / m * m : m;
+        if (vae->tile < 0 || vae->tile % m || vae->tile_stride % m || vae->tile_stride < m ||
+            vae->tile_stride > vae->tile)
+            rc = ghc_error_set(core, GHC_EINVAL, "wanvae: %s: tiles of %lld pixels every %lld, expected multiples of "
+                               "%lld (the Wan%s VAE's stride) with %lld <= stride <= tile", path, (long long)vae->tile,
+                               (long long)vae->tile_stride, (long long)m, vae->cfg.patch > 1 ? "2.2" : "2.1",
+                               (long long)m);
+    }
     if (rc < 0) {
         ghc_wanvae_free(vae);
         return NULL;

@@ -6,8 +6,9 @@
  * memory.
  *
  * Not installed: the module of the `wanvae` vae plugin (plugin.c). One clip
- * per call (no batch). Spatial tiling (ghc_wanvae_opts.tile) runs encode/decode per tile with
- * overlap and blending as diffusers does, which changes results (spec encoders.md 2.9). */
+ * per call (no batch). Spatial tiling (ghc_wanvae_opts.tile; both VAEs) runs encode/decode per
+ * tile with overlap and blending as diffusers does, which changes results (spec encoders.md
+ * 2.9). */
 #ifndef GHC_WANVAE_H
 #define GHC_WANVAE_H
 
@@ -51,13 +52,17 @@ struct ghc_wanvae_opts {
      * only names it in messages. */
     const struct ghc_wanvae_config *random;
     uint64_t seed;
-    /* Spatial tiling as diffusers' AutoencoderKLWan.enable_tiling (Wan2.1 VAE only): 0 off; else
-     * a clip wider or taller than `tile` pixels is encoded (a latent decoded) as overlapping tiles
-     * of at most tile x tile pixels every tile_stride pixels (0: 3/4 of tile, rounded down to a
-     * multiple of 8), each with its own feature cache, blended linearly over the overlap (tile -
-     * tile_stride pixels; in the latent that over 8) and cropped to the stride. Bounds the
-     * activations and caches by the tile's size; changes results near the seams. Multiples of 8,
-     * 8 <= tile_stride <= tile. */
+    /* Spatial tiling as diffusers' AutoencoderKLWan.enable_tiling(tile, tile, tile_stride,
+     * tile_stride): 0 off; else a clip wider or taller than `tile` pixels is encoded (a latent
+     * of more than tile / s rows or columns decoded) as overlapping tiles, each with its own
+     * feature cache, blended linearly over the overlap and cropped to the stride. Wan2.1: tiles
+     * of tile x tile pixels every tile_stride, blended over (tile - tile_stride) / 8 latent
+     * elements or tile - tile_stride pixels. Wan2.2 (patch 2), where diffusers counts these in
+     * patches: the encoder's tiles are 2 tile pixels every 2 tile_stride, the decoder's tile / 16
+     * latent elements every tile_stride / 16, blended over (tile - tile_stride) / 2 patch rows
+     * before the patches become pixels. tile_stride 0: 3/4 of tile, rounded down to a multiple
+     * of s (at least s). Multiples of s = 8 patch, s <= tile_stride <= tile (else GHC_EINVAL).
+     * Bounds the activations and caches by the tile's size; changes results near the seams. */
     int64_t tile, tile_stride;
 };
 
@@ -77,14 +82,16 @@ const struct ghc_wanvae_config *ghc_wanvae_config(const ghc_wanvae_t *vae);
 /* Encode a clip: video [3, F, H, W] (RGB in [-1, 1], f32 or bf16, on the VAE's device or the CPU) with
  * F = 1 + 4k (an image is F = 1) and H, W multiples of s = 8 patch (8 for Wan2.1, 16 for
  * Wan2.2), to the normalised posterior mean (z - mean_c) / std_c, a new f32 tensor [z_dim,
- * 1 + (F - 1) / 4, H / s, W / s] (role GHC_ROLE_LATENTS) on the video's device (a CPU video is copied
- * to the VAE's device and its latent back) in *latent, which the caller frees. Runs chunk by chunk as Wan does
+ * 1 + (F - 1) / 4, H / s, W / s] (role GHC_ROLE_LATENTS; what the VAE computes with is
+ * GHC_ROLE_ENCODER_ACTIVATIONS, its weights GHC_ROLE_ENCODER_WEIGHTS) on the video's device (a CPU
+ * video is copied to the VAE's device and its latent back) in *latent, which the caller frees.
+ * Runs chunk by chunk as Wan does
  * (frame 0, then 4 frames at a time) with the causal feature cache, so the activations held
  * are those of one chunk plus the cache (doc/vae.md, "Memory"). Returns 0 or GHC_E* (a bad
  * shape is GHC_EINVAL naming what was expected); *latent is NULL on failure. */
 int ghc_wanvae_encode(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor_t **latent);
 /* Decode normalised latents z [z_dim, T, h, w] (f32 or bf16, on the VAE's device or the CPU) to a
- * new f32 clip [3, 1 + 4 (T - 1), s h, s w] clamped to [-1, 1] (role GHC_ROLE_ACTIVATIONS) on the
+ * new f32 clip [3, 1 + 4 (T - 1), s h, s w] clamped to [-1, 1] (role GHC_ROLE_ENCODER_ACTIVATIONS) on the
  * latent's device in *video, which the caller frees;
  * one latent frame per chunk, as Wan does. Returns 0 or GHC_E*; *video is NULL on failure. */
 int ghc_wanvae_decode(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tensor_t **video);
