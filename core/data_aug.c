@@ -55,7 +55,7 @@ int ghc_data_aug_encode_clip(ghc_core_t *core, ghc_vae_t *vae, const uint8_t *fr
 {
     int64_t vs[4] = { 3, f, h, w };
     *lat = NULL;
-    ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ACTIVATIONS);
+    ghc_tensor_t *video = ghc_tensor_init(core, GHC_DTYPE_F32, 4, vs, GHC_DEVICE_CPU, GHC_ROLE_ENCODER_ACTIVATIONS);
     if (!video)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM;
     if (flip) {

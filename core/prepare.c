@@ -103,7 +103,7 @@ static int write_bf16(ghc_core_t *core, const char *path, const char *key, const
                       const char *const *meta)
 {
     ghc_tensor_t *b = ghc_tensor_init(core, GHC_DTYPE_BF16, ghc_tensor_ndim(t), ghc_tensor_shape(t), GHC_DEVICE_CPU,
-                                      GHC_ROLE_WORKSPACE);
+                                      GHC_ROLE_ENCODER_ACTIVATIONS);
     ghc_st_writer_t *w = b ? ghc_st_writer_init(core) : NULL;
     int rc = !b || !w ? (ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ENOMEM) : 0;
     if (rc == 0 && (rc = ghc_op_cast(b, t, 1.0f, NULL, NULL)) == 0 && (rc = ghc_st_writer_add(w, key, b)) == 0)
