@@ -7,12 +7,14 @@
 #define GHC_FUZZ_H
 
 #define _GNU_SOURCE
+#include <ftw.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gh200core/gh200core.h>
@@ -59,17 +61,37 @@ static int fuzz_memfd(const void *data, size_t size, char *path)
     return fd;
 }
 
-/* A private folder for the whole run (made once, mode 0700), for inputs that need a name or
- * files beside them. Returns its path (static). */
+static int fuzz_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+/* Remove `dir` and everything under it (not following links). */
+static void fuzz_rm_tree(const char *dir) { nftw(dir, fuzz_rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char fuzz_dir_path[64];
+
+static void fuzz_dir_remove(void) { fuzz_rm_tree(fuzz_dir_path); }
+
+/* A private folder for the whole run (made once, mode 0700, removed at exit), for inputs that
+ * need a name or files beside them: in /dev/shm when there is one (a file written per input
+ * stays in memory; on a disk's file system the replace-and-close of each input costs more
+ * than most parsers do), else in /tmp. Returns its path (static). */
 static const char *fuzz_dir(void)
 {
-    static char dir[64];
-    if (!dir[0]) {
-        snprintf(dir, sizeof(dir), "/tmp/ghc-fuzz-XXXXXX");
-        if (!mkdtemp(dir))
-            abort();
+    if (!fuzz_dir_path[0]) {
+        snprintf(fuzz_dir_path, sizeof(fuzz_dir_path), "/dev/shm/ghc-fuzz-XXXXXX");
+        if (!mkdtemp(fuzz_dir_path)) {
+            snprintf(fuzz_dir_path, sizeof(fuzz_dir_path), "/tmp/ghc-fuzz-XXXXXX");
+            if (!mkdtemp(fuzz_dir_path))
+                abort();
+        }
+        atexit(fuzz_dir_remove);
     }
-    return dir;
+    return fuzz_dir_path;
 }
 
 /* Write dir/name (replaced) with `size` bytes; the path in path[4096]. */

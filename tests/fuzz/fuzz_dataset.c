@@ -2,24 +2,35 @@
  * (native, musubi-tuner, ai-toolkit: file names, pairs, captions, each latent's and text
  * embedding's header against its format). The input is a small archive of files, each record a
  * name (NUL-terminated; '/' allowed for ai-toolkit's cache folders, "." and ".." parts not),
- * a 16-bit little-endian length and that many bytes. They are written to a fresh folder,
- * opened as a dataset (batch of 1, through the core's local backend) and up to 4 batches read.
+ * a 16-bit little-endian length and that many bytes. They are written to a folder emptied
+ * first, opened as a dataset (batch of 1, through a local backend of the dataset's own) and up
+ * to 4 batches read. The configuration naming that folder is loaded once: a dataset holds
+ * nothing of the core's after ghc_dataset_free (no backend or cache instance is configured,
+ * ghc_dataset_open makes and frees its own backend, and reads the configuration only).
  * Any input: a dataset, or one line of message. */
-#define FUZZ_PLAIN_INIT
 #include "fuzz.h"
 
-#include <ftw.h>
 #include <sys/stat.h>
 
 #include <gh200core/dataset.h>
 #include <gh200core/run.h>
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+static ghc_core_t *core;
+static char dir[4096];
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
+    (void)argc;
+    (void)argv;
+    snprintf(dir, sizeof(dir), "%s/data", fuzz_dir());
+    if (mkdir(dir, 0700) < 0)
+        abort();
+    core = fuzz_core_init();
+    char cfg[4400];
+    snprintf(cfg, sizeof(cfg), "data = { batch_size = 1; datasets = ( { path = \"%s\"; } ); };", dir);
+    fuzz_must(core, ghc_config_load_string(core, cfg, "fuzz.cfg", NULL, NULL, 0), "configuration");
+    fuzz_must(core, ghc_run_init(core), "run");
+    return 0;
 }
 
 /* "a/b" with safe parts only: no "", ".", ".." and at most one '/'. */
@@ -41,9 +52,8 @@ static bool safe_name(const char *n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char dir[4096], path[4096];
-    snprintf(dir, sizeof(dir), "%s/data", fuzz_dir());
-    nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+    char path[4096];
+    fuzz_rm_tree(dir);
     if (mkdir(dir, 0700) < 0)
         abort();
     for (size_t at = 0; at < size;) {
@@ -70,25 +80,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fclose(f);
         }
     }
-    ghc_core_t *run = fuzz_core_init();   /* a fresh core per input: one configuration each */
-    char cfg[4400];
-    snprintf(cfg, sizeof(cfg), "data = { batch_size = 1; datasets = ( { path = \"%s\"; } ); };", dir);
-    int rc = ghc_config_load_string(run, cfg, "fuzz.cfg", NULL, NULL, 0);
-    if (rc == 0)
-        rc = ghc_run_init(run);
+    ghc_error_clear(core);
     ghc_dataset_t *ds = NULL;
-    if (rc == 0)
-        rc = ghc_dataset_open(run, &ds);
-    fuzz_check(run, rc);
+    int rc = ghc_dataset_open(core, &ds);
+    fuzz_check(core, rc);
     for (int i = 0; ds && i < 4; i++) {
         struct ghc_data_batch b;
         rc = ghc_dataset_next(ds, GHC_DEVICE_CPU, NULL, &b);
-        fuzz_check(run, rc);
+        fuzz_check(core, rc);
         if (rc < 0)
             break;
         ghc_data_batch_release(ds, &b);
     }
     ghc_dataset_free(ds);
-    ghc_core_free(run);
     return 0;
 }
