@@ -351,27 +351,35 @@ static double auto_time(const struct ghc_estimate *e, double flops, double h2d)
            (cb > AUTO_OVERLAP * bwd ? cb - AUTO_OVERLAP * bwd : 0);
 }
 
-/* The plans that fit, and the last one tried; the choice: the fastest, or of those within
- * GHC_PLAN_AUTO_TIE of it the smallest on the card. */
+/* The plans that fit; the choice: the fastest, or of those within GHC_PLAN_AUTO_TIE of it the
+ * smallest on the card. */
 #define AUTO_PLANS_MAX 64
 struct auto_pick {
     int                 n;
     struct auto_plan    plan[AUTO_PLANS_MAX];
     struct ghc_estimate e[AUTO_PLANS_MAX];
     double              time[AUTO_PLANS_MAX];
-    struct ghc_estimate last;
 };
+
+/* Keep plan p, which fits with estimate e. */
+static void auto_keep(struct auto_pick *pk, const struct auto_plan *p, const struct ghc_estimate *e, double flops,
+                      double h2d)
+{
+    if (pk->n == AUTO_PLANS_MAX)
+        return;
+    pk->plan[pk->n] = *p;
+    pk->e[pk->n] = *e;
+    pk->time[pk->n++] = auto_time(e, flops, h2d);
+}
 
 /* Try plan p and keep it when it fits. Returns 1 fits, 0 not, or GHC_E*. */
 static int auto_add(ghc_core_t *core, struct auto_plan *p, bool ck_keys, const char *configured, int device,
                     const struct ghc_estimate_opts *eo, double flops, double h2d, struct auto_pick *pk)
 {
-    int fit = auto_try(core, p, ck_keys, configured, device, eo, &pk->last);
-    if (fit == 1 && pk->n < AUTO_PLANS_MAX) {
-        pk->plan[pk->n] = *p;
-        pk->e[pk->n] = pk->last;
-        pk->time[pk->n++] = auto_time(&pk->last, flops, h2d);
-    }
+    struct ghc_estimate e;
+    int fit = auto_try(core, p, ck_keys, configured, device, eo, &e);
+    if (fit == 1)
+        auto_keep(pk, p, &e, flops, h2d);
     return fit;
 }
 
@@ -416,18 +424,16 @@ static int auto_stream(ghc_core_t *core, const char *ck, int64_t blocks, bool ck
     p.resident = lo;
     if ((fit = auto_try(core, &p, ck_keys, configured, device, eo, &e)) < 0)
         return fit;
-    double most = auto_time(&e, flops, h2d);
-    int64_t r = 0;
-    for (; r < lo; r++) {   /* the time falls as r grows: the first near `most` */
-        p.resident = r;
+    /* the time falls as resident grows: the first near `most` (lo itself at the latest) */
+    const double most = auto_time(&e, flops, h2d);
+    for (p.resident = 0; p.resident <= lo; p.resident++) {
         if ((fit = auto_try(core, &p, ck_keys, configured, device, eo, &e)) < 0)
             return fit;
         if (fit && auto_time(&e, flops, h2d) <= most * (1 + GHC_PLAN_AUTO_TIE))
             break;
     }
-    p.resident = r;
-    fit = auto_add(core, &p, ck_keys, configured, device, eo, flops, h2d, pk);
-    return fit < 0 ? fit : 0;
+    auto_keep(pk, &p, &e, flops, h2d);
+    return 0;
 }
 
 /* The largest batch of tokens of the dataset's samples (its headers; before the run's
