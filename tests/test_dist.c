@@ -541,27 +541,11 @@ END_TEST
 
 /* ---- training on several ranks (CPU) ------------------------------------------------------ */
 
-/* The "loss" of each line of a metrics.jsonl into v (at most n); their number. */
-static int losses(const char *path, double *v, int n)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "%s", path);
-    char line[4096];
-    int k = 0;
-    while (k < n && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "\"loss\":");
-        ck_assert_msg(p != NULL, "%s: %s", path, line);
-        v[k++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return k;
-}
-
 static void same_losses(const char *a, const char *b, int steps)
 {
     double x[64], y[64];
-    ck_assert_int_eq(losses(a, x, 64), steps);
-    ck_assert_int_eq(losses(b, y, 64), steps);
+    ck_assert_int_eq(tu_losses(a, x, 64, true), steps);
+    ck_assert_int_eq(tu_losses(b, y, 64, true), steps);
     for (int i = 0; i < steps; i++)
         ck_assert_msg(fabs(x[i] - y[i]) <= 1e-5 * fabs(x[i]), "step %d: loss %.9g in %s, %.9g in %s", i + 1, x[i], a,
                       y[i], b);

@@ -113,22 +113,6 @@ static unsigned long long inode_of(const char *dir, const char *file)
 
 #ifdef GHC_HAVE_FFMPEG
 
-/* The "loss" of each line of metrics.jsonl `path` into v (at most n); how many. */
-static int losses(const char *path, double *v, int n)
-{
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "%s", path);
-    char line[4096];
-    int k = 0;
-    while (k < n && fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "\"loss\":");
-        if (p)
-            v[k++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return k;
-}
-
 /* In folder clips, at the bucket's size (48 x 32): a.mkv, 9 frames of the test pattern, and
  * b.png, its frame 3, with their captions. */
 static void write_ab(const char *clips)
@@ -585,8 +569,8 @@ START_TEST(prepare_refresh_each_epoch)
     snprintf(a, sizeof(a), "%s/r1/metrics.jsonl", dir);
     snprintf(b, sizeof(b), "%s/r2/metrics.jsonl", dir);
     double x[32], y[32];
-    ck_assert_int_eq(losses(a, x, 32), 18);
-    ck_assert_int_eq(losses(b, y, 32), 18);
+    ck_assert_int_eq(tu_losses(a, x, 32, false), 18);
+    ck_assert_int_eq(tu_losses(b, y, 32, false), 18);
     for (int i = 0; i < 18; i++)
         ck_assert_msg(x[i] == y[i], "step %d: %.9g vs %.9g", i, x[i], y[i]);
     tu_rm_rf(dir);

@@ -163,6 +163,24 @@ static inline ghc_core_t *tu_device_core(void)
     return core;
 }
 
+/* The "loss" of each line of a metrics.jsonl into v (at most n); their number. every: each
+ * line must have one (else lines without are skipped). */
+static inline int tu_losses(const char *path, double *v, int n, bool every)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    char line[4096];
+    int k = 0;
+    while (k < n && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "\"loss\":");
+        ck_assert_msg(p != NULL || !every, "%s: %s", path, line);
+        if (p)
+            v[k++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return k;
+}
+
 /* Run a suite; returns the program's exit status. nofork: run in-process (CUDA suites:
  * CUDA does not survive fork()). */
 static inline int tu_run_suite(Suite *s, bool nofork)
