@@ -772,6 +772,60 @@ int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, in
     return DISPATCH(&c, ghc_cpu_rope(y, x, f, h, w, inverse), ghc_k_rope(y, x, f, h, w, inverse, stream));
 }
 
+/* x [B, L, D] with D = heads Dh, Dh even, L = f h w (ghc_op_rmsnorm_rope_*). */
+static int check_rope_rows(const struct op_ctx *c, const ghc_tensor_t *x, int64_t heads, int64_t f, int64_t h,
+                           int64_t w)
+{
+    if (ghc_tensor_ndim(x) != 3)
+        return bad(c, "x", x, "3 dimensions [B, L, D]");
+    const int64_t L = ghc_tensor_dim(x, 1), D = ghc_tensor_dim(x, 2);
+    if (heads < 1 || D % heads != 0 || (D / heads) % 2 != 0)
+        return bad(c, "x", x, "D = %lld heads of an even head dim", (long long)heads);
+    if (f < 1 || h < 1 || w < 1 || L / f / h != w || f * h * w != L)
+        return bad(c, "x", x, "L = f h w = %lld x %lld x %lld tokens", (long long)f, (long long)h, (long long)w);
+    return 0;
+}
+
+int ghc_op_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                            float eps, int64_t heads, int64_t f, int64_t h, int64_t w, void *stream)
+{
+    struct op_ctx c = OP_CTX("rmsnorm_rope_fwd", y, rstd, x, weight);
+    NEED(&c, "y", y, DT_F32_BF16);
+    MAYBE(&c, "rstd", rstd, DT_F32);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "weight", weight, DT_F32_BF16);
+    CHECK(check_rope_rows(&c, x, heads, f, h, w));
+    LIKE(&c, "y", y, x);
+    const int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    SHAPE(&c, "weight", weight, D);
+    SHAPE(&c, "rstd", rstd, rows);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rmsnorm_rope_fwd(y, rstd, x, weight, eps, heads, h, w),
+                    ghc_k_rmsnorm_rope_fwd(y, rstd, x, weight, eps, heads, h, w, stream));
+}
+
+int ghc_op_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                            const ghc_tensor_t *weight, int64_t heads, int64_t f, int64_t h, int64_t w, void *stream)
+{
+    struct op_ctx c = OP_CTX("rmsnorm_rope_bwd", dx, dy, x, rstd, weight);
+    NEED(&c, "dx", dx, DT_F32_BF16);
+    NEED(&c, "dy", dy, DT_F32_BF16);
+    NEED(&c, "x", x, DT_F32_BF16);
+    NEED(&c, "rstd", rstd, DT_F32);
+    NEED(&c, "weight", weight, DT_F32_BF16);
+    CHECK(check_rope_rows(&c, x, heads, f, h, w));
+    LIKE(&c, "dx", dx, x);
+    LIKE(&c, "dy", dy, x);
+    const int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
+    SHAPE(&c, "rstd", rstd, rows);
+    SHAPE(&c, "weight", weight, D);
+    if (ghc_tensor_numel(x) == 0)
+        return 0;
+    return DISPATCH(&c, ghc_cpu_rmsnorm_rope_bwd(dx, dy, x, rstd, weight, heads, h, w),
+                    ghc_k_rmsnorm_rope_bwd(dx, dy, x, rstd, weight, heads, h, w, stream));
+}
+
 /* ---- patches ------------------------------------------------------------------------------ */
 
 /* lat [B, C, F, H, W] with H, W even (dim 1 not checked: C is free); rows [B, F (H/2) (W/2), 4 row_ch]
@@ -950,17 +1004,25 @@ int ghc_op_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, vo
     return DISPATCH(&c, ghc_cpu_mul(y, a, b), ghc_k_mul(y, a, b, stream));
 }
 
-int ghc_op_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate, void *stream)
+int ghc_op_gated_residual_to(ghc_tensor_t *out, const ghc_tensor_t *x, const ghc_tensor_t *y,
+                             const ghc_tensor_t *gate, void *stream)
 {
-    struct op_ctx c = OP_CTX("gated_residual", x, y, gate);
+    struct op_ctx c = OP_CTX("gated_residual", out, x, y, gate);
     NEED(&c, "x", x, DT_F32);
+    NEED(&c, "out", out, DT_F32);
     NEED(&c, "y", y, DT_F32_BF16);
     MAYBE(&c, "gate", gate, DT_F32_BF16);
-    LIKE(&c, "y", y, x);
+    LIKE(&c, "x", x, out);
+    LIKE(&c, "y", y, out);
     BCAST(&c, "gate", gate, "x", x);
-    if (ghc_tensor_numel(x) == 0)
+    if (ghc_tensor_numel(out) == 0)
         return 0;
-    return DISPATCH(&c, ghc_cpu_gated_residual(x, y, gate), ghc_k_gated_residual(x, y, gate, stream));
+    return DISPATCH(&c, ghc_cpu_gated_residual(out, x, y, gate), ghc_k_gated_residual(out, x, y, gate, stream));
+}
+
+int ghc_op_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate, void *stream)
+{
+    return ghc_op_gated_residual_to(x, x, y, gate, stream);
 }
 
 int ghc_op_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream)

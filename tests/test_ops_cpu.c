@@ -1386,6 +1386,44 @@ START_TEST(rope_inverse)
 }
 END_TEST
 
+/* RMSNorm with its RoPE in one op: the bits of the two ops, forward and backward, in f32 and
+ * bf16; dy is not written. */
+START_TEST(rmsnorm_rope)
+{
+    seed(12);
+    const int64_t f = 2, h = 3, w = 2, L = 12, H = 3, Dh = 12, D = H * Dh;
+    for (int d = 0; d < 2; d++) {
+        const enum ghc_dtype dt = d ? BF16 : F32;
+        ghc_tensor_t *x = rnd(T(F32, 2, L, D), -2, 2), *wt = rnd(T(F32, D), 0.5, 1.5);
+        ghc_tensor_t *y = T(dt, 2, L, D), *y2 = T(dt, 2, L, D), *rs = T(F32, 2 * L), *rs2 = T(F32, 2 * L);
+        OK(ghc_op_rmsnorm_fwd(y, rs, x, wt, 1e-6f, NULL));
+        OK(ghc_tensor_reshape(y, 4, (const int64_t[]){ 2, L, H, Dh }));
+        OK(ghc_op_rope(y, y, f, h, w, false, NULL));
+        OK(ghc_op_rmsnorm_rope_fwd(y2, rs2, x, wt, 1e-6f, H, f, h, w, NULL));
+        ck_assert_int_eq(memcmp(ghc_tensor_cdata(y), ghc_tensor_cdata(y2), ghc_tensor_nbytes(y)), 0);
+        ck_assert_int_eq(memcmp(ghc_tensor_cdata(rs), ghc_tensor_cdata(rs2), ghc_tensor_nbytes(rs)), 0);
+        /* backward: rope inverse into t, then the norm's backward */
+        ghc_tensor_t *dy = rnd(T(dt, 2, L, D), -1, 1), *dy0 = T(dt, 2, L, D), *t = T(dt, 2, L, H, Dh);
+        ghc_tensor_t *dx = T(F32, 2, L, D), *dx2 = T(F32, 2, L, D);
+        OK(ghc_op_copy(dy0, dy, NULL));
+        OK(ghc_tensor_reshape(dy, 4, (const int64_t[]){ 2, L, H, Dh }));
+        OK(ghc_op_rope(t, dy, f, h, w, true, NULL));
+        OK(ghc_tensor_reshape(dy, 3, (const int64_t[]){ 2, L, D }));
+        OK(ghc_tensor_reshape(t, 3, (const int64_t[]){ 2, L, D }));
+        OK(ghc_op_rmsnorm_bwd(dx, t, x, rs, wt, NULL));
+        OK(ghc_op_rmsnorm_rope_bwd(dx2, dy, x, rs, wt, H, f, h, w, NULL));
+        ck_assert_int_eq(memcmp(ghc_tensor_cdata(dx), ghc_tensor_cdata(dx2), ghc_tensor_nbytes(dx)), 0);
+        ck_assert_int_eq(memcmp(ghc_tensor_cdata(dy), ghc_tensor_cdata(dy0), ghc_tensor_nbytes(dy)), 0);
+    }
+    /* what the op checks */
+    ghc_tensor_t *x = T(F32, 1, 12, 36), *y = T(F32, 1, 12, 36), *wt = T(F32, 36);
+    ck_assert_int_eq(ghc_op_rmsnorm_rope_fwd(y, NULL, x, wt, 1e-6f, 5, 2, 3, 2, NULL), GHC_EINVAL);   /* 36 % 5 */
+    ck_assert_int_eq(ghc_op_rmsnorm_rope_fwd(y, NULL, x, wt, 1e-6f, 4, 2, 3, 2, NULL), GHC_EINVAL);   /* Dh 9 odd */
+    ck_assert_int_eq(ghc_op_rmsnorm_rope_fwd(y, NULL, x, wt, 1e-6f, 3, 2, 2, 2, NULL), GHC_EINVAL);   /* L 12 != 8 */
+    ck_assert_int_eq(ghc_op_rmsnorm_rope_fwd(y, NULL, x, wt, 1e-6f, 3, 2, 3, 2, NULL), 0);
+}
+END_TEST
+
 /* ---- patches ------------------------------------------------------------------------------ */
 
 /* Row b * L + tok, column col of a [B, L, 4 C] patch matrix: the latent element it holds,
@@ -1648,8 +1686,14 @@ START_TEST(elementwise_broadcast)
             rg[i] = get(x, i) + get(yy, i) * get(b, bidx(a, b, i));
             rr[i] = get(x, i) + get(yy, i);
         }
+        /* into another tensor: the same bits as the copy and the in-place op below */
+        ghc_tensor_t *xt = like(a, F32), *xt0 = like(a, F32);
+        OK(ghc_op_gated_residual_to(xt, x, yy, b, NULL));
+        OK(ghc_op_gated_residual_to(xt0, x, yy, NULL, NULL));
         OK(ghc_op_gated_residual(x, yy, b, NULL));
         expect("gated_residual", x, rg, 1e-6, 1e-6);
+        ck_assert_int_eq(memcmp(ghc_tensor_cdata(xt), ghc_tensor_cdata(x), ghc_tensor_nbytes(x)), 0);
+        expect("gated_residual_to, no gate", xt0, rr, 1e-6, 1e-6);
         OK(ghc_op_gated_residual(x0, yy, NULL, NULL));
         expect("residual", x0, rr, 1e-6, 1e-6);
         /* in place: y = a */
@@ -1836,6 +1880,7 @@ int main(void)
     tcase_add_test(tc, layernorm_forward);
     tcase_add_test(tc, rmsnorm_forward);
     tcase_add_test(tc, rope_forward);
+    tcase_add_test(tc, rmsnorm_rope);
     tcase_add_test(tc, patches);
     tcase_add_test(tc, timestep_embedding);
     tcase_add_test(tc, pad_rows);

@@ -497,6 +497,44 @@ START_TEST(rope_small)
 }
 END_TEST
 
+/* RMSNorm with its RoPE (ghc_op_rmsnorm_rope_*) against the CPU's: 4-wide (fused kernels) and
+ * not (D % 4 = 2: the two ops), forward and backward. */
+static void rmsnorm_rope_case(enum ghc_dtype xdt, enum ghc_dtype ydt, int64_t B, int64_t f, int64_t h, int64_t w,
+                              int64_t H, int64_t Dh)
+{
+    int mark = npool;
+    const int64_t L = f * h * w, D = H * Dh, rows = B * L;
+    ghc_tensor_t *x = randn(xdt, 2.0, 0.1, SHP(B, L, D)), *wt = randn(F32, 0.5, 1.0, 1, &D);
+    ghc_tensor_t *y = like(x, ydt, CPUD), *rs = mk(F32, CPUD, 1, &rows);
+    ghc_tensor_t *gx = up(x), *gw = up(wt), *gy = gout(x, ydt, false), *grs = mk(F32, 0, 1, &rows);
+    OK(ghc_op_rmsnorm_rope_fwd(y, rs, x, wt, 1e-6f, H, f, h, w, NULL));
+    OK(ghc_op_rmsnorm_rope_fwd(gy, grs, gx, gw, 1e-6f, H, f, h, w, NULL));
+    char what[192];
+    snprintf(what, sizeof(what), "rmsnorm_rope_fwd x %s y %s D %" PRId64, dn(xdt), dn(ydt), D);
+    expect_close(what, gy, y, ydt == F32 ? 1e-5 : 1e-2);
+    expect_close("rmsnorm_rope_fwd rstd", grs, rs, 1e-5);
+    ghc_tensor_t *dy = randn(ydt, 1.0, 0.0, SHP(B, L, D)), *gdy = up(dy);
+    ghc_tensor_t *dx = like(x, F32, CPUD), *gdx = gout(x, F32, false);
+    OK(ghc_op_rmsnorm_rope_bwd(dx, dy, x, rs, wt, H, f, h, w, NULL));
+    OK(ghc_op_rmsnorm_rope_bwd(gdx, gdy, gx, up(rs), gw, H, f, h, w, NULL));
+    snprintf(what, sizeof(what), "rmsnorm_rope_bwd x %s dy %s D %" PRId64, dn(xdt), dn(ydt), D);
+    expect_close(what, gdx, dx, 1e-4);
+    expect_bits("rmsnorm_rope_bwd leaves dy", gdy, dy);
+    pool_release(mark);
+}
+
+START_TEST(rmsnorm_rope_small)
+{
+    for (int yd = 0; yd < 2; yd++) {
+        enum ghc_dtype ydt = yd ? BF16 : F32;
+        rmsnorm_rope_case(F32, ydt, 2, 2, 3, 4, 3, 12);    /* 4-wide: fused */
+        rmsnorm_rope_case(BF16, ydt, 1, 3, 5, 2, 2, 128);
+        rmsnorm_rope_case(F32, ydt, 2, 1, 2, 3, 3, 6);     /* D 18: the two ops */
+    }
+    rmsnorm_rope_case(F32, BF16, 1, 4, 16, 16, 40, 128);   /* Wan's heads, 1024 tokens */
+}
+END_TEST
+
 /* In place (y = x), and inverse(rope(x)) = x. */
 START_TEST(rope_in_place)
 {
@@ -652,9 +690,12 @@ static void gated_case(enum ghc_dtype ydt, enum ghc_dtype gdt, enum bshape bs, b
     ghc_tensor_t *x = randn(F32, 1.0, 0.0, nd, shape), *y = randn(ydt, 1.0, 0.0, nd, shape);
     ghc_tensor_t *gate = gated ? bcast_operand(gdt, bs, nd, shape) : NULL;
     ghc_tensor_t *gx = up_(x, mis), *gy = up_(y, mis), *gg = gate ? up(gate) : NULL;
+    ghc_tensor_t *gt = up_(x, mis);   /* into another tensor: the same bits as in place */
+    OK(ghc_op_gated_residual_to(gt, gx, gy, gg, NULL));
     OK(ghc_op_gated_residual(x, y, gate, NULL));
     OK(ghc_op_gated_residual(gx, gy, gg, NULL));
     char what[192];
+    expect_bits("gated_residual_to against in place", gt, down(gx));
     snprintf(what, sizeof(what), "gated_residual y %s gate %s%s", dn(ydt),
              gated ? (bs == B_ROW ? "[D]" : bs == B_SAMPLE ? "[B, D]" : "full") : "none", mis ? " misaligned" : "");
     expect_close(what, gx, x, 1e-6);
@@ -1403,7 +1444,7 @@ int main(void)
         { "memory_cast", { fill_bits, copy_roundtrip, cast_bits, cast_stochastic_bits, cast_stochastic_unbiased } },
         { "layernorm", { layernorm_small, layernorm_long_rows, layernorm_wan } },
         { "rmsnorm", { rmsnorm_small, rmsnorm_wan } },
-        { "rope", { rope_small, rope_in_place, rope_wan } },
+        { "rope", { rope_small, rope_in_place, rope_wan, rmsnorm_rope_small } },
         { "patches", { patches_small, patches_wan } },
         { "elementwise", { activations_small, activations_wan, binary_small, gated_residual_small, elementwise_wan } },
         { "reduce", { sum_mean, sum_rows, mse_loss } },

@@ -202,6 +202,17 @@ GHC_API int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const g
  * backward). y may be x. */
 GHC_API int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w,
                         bool inverse, void *stream);
+/* (since API 19) Wan's q and k norms with their RoPE in one pass: the bits of
+ * ghc_op_rmsnorm_fwd(y, rstd, x, weight, eps) followed by ghc_op_rope on y's [B, L, heads, Dh]
+ * view (in place, not inverse). x and y [B, L, D], D = heads Dh with Dh even, L = f h w. */
+GHC_API int ghc_op_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
+                                    const ghc_tensor_t *weight, float eps, int64_t heads, int64_t f, int64_t h,
+                                    int64_t w, void *stream);
+/* Its backward: the bits of ghc_op_rope(t, dy, inverse) into a t like dy, then
+ * ghc_op_rmsnorm_bwd(dx, t, x, rstd, weight); dy is not written. Shapes as above. */
+GHC_API int ghc_op_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                    const ghc_tensor_t *rstd, const ghc_tensor_t *weight, int64_t heads, int64_t f,
+                                    int64_t h, int64_t w, void *stream);
 
 /* ---- patches --------------------------------------------------------------------------------- */
 
@@ -255,6 +266,11 @@ GHC_API int ghc_op_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_
  * bf16; gate like b above. Its backward is dx += g (identity) and dy = g * gate (ghc_op_mul). */
 GHC_API int ghc_op_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate,
                                   void *stream);
+/* (since API 19) The same into another tensor: out = x + y * gate (gate NULL: x + y), the same
+ * bits as copying x to out and ghc_op_gated_residual(out, y, gate), in one pass. out f32 like x;
+ * out may be x. */
+GHC_API int ghc_op_gated_residual_to(ghc_tensor_t *out, const ghc_tensor_t *x, const ghc_tensor_t *y,
+                                     const ghc_tensor_t *gate, void *stream);
 /* y = alpha x (y may be x). */
 GHC_API int ghc_op_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream);
 

@@ -35,13 +35,19 @@ int ghc_cpu_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t 
 int ghc_cpu_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
                         const ghc_tensor_t *weight);
 int ghc_cpu_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse);
+/* Token l's cos and +-sin of each of the Dh / 2 pairs (cs [Dh]), as ghc_op_rope computes them. */
+void ghc_cpu_rope_angles(float *cs, int64_t Dh, int64_t l, int64_t h, int64_t w, bool inverse);
+int ghc_cpu_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                             float eps, int64_t heads, int64_t h, int64_t w);
+int ghc_cpu_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                             const ghc_tensor_t *weight, int64_t heads, int64_t h, int64_t w);
 int ghc_cpu_gelu_tanh(ghc_tensor_t *y, const ghc_tensor_t *x);
 int ghc_cpu_gelu_tanh_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x);
 int ghc_cpu_silu(ghc_tensor_t *y, const ghc_tensor_t *x);
 int ghc_cpu_silu_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x);
 int ghc_cpu_add(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, float alpha, float beta);
 int ghc_cpu_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b);
-int ghc_cpu_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate);
+int ghc_cpu_gated_residual(ghc_tensor_t *out, const ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate);
 int ghc_cpu_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha);
 int ghc_cpu_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean);
 int ghc_cpu_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x);

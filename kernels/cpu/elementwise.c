@@ -121,18 +121,19 @@ int ghc_cpu_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b)
     return 0;
 }
 
-int ghc_cpu_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate)
+int ghc_cpu_gated_residual(ghc_tensor_t *out, const ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate)
 {
     int64_t n = ghc_tensor_numel(x);
-    float *xp = ghc_tensor_data(x);
+    float *op = ghc_tensor_data(out);
+    const float *xp = ghc_tensor_cdata(x);
     if (!gate) {
         for (int64_t i = 0; i < n; i++)
-            xp[i] += GHC_CPU_GET(y, i);
+            op[i] = xp[i] + GHC_CPU_GET(y, i);
         return 0;
     }
     struct ghc_cpu_bcast bc = ghc_cpu_bcast_init(x, gate);
     for (int64_t i = 0; i < n; i++)
-        xp[i] += GHC_CPU_GET(y, i) * GHC_CPU_GET(gate, ghc_cpu_bcast_index(&bc, i));
+        op[i] = xp[i] + GHC_CPU_GET(y, i) * GHC_CPU_GET(gate, ghc_cpu_bcast_index(&bc, i));
     return 0;
 }
 

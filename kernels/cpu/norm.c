@@ -136,3 +136,68 @@ int ghc_cpu_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tens
     }
     return 0;
 }
+
+/* ---- RMSNorm with RoPE (ghc_op_rmsnorm_rope_fwd / _bwd) -------------------------------------- */
+
+/* Row r's pairs rotated in place: v holds the row's D values already rounded to the dtype dt
+ * of the tensor the unfused ops pass them through; each pair's result is rounded likewise. */
+static void rotate_row(float *v, const float *cs, int64_t D, int64_t Dh, enum ghc_dtype dt)
+{
+    for (int64_t i = 0; i < D; i += 2) {
+        const int64_t p = (i % Dh) / 2;
+        const float a = v[i], b = v[i + 1], c = cs[2 * p], s = cs[2 * p + 1];
+        v[i] = ghc_cpu_round(dt, a * c - b * s);
+        v[i + 1] = ghc_cpu_round(dt, a * s + b * c);
+    }
+}
+
+int ghc_cpu_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                             float eps, int64_t heads, int64_t h, int64_t w)
+{
+    const int64_t L = ghc_tensor_dim(x, 1), D = ghc_tensor_dim(x, -1), rows = ghc_tensor_numel(x) / D, Dh = D / heads;
+    const enum ghc_dtype ydt = ghc_tensor_dtype(y);
+    float *v = malloc((size_t)(D + Dh) * sizeof(float)), *cs = v ? v + D : NULL;
+    if (!v)
+        return ghc_error_set(ghc_tensor_core(y), GHC_ENOMEM, "rmsnorm_rope_fwd: no memory for %lld floats",
+                             (long long)(D + Dh));
+    int rc = ghc_cpu_rmsnorm_fwd(y, rstd, x, weight, eps);
+    for (int64_t r = 0; r < rows && rc == 0; r++) {
+        for (int64_t j = 0; j < D; j++)
+            v[j] = GHC_CPU_GET(y, r * D + j);
+        ghc_cpu_rope_angles(cs, Dh, r % L, h, w, false);
+        rotate_row(v, cs, D, Dh, ydt);
+        for (int64_t j = 0; j < D; j++)
+            GHC_CPU_SET(y, r * D + j, v[j]);
+    }
+    free(v);
+    return rc;
+}
+
+int ghc_cpu_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                             const ghc_tensor_t *weight, int64_t heads, int64_t h, int64_t w)
+{
+    const int64_t L = ghc_tensor_dim(x, 1), D = ghc_tensor_dim(x, -1), rows = ghc_tensor_numel(x) / D, Dh = D / heads;
+    ghc_tensor_t *t = ghc_tensor_init(ghc_tensor_core(dx), ghc_tensor_dtype(dy), ghc_tensor_ndim(dy),
+                                      ghc_tensor_shape(dy), GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+    float *v = malloc((size_t)(D + Dh) * sizeof(float)), *cs = v ? v + D : NULL;
+    int rc = 0;
+    if (!t || !v) {
+        rc = t ? ghc_error_set(ghc_tensor_core(dx), GHC_ENOMEM, "rmsnorm_rope_bwd: no memory for %lld floats",
+                               (long long)(D + Dh))
+               : ghc_error_code(ghc_tensor_core(dx));
+        goto out;
+    }
+    for (int64_t r = 0; r < rows; r++) {   /* dy rotated back, in dy's dtype (what ghc_op_rope writes) */
+        for (int64_t j = 0; j < D; j++)
+            v[j] = GHC_CPU_GET(dy, r * D + j);
+        ghc_cpu_rope_angles(cs, Dh, r % L, h, w, true);
+        rotate_row(v, cs, D, Dh, ghc_tensor_dtype(dy));
+        for (int64_t j = 0; j < D; j++)
+            GHC_CPU_SET(t, r * D + j, v[j]);
+    }
+    rc = ghc_cpu_rmsnorm_bwd(dx, t, x, rstd, weight);
+out:
+    free(v);
+    ghc_tensor_free(t);
+    return rc < 0 ? rc : 0;
+}

@@ -8,30 +8,35 @@
 
 #include "cpu.h"
 
+void ghc_cpu_rope_angles(float *cs, int64_t Dh, int64_t l, int64_t h, int64_t w, bool inverse)
+{
+    const int64_t P = Dh / 2, d_hw = 2 * (Dh / 6), d_t = Dh - 2 * d_hw;
+    const int64_t pos_t = l / (h * w), pos_h = (l / w) % h, pos_w = l % w;
+    for (int64_t p = 0; p < P; p++) {
+        int64_t j, d_axis, pos;
+        if (2 * p < d_t) {
+            j = p, d_axis = d_t, pos = pos_t;
+        } else if (2 * p < d_t + d_hw) {
+            j = p - d_t / 2, d_axis = d_hw, pos = pos_h;
+        } else {
+            j = p - (d_t + d_hw) / 2, d_axis = d_hw, pos = pos_w;
+        }
+        double theta = (double)pos * pow(10000.0, -2.0 * (double)j / (double)d_axis);
+        cs[2 * p] = (float)cos(theta);
+        cs[2 * p + 1] = (float)(inverse ? -sin(theta) : sin(theta));
+    }
+}
+
 int ghc_cpu_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse)
 {
     int64_t B = ghc_tensor_dim(x, 0), L = ghc_tensor_dim(x, 1), H = ghc_tensor_dim(x, 2);
     int64_t Dh = ghc_tensor_dim(x, 3), P = Dh / 2;
-    int64_t d_hw = 2 * (Dh / 6), d_t = Dh - 2 * d_hw;
     float *cs = malloc((size_t)(2 * P) * sizeof(float));
     if (!cs)
         return ghc_error_set(ghc_tensor_core(y), GHC_ENOMEM, "rope: no memory for %lld floats", (long long)(2 * P));
     (void)f;
     for (int64_t l = 0; l < L; l++) {
-        int64_t pos_t = l / (h * w), pos_h = (l / w) % h, pos_w = l % w;
-        for (int64_t p = 0; p < P; p++) {
-            int64_t j, d_axis, pos;
-            if (2 * p < d_t) {
-                j = p, d_axis = d_t, pos = pos_t;
-            } else if (2 * p < d_t + d_hw) {
-                j = p - d_t / 2, d_axis = d_hw, pos = pos_h;
-            } else {
-                j = p - (d_t + d_hw) / 2, d_axis = d_hw, pos = pos_w;
-            }
-            double theta = (double)pos * pow(10000.0, -2.0 * (double)j / (double)d_axis);
-            cs[2 * p] = (float)cos(theta);
-            cs[2 * p + 1] = (float)(inverse ? -sin(theta) : sin(theta));
-        }
+        ghc_cpu_rope_angles(cs, Dh, l, h, w, inverse);
         for (int64_t b = 0; b < B; b++)
             for (int64_t hh = 0; hh < H; hh++) {
                 int64_t o = ((b * L + l) * H + hh) * Dh;

@@ -221,6 +221,37 @@ GHC_D void ghc_st4(ghc_bf16 *p, int64_t i, const float v[4])
     *(uint2 *)(p + i) = q;
 }
 
+/* Eight consecutive elements at p + i (i a multiple of 8, p 8-element aligned): one 16-byte
+ * (bf16) or two 16-byte (f32) accesses. */
+GHC_D void ghc_ld8(const float *p, int64_t i, float v[8])
+{
+    ghc_ld4(p, i, v);
+    ghc_ld4(p, i + 4, v + 4);
+}
+GHC_D void ghc_ld8(const ghc_bf16 *p, int64_t i, float v[8])
+{
+    uint4 q = *(const uint4 *)(p + i);
+    const uint32_t w[4] = { q.x, q.y, q.z, q.w };
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        v[2 * u] = __uint_as_float(w[u] << 16);
+        v[2 * u + 1] = __uint_as_float(w[u] & 0xffff0000u);
+    }
+}
+GHC_D void ghc_st8(float *p, int64_t i, const float v[8])
+{
+    ghc_st4(p, i, v);
+    ghc_st4(p, i + 4, v + 4);
+}
+GHC_D void ghc_st8(ghc_bf16 *p, int64_t i, const float v[8])
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        w[u] = (uint32_t)ghc_dev_f32_to_bf16(v[2 * u]) | ((uint32_t)ghc_dev_f32_to_bf16(v[2 * u + 1]) << 16);
+    *(uint4 *)(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* Two consecutive elements at p + i (i even, p 2-element aligned). */
 GHC_D void ghc_ld2(const float *p, int64_t i, float v[2])
 {

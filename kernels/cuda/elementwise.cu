@@ -260,11 +260,12 @@ extern "C" int ghc_k_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tenso
     return ew_launch<false, true>(y, a, NULL, b, op_mul{}, stream);
 }
 
-extern "C" int ghc_k_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate, void *stream)
+extern "C" int ghc_k_gated_residual(ghc_tensor_t *out, const ghc_tensor_t *x, const ghc_tensor_t *y,
+                                    const ghc_tensor_t *gate, void *stream)
 {
     if (!gate)
-        return ew_launch<true, false>(x, x, y, NULL, op_residual{}, stream);
-    return ew_launch<true, true>(x, x, y, gate, op_gated{}, stream);
+        return ew_launch<true, false>(out, x, y, NULL, op_residual{}, stream);
+    return ew_launch<true, true>(out, x, y, gate, op_gated{}, stream);
 }
 
 extern "C" int ghc_k_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream)

@@ -75,6 +75,10 @@ int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x
 int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
                         const ghc_tensor_t *weight, void *stream);
 int ghc_k_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, int64_t w, bool inverse, void *stream);
+int ghc_k_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                           float eps, int64_t heads, int64_t h, int64_t w, void *stream);
+int ghc_k_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                           const ghc_tensor_t *weight, int64_t heads, int64_t h, int64_t w, void *stream);
 int ghc_k_patchify(ghc_tensor_t *rows, const ghc_tensor_t *lat, const ghc_tensor_t *cond, void *stream);
 int ghc_k_patchify_bwd(ghc_tensor_t *dlat, const ghc_tensor_t *drows, void *stream);
 int ghc_k_unpatchify(ghc_tensor_t *out, const ghc_tensor_t *rows, void *stream);
@@ -85,7 +89,8 @@ int ghc_k_silu(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
 int ghc_k_silu_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, void *stream);
 int ghc_k_add(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, float alpha, float beta, void *stream);
 int ghc_k_mul(ghc_tensor_t *y, const ghc_tensor_t *a, const ghc_tensor_t *b, void *stream);
-int ghc_k_gated_residual(ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate, void *stream);
+int ghc_k_gated_residual(ghc_tensor_t *out, const ghc_tensor_t *x, const ghc_tensor_t *y, const ghc_tensor_t *gate,
+                         void *stream);
 int ghc_k_scale(ghc_tensor_t *y, const ghc_tensor_t *x, float alpha, void *stream);
 int ghc_k_sum(ghc_tensor_t *out, const ghc_tensor_t *x, bool mean, void *stream);
 int ghc_k_sum_rows(ghc_tensor_t *out, const ghc_tensor_t *x, void *stream);

@@ -2,7 +2,7 @@
 # tests); the core links no CUDA. Built for sm_90a, sm_121 and compute_90 PTX (NVCCFLAGS).
 CUDA_KERNEL_SOURCES = kernels/cuda/device.cu kernels/cuda/device.h kernels/cuda/kernels.h kernels/cuda/common.cuh \
 	kernels/cuda/mma.cuh \
-	kernels/cuda/cast_rng.cu kernels/cuda/norm.cu kernels/cuda/rope.cu kernels/cuda/patch.cu \
+	kernels/cuda/cast_rng.cu kernels/cuda/norm.cu kernels/cuda/rope.cuh kernels/cuda/rope.cu kernels/cuda/patch.cu \
 	kernels/cuda/elementwise.cu kernels/cuda/reduce.cu kernels/cuda/gemm.cu \
 	kernels/cuda/attention_impl.cuh kernels/cuda/attention.cu kernels/cuda/attention_fwd.cu \
 	kernels/cuda/attention_bwd.cu kernels/cuda/attention_wgmma.cu kernels/cuda/attention_generic.cu
@@ -26,6 +26,7 @@ $(kernels_libghc_cuda_la_OBJECTS): kernels/cuda/common.cuh kernels/cuda/mma.cuh 
 	include/gh200core/ops.h include/gh200core/tensor.h
 kernels/cuda/attention.lo kernels/cuda/attention_fwd.lo kernels/cuda/attention_bwd.lo \
 	kernels/cuda/attention_wgmma.lo kernels/cuda/attention_generic.lo: kernels/cuda/attention_impl.cuh
+kernels/cuda/norm.lo kernels/cuda/rope.lo: kernels/cuda/rope.cuh
 endif
 # optimizer updates (issue 6): adamw; automagic's separate passes, its cluster kernel, its plan
 CUDA_KERNEL_SOURCES += kernels/cuda/optim_impl.cuh kernels/cuda/optim_am_cluster.cuh \

@@ -4,6 +4,7 @@
  * shared memory between passes when they fit (else read again, from L2). Loads are 4-wide when
  * D and the pointers allow. */
 #include "common.cuh"
+#include "rope.cuh"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -110,6 +111,25 @@ static bool rows_vec4(int64_t D, const void *a, size_t sa, const void *b, size_t
     return D % 4 == 0 && ghc_k_aligned(a, sa, 4) && ghc_k_aligned(b, sb, 4) && ghc_k_aligned(c, sc, 4);
 }
 
+/* V values of a small operand from element i (V = 4: i and the pointer 4-element aligned). */
+template <int V>
+GHC_D void ld_param(const param &p, int64_t i, float v[V])
+{
+    if constexpr (V == 4) {
+        if (p.bf16)
+            ghc_ld4((const ghc_bf16 *)p.p, i, v);
+        else
+            ghc_ld4((const float *)p.p, i, v);
+    } else {
+        v[0] = ghc_ld_dt(p.p, p.bf16, i);
+    }
+}
+
+static bool param_vec4(const param &p)
+{
+    return ghc_k_aligned(p.p, p.bf16 ? 2 : 4, 4);
+}
+
 /* ---- LayerNorm forward -------------------------------------------------------------------- */
 
 /* y's rows are ldy apart (D, or a column view's row stride). */
@@ -121,6 +141,7 @@ static __global__ void k_ln_fwd(TY *y, int64_t ldy, float *stats, const TX *x, p
     __shared__ float red[32];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
     float s = 0.0f;
+#pragma unroll 4
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float v[V];
         ld_v<V>(x, o + k * V, v);
@@ -150,24 +171,32 @@ static __global__ void k_ln_fwd(TY *y, int64_t ldy, float *stats, const TX *x, p
         stats[2 * row + 1] = rstd;
     }
     int64_t sh0 = rowmod_base(shift, row, D), sc0 = rowmod_base(scale, row, D);
+#pragma unroll 2
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
-        float v[V];
+        float v[V], pw[V], pb[V], psc[V], psh[V];
         if (CACHE)
             cache_ld<V>(cache, k * V, v);
         else
             ld_v<V>(x, o + k * V, v);
+        if (w.p)
+            ld_param<V>(w, k * V, pw);
+        if (bias.p)
+            ld_param<V>(bias, k * V, pb);
+        if (scale.t.p)
+            ld_param<V>(scale.t, sc0 + k * V, psc);
+        if (shift.t.p)
+            ld_param<V>(shift.t, sh0 + k * V, psh);
 #pragma unroll
         for (int u = 0; u < V; u++) {
-            int64_t j = k * V + u;
             float r = (v[u] - mean) * rstd;
             if (w.p)
-                r *= ghc_ld_dt(w.p, w.bf16, j);
+                r *= pw[u];
             if (bias.p)
-                r += ghc_ld_dt(bias.p, bias.bf16, j);
+                r += pb[u];
             if (scale.t.p)
-                r *= 1.0f + ghc_ld_dt(scale.t.p, scale.t.bf16, sc0 + j);
+                r *= 1.0f + psc[u];
             if (shift.t.p)
-                r += ghc_ld_dt(shift.t.p, shift.t.bf16, sh0 + j);
+                r += psh[u];
             v[u] = r;
         }
         st_v<V>(y, row * ldy + k * V, v);
@@ -194,7 +223,8 @@ extern "C" int ghc_k_layernorm_fwd(ghc_tensor_t *y, ghc_tensor_t *stats, const g
         using TX = decltype(tx);
         return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
             using TY = decltype(ty);
-            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1) && ldy % 4 == 0;
+            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1) && ldy % 4 == 0 && param_vec4(w) &&
+                      param_vec4(b) && param_vec4(sh.t) && param_vec4(sc.t);
             int threads = row_threads(v4 ? D / 4 : D);
             auto go = [&](auto kernel) {
                 kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, ldy, st, (const TX *)xp, w, b, sh, sc, D, eps);
@@ -311,13 +341,44 @@ extern "C" int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, con
 
 /* ---- RMSNorm forward ---------------------------------------------------------------------- */
 
-/* y = cast_y(x rstd) * weight, rstd = (mean(x^2) + eps)^-1/2. */
+/* RoPE fused into RMSNorm (ghc_op_rmsnorm_rope_*): row r is token r % L of an (f, hh, ww)
+ * grid, its D values heads of Dh (Dh <= 256: its angles in shared memory). Only with V = 4,
+ * where a thread holds both values of its two pairs. on = false: plain RMSNorm. */
+struct rope_geo {
+    int64_t L, hh, ww;
+    int     Dh;
+    bool    on;
+};
+
+constexpr int kRopeMaxDh = 256;
+
+/* The pairs of v (V = 4 values from element j0, rounded to T's precision as the unfused ops
+ * pass them through memory) rotated by the angles cs, each result rounded likewise. */
+template <typename T, int V>
+GHC_D void rope_pairs(float v[V], const float *cs, int64_t j0, int Dh)
+{
+    if constexpr (V == 4) {
+#pragma unroll
+        for (int u = 0; u < V; u += 2) {
+            float a = ghc_round_to(v[u], (const T *)0), b = ghc_round_to(v[u + 1], (const T *)0);
+            const int p = (int)(((j0 + u) % Dh) / 2);
+            ghc_rope_rotate(a, b, cs[2 * p], cs[2 * p + 1]);
+            v[u] = ghc_round_to(a, (const T *)0);
+            v[u + 1] = ghc_round_to(b, (const T *)0);
+        }
+    }
+}
+
+/* y = cast_y(x rstd) * weight, rstd = (mean(x^2) + eps)^-1/2; with g.on the RoPE of y. */
 template <typename TX, typename TY, int V, bool CACHE>
-static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64_t D, float eps)
+static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64_t D, float eps, rope_geo g)
 {
     extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
+    __shared__ float cs[kRopeMaxDh];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
+    if (g.on)   /* read after the block sum's barriers */
+        ghc_rope_angles(cs, g.Dh, row % g.L, g.hh, g.ww, false);
     float q = 0.0f;
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float v[V];
@@ -340,12 +401,15 @@ static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64
 #pragma unroll
         for (int u = 0; u < V; u++)
             v[u] = ghc_round_to(v[u] * r, (const TY *)0) * ghc_ld_dt(w.p, w.bf16, k * V + u);
+        if (g.on)
+            rope_pairs<TY, V>(v, cs, k * V, g.Dh);
         st_v<V>(y, o + k * V, v);
     }
 }
 
-extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
-                                 float eps, void *stream)
+/* RMSNorm, with g.on its RoPE too (then only where 4-wide: else returns -1, nothing launched). */
+static int rms_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight, float eps,
+                   rope_geo g, void *stream)
 {
     ghc_k_device_guard guard(x);
     cudaStream_t s = (cudaStream_t)stream;
@@ -362,9 +426,11 @@ extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_
         return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
             using TY = decltype(ty);
             bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
+            if (g.on && !v4)
+                return -1;
             int threads = row_threads(v4 ? D / 4 : D);
             auto go = [&](auto kernel) {
-                kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, rs, (const TX *)xp, w, D, eps);
+                kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, rs, (const TX *)xp, w, D, eps, g);
                 return (int)cudaGetLastError();
             };
             if (v4)
@@ -374,19 +440,60 @@ extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_
     });
 }
 
+extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                                 float eps, void *stream)
+{
+    return rms_fwd(y, rstd, x, weight, eps, rope_geo{ 1, 1, 1, 2, false }, stream);
+}
+
+/* t's data as [B, L, heads, D / heads] (ghc_k_rope's operand); NULL: out of memory. */
+static ghc_tensor_t *heads_view(const ghc_tensor_t *t, void *data, int64_t heads)
+{
+    const int64_t shape[4] = { ghc_tensor_dim(t, 0), ghc_tensor_dim(t, 1), heads, ghc_tensor_dim(t, 2) / heads };
+    return ghc_tensor_wrap(ghc_tensor_core(t), ghc_tensor_dtype(t), 4, shape, ghc_tensor_device(t), data);
+}
+
+extern "C" int ghc_k_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
+                                      const ghc_tensor_t *weight, float eps, int64_t heads, int64_t h, int64_t w,
+                                      void *stream)
+{
+    const int64_t Dh = ghc_tensor_dim(x, 2) / heads;
+    if (Dh <= kRopeMaxDh) {
+        int rc = rms_fwd(y, rstd, x, weight, eps, rope_geo{ ghc_tensor_dim(x, 1), h, w, (int)Dh, true }, stream);
+        if (rc >= 0)
+            return rc;
+    }
+    /* not 4-wide: the two ops */
+    int rc = ghc_k_rmsnorm_fwd(y, rstd, x, weight, eps, stream);
+    ghc_tensor_t *y4 = rc ? NULL : heads_view(y, ghc_tensor_data(y), heads);
+    if (!rc && !y4)
+        rc = (int)cudaErrorMemoryAllocation;
+    if (!rc)
+        rc = ghc_k_rope(y4, y4, 1, h, w, false, stream);
+    ghc_tensor_free(y4);
+    return rc;
+}
+
 /* ---- RMSNorm backward --------------------------------------------------------------------- */
 
 /* With G = weight dy: dx = rstd G - x rstd^3 mean(x G). The cache holds G, then x. */
 template <typename TX, typename TDY, typename TDX, int V, bool CACHE>
-static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const float *rstd, param w, int64_t D)
+static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const float *rstd, param w, int64_t D, rope_geo rg)
 {
     extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
+    __shared__ float cs[kRopeMaxDh];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
     float r = rstd[row], m = 0.0f;
+    if (rg.on) {   /* dy rotated back first */
+        ghc_rope_angles(cs, rg.Dh, row % rg.L, rg.hh, rg.ww, true);
+        __syncthreads();
+    }
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float g[V], xv[V];
         ld_v<V>(dy, o + k * V, g);
+        if (rg.on)
+            rope_pairs<TDY, V>(g, cs, k * V, rg.Dh);
         ld_v<V>(x, o + k * V, xv);
 #pragma unroll
         for (int u = 0; u < V; u++) {
@@ -408,6 +515,8 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
             cache_ld<V>(cache, D + k * V, xv);
         } else {
             ld_v<V>(dy, o + k * V, g);
+            if (rg.on)
+                rope_pairs<TDY, V>(g, cs, k * V, rg.Dh);
             ld_v<V>(x, o + k * V, xv);
 #pragma unroll
             for (int u = 0; u < V; u++)
@@ -421,8 +530,10 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
     }
 }
 
-extern "C" int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
-                                 const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
+/* RMSNorm's backward, with rg.on through the inverse RoPE of dy (then only where 4-wide: else
+ * returns -1, nothing launched). */
+static int rms_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                   const ghc_tensor_t *weight, rope_geo rg, void *stream)
 {
     ghc_k_device_guard guard(x);
     cudaStream_t s = (cudaStream_t)stream;
@@ -441,9 +552,12 @@ extern "C" int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const
             return ghc_k_dispatch(ghc_tensor_dtype(dx), [&](auto tdx) {
                 using TDX = decltype(tdx);
                 bool v4 = rows_vec4(D, xp, sizeof(TX), dyp, sizeof(TDY), dxp, sizeof(TDX));
+                if (rg.on && !v4)
+                    return -1;
                 int threads = row_threads(v4 ? D / 4 : D);
                 auto go = [&](auto kernel) {
-                    kernel<<<(unsigned)rows, threads, smem, s>>>((TDX *)dxp, (const TDY *)dyp, (const TX *)xp, rs, w, D);
+                    kernel<<<(unsigned)rows, threads, smem, s>>>((TDX *)dxp, (const TDY *)dyp, (const TX *)xp, rs, w, D,
+                                                                 rg);
                     return (int)cudaGetLastError();
                 };
                 if (v4)
@@ -452,4 +566,40 @@ extern "C" int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const
             });
         });
     });
+}
+
+extern "C" int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                 const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
+{
+    return rms_bwd(dx, dy, x, rstd, weight, rope_geo{ 1, 1, 1, 2, false }, stream);
+}
+
+extern "C" int ghc_k_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                                      const ghc_tensor_t *rstd, const ghc_tensor_t *weight, int64_t heads, int64_t h,
+                                      int64_t w, void *stream)
+{
+    const int64_t Dh = ghc_tensor_dim(x, 2) / heads;
+    if (Dh <= kRopeMaxDh) {
+        int rc = rms_bwd(dx, dy, x, rstd, weight, rope_geo{ ghc_tensor_dim(x, 1), h, w, (int)Dh, true }, stream);
+        if (rc >= 0)
+            return rc;
+    }
+    /* not 4-wide: dy rotated back into the stream's scratch, then the norm's backward */
+    ghc_k_device_guard guard(x);
+    void *t = NULL;
+    int rc = (int)ghc_k_scratch(ghc_tensor_device(dy), stream, ghc_tensor_nbytes(dy), &t);
+    ghc_tensor_t *dy4 = rc ? NULL : heads_view(dy, (void *)ghc_tensor_cdata(dy), heads);
+    ghc_tensor_t *t4 = rc ? NULL : heads_view(dy, t, heads);
+    ghc_tensor_t *t3 = rc ? NULL : ghc_tensor_wrap(ghc_tensor_core(dy), ghc_tensor_dtype(dy), 3, ghc_tensor_shape(dy),
+                                                   ghc_tensor_device(dy), t);
+    if (!rc && (!dy4 || !t4 || !t3))
+        rc = (int)cudaErrorMemoryAllocation;
+    if (!rc)
+        rc = ghc_k_rope(t4, dy4, 1, h, w, true, stream);
+    if (!rc)
+        rc = ghc_k_rmsnorm_bwd(dx, t3, x, rstd, weight, stream);
+    ghc_tensor_free(dy4);
+    ghc_tensor_free(t4);
+    ghc_tensor_free(t3);
+    return rc;
 }

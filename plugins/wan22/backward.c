@@ -200,13 +200,11 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(LBWD(WAN22_SA_O, g->du, a->o, a->op, g->dy, g->cD, g->gD, false));
     TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
     TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o, a->lse, scale, stream));
-    TRY(ghc_op_rope(g->dq4, g->dq4, s->f, s->h, s->w, true, stream));
-    TRY(ghc_op_rope(g->dk4, g->dk4, s->f, s->h, s->w, true, stream));
     /* the f32 gradients of q, k and v before their norms, one after the other in dy (free
      * since SA_O's backward): each linear's backward is queued before the next overwrites it */
-    TRY(ghc_op_rmsnorm_bwd(g->dy, g->dq, a->qp, a->rq, bw->norm_q, stream));
+    TRY(ghc_op_rmsnorm_rope_bwd(g->dy, g->dq, a->qp, a->rq, bw->norm_q, m->d.heads, s->f, s->h, s->w, stream));
     TRY(LBWD(WAN22_SA_Q, g->du, a->u, a->up, g->dy, g->cD, g->gD, false));
-    TRY(ghc_op_rmsnorm_bwd(g->dy, g->dk, a->kp, a->rk, bw->norm_k, stream));
+    TRY(ghc_op_rmsnorm_rope_bwd(g->dy, g->dk, a->kp, a->rk, bw->norm_k, m->d.heads, s->f, s->h, s->w, stream));
     TRY(LBWD(WAN22_SA_K, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));
     TRY(ghc_op_cast(g->dy, g->dv, 1.0f, NULL, stream));
     TRY(LBWD(WAN22_SA_V, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));

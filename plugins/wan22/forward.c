@@ -398,18 +398,15 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     /* self-attention */
     TRY(ghc_op_layernorm_fwd(a->u, a->st1, x, NULL, NULL, a->m[0], a->m[1], WAN22_EPS, stream));
     TRY(BLIN(WAN22_SA_Q, a->qp, a->u, a->up));
-    TRY(ghc_op_rmsnorm_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, stream));
+    TRY(ghc_op_rmsnorm_rope_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
     TRY(BLIN(WAN22_SA_K, a->kp, a->u, a->up));
-    TRY(ghc_op_rmsnorm_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, stream));
+    TRY(ghc_op_rmsnorm_rope_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
     TRY(BLIN(WAN22_SA_V, s->y, a->u, a->up));
     TRY(ghc_op_cast(a->v, s->y, 1.0f, NULL, stream));
-    TRY(ghc_op_rope(a->q4, a->q4, s->f, s->h, s->w, false, stream));
-    TRY(ghc_op_rope(a->k4, a->k4, s->f, s->h, s->w, false, stream));
     if (!attn_kept)   /* deterministic: a kept o and lse are the bits this would write */
         TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
     TRY(BLIN(WAN22_SA_O, s->y, a->o, a->op));
-    TRY(ghc_op_copy(a->x1, x, stream));
-    TRY(ghc_op_gated_residual(a->x1, s->y, a->m[2], stream));
+    TRY(ghc_op_gated_residual_to(a->x1, x, s->y, a->m[2], stream));
     /* cross-attention: affine pre-norm, no modulation, no gate, no RoPE, all 512 keys */
     TRY(ghc_op_layernorm_fwd(a->c, a->st3, a->x1, bw->norm3_w, bw->norm3_b, NULL, NULL, WAN22_EPS, stream));
     TRY(BLIN(WAN22_CA_Q, a->qcp, a->c, a->cp));
@@ -420,8 +417,7 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     TRY(ghc_op_cast(a->vc, a->vcp, 1.0f, NULL, stream));
     TRY(ghc_op_attention_fwd(a->oc, a->lsec, a->qc4, a->kc4, a->vc4, scale, stream));
     TRY(BLIN(WAN22_CA_O, s->y, a->oc, a->ocp));
-    TRY(ghc_op_copy(a->x2, a->x1, stream));
-    TRY(ghc_op_gated_residual(a->x2, s->y, NULL, stream));
+    TRY(ghc_op_gated_residual_to(a->x2, a->x1, s->y, NULL, stream));
     /* FFN, chunk by chunk of tokens (its [rows, F] tensors are the largest of a block); the
      * recomputation stops at its input: the backward runs it per chunk */
     TRY(ghc_op_layernorm_fwd(a->u2, a->st2, a->x2, NULL, NULL, a->m[3], a->m[4], WAN22_EPS, stream));
@@ -435,8 +431,7 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
             wan22_ffn_rows_free(&v);
         }
         TRY(rc);
-        TRY(ghc_op_copy(xo, a->x2, stream));
-        TRY(ghc_op_gated_residual(xo, s->y, a->m[5], stream));
+        TRY(ghc_op_gated_residual_to(xo, a->x2, s->y, a->m[5], stream));
     }
 out:
     for (int k = 0; k < 6; k++)
