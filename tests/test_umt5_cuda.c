@@ -4,7 +4,9 @@
  * I32 and I64 ids, odd sizes, causal and bidirectional buckets, a row of NaN for an id out of
  * range); attention_bias_fwd within f32 (2e-5 relative) and bf16 tolerances on odd shapes, with
  * and without bias and mask, a batch entry whose keys are all masked (O = 0), and umT5-XXL's
- * [3, 512, 64, 64] with per-entry lengths (the scores then run in two rounds). The encoder
+ * [3, 512, 64, 64] with per-entry lengths; its fused bf16 kernel (Dh 64) on tails of Lq and Lk,
+ * masks with holes and a whole masked tile, in f32, bf16, f16 and fp8, beside the GEMM path
+ * (Dh 40, f32) on the same masks. The encoder
  * against the golden fixtures on the GPU in f32 (1e-4) and bf16 (umt5_golden.h's tolerance),
  * padded, unpadded and batched; a random encoder of 4 heads of 64 on a batch of 200-token
  * prompts, GPU against CPU; and the `umt5` plugin made by the core with `device` and `dtype`.
@@ -216,10 +218,13 @@ END_TEST
 /* ---- attention with bias and mask --------------------------------------------------------- */
 
 /* q [B, Lq, H, Dh], k and v [B, Lk, H, Dh] in dt; bias [H, Lq, Lk] f32 (with_bias); key mask
- * [B, Lk] f32 with entry b's first len[b] keys kept (lens NULL: no mask); o flat [B, Lq, H Dh]
- * when flat_o. GPU against the CPU op on the same inputs. */
-static void attention_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Dh,
-                           bool with_bias, const int64_t *lens, float scale, bool flat_o, double atol, double rtol)
+ * [B, Lk] in mask_dt with entry b's first len[b] keys kept (lens NULL: no mask), and of those,
+ * with holes, every key j with (3 j + b) % 11 == 4 masked too, and with holes > 1 also keys 64 to
+ * 127 (a whole tile of 64 in the middle); o flat [B, Lq, H Dh] when flat_o. GPU against the CPU
+ * op on the same inputs. */
+static void attention_mask_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Dh,
+                                bool with_bias, const int64_t *lens, int holes, enum ghc_dtype mask_dt, float scale,
+                                bool flat_o, double atol, double rtol)
 {
     char what[200];
     const uint64_t sd = (uint64_t)(B * 1000 + Lq * 10 + Dh);
@@ -228,20 +233,24 @@ static void attention_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk,
     ghc_tensor_t *v = randn(dt, 1.0f, sd + 3, SHP(B, Lk, H, Dh));
     ghc_tensor_t *bias = with_bias ? randn(F32, 2.0f, sd + 4, SHP(H, Lq, Lk)) : NULL, *mask = NULL;
     if (lens) {
-        mask = mk(F32, CPUD, SHP(B, Lk));
-        float *m = ghc_tensor_data(mask);
+        ghc_tensor_t *m32 = mk(F32, CPUD, SHP(B, Lk));
+        float *m = ghc_tensor_data(m32);
         for (int64_t b = 0; b < B; b++)
             for (int64_t j = 0; j < Lk; j++)
-                m[b * Lk + j] = j < lens[b] ? 1.0f : 0.0f;
+                m[b * Lk + j] = j < lens[b] && !(holes && (3 * j + b) % 11 == 4) && !(holes > 1 && j >= 64 && j < 128)
+                              ? 1.0f : 0.0f;
+        mask = mk(mask_dt, CPUD, SHP(B, Lk));
+        OK(ghc_tensor_convert_cpu(mask, m32, 1.0f));
+        ghc_tensor_free(m32);
     }
     ghc_tensor_t *o = flat_o ? mk(dt, CPUD, SHP(B, Lq, H * Dh)) : mk(dt, CPUD, SHP(B, Lq, H, Dh));
     OK(ghc_op_attention_bias_fwd(o, q, k, v, bias, mask, scale, NULL));
     ghc_tensor_t *gq = up(q), *gk = up(k), *gv = up(v), *gb = bias ? up(bias) : NULL, *gm = mask ? up(mask) : NULL;
     ghc_tensor_t *go = poisoned(dt, ghc_tensor_ndim(o), ghc_tensor_shape(o));
     OK(ghc_op_attention_bias_fwd(go, gq, gk, gv, gb, gm, scale, NULL));
-    snprintf(what, sizeof(what), "attention_bias %s [%lld, %lld|%lld, %lld, %lld]%s%s scale %g", ghc_dtype_name(dt),
+    snprintf(what, sizeof(what), "attention_bias %s [%lld, %lld|%lld, %lld, %lld]%s%s%s%s scale %g", ghc_dtype_name(dt),
              (long long)B, (long long)Lq, (long long)Lk, (long long)H, (long long)Dh, with_bias ? " bias" : "",
-             lens ? " mask" : "", (double)scale);
+             lens ? " mask " : "", lens ? ghc_dtype_name(mask_dt) : "", holes ? " holes" : "", (double)scale);
     close_to(go, o, atol, rtol, what);
     /* an entry whose keys are all masked gets exactly 0 */
     ghc_tensor_t *h = down(go);
@@ -252,6 +261,13 @@ static void attention_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk,
     ghc_tensor_t *ts[] = { q, k, v, bias, mask, o, gq, gk, gv, gb, gm, go, h };
     for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
         ghc_tensor_free(ts[i]);
+}
+
+/* The same with a plain f32 mask of lengths. */
+static void attention_case(enum ghc_dtype dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Dh,
+                           bool with_bias, const int64_t *lens, float scale, bool flat_o, double atol, double rtol)
+{
+    attention_mask_case(dt, B, Lq, Lk, H, Dh, with_bias, lens, 0, F32, scale, flat_o, atol, rtol);
 }
 
 START_TEST(attention_ops)
@@ -269,6 +285,32 @@ START_TEST(attention_ops)
     const int64_t xxl[3] = { 512, 300, 77 };
     attention_case(BF16, 3, 512, 512, 64, 64, true, xxl, 1.0f, true, 2e-2, 2e-2);
     attention_case(F32, 1, 512, 512, 64, 64, true, xxl + 1, 1.0f, true, 2e-5, 2e-5);
+}
+END_TEST
+
+/* The fused bf16 kernel (Dh 64) against the CPU: tails of Lq and Lk (not multiples of its tiles
+ * of 64), keys masked inside the kept ones, a whole masked tile between kept ones, key tiles
+ * past the last kept key (not visited), an entry with every key masked (O exactly 0), masks
+ * in f32, bf16 and fp8, with and without bias, scale other than 1; and beside it the GEMM path
+ * (Dh 40, and f32 at Dh 64) on the same masks. */
+START_TEST(attention_fused)
+{
+    const int64_t none[2] = { 77, 0 }, l130[2] = { 130, 97 }, l512[2] = { 512, 200 }, some[2] = { 0, 129 };
+    const int64_t part[2] = { 300, 70 }, one[1] = { 65 };
+    const double at = 2e-2, rt = 2e-2;
+    attention_mask_case(BF16, 2, 77, 77, 3, 64, true, none, 1, F32, 1.0f, true, at, rt);
+    attention_mask_case(BF16, 2, 77, 130, 3, 64, true, l130, 2, F32, 1.0f, false, at, rt);
+    attention_mask_case(BF16, 2, 512, 512, 3, 64, true, l512, 2, BF16, 1.0f, true, at, rt);
+    attention_mask_case(BF16, 2, 512, 130, 3, 64, true, some, 1, F32, 1.0f, true, at, rt);
+    attention_mask_case(BF16, 2, 77, 512, 3, 64, true, part, 1, GHC_DTYPE_F8_E4M3, 1.0f, false, at, rt);
+    attention_mask_case(BF16, 2, 130, 77, 3, 64, false, none, 1, GHC_DTYPE_F16, 0.125f, true, at, rt);
+    attention_mask_case(BF16, 1, 1, 65, 2, 64, true, one, 1, F32, 1.0f, true, at, rt);
+    attention_mask_case(BF16, 2, 77, 130, 3, 64, true, NULL, 0, F32, 0.5f, true, at, rt);
+    attention_mask_case(BF16, 2, 64, 128, 3, 64, false, NULL, 0, F32, 1.0f, false, at, rt);
+    /* the GEMM path on the same kinds of masks */
+    attention_mask_case(BF16, 2, 77, 130, 3, 40, true, l130, 2, F32, 1.0f, true, at, rt);
+    attention_mask_case(BF16, 2, 77, 77, 3, 40, true, none, 1, BF16, 1.0f, false, at, rt);
+    attention_mask_case(F32, 2, 77, 130, 3, 64, true, l130, 2, BF16, 1.0f, true, 2e-5, 2e-5);
 }
 END_TEST
 
@@ -361,6 +403,7 @@ int main(void)
     tcase_add_test(tc, embedding_ops);
     tcase_add_test(tc, rel_pos_bias_ops);
     tcase_add_test(tc, attention_ops);
+    tcase_add_test(tc, attention_fused);
     suite_add_tcase(s, tc);
     tc = tcase_create("encoder");
     tcase_set_timeout(tc, 900);

@@ -44,6 +44,10 @@ CUDA_KERNEL_SOURCES += kernels/cuda/profile.cu
 # the model-input ops: timestep embedding, padded text rows (API 14)
 CUDA_KERNEL_SOURCES += kernels/cuda/inputs.cu
 # the text-encoder ops (umT5): embedding, relative-position bias, attention with bias and mask
+# (its fused bf16 kernel takes the tile loads and fragments of attention_impl.cuh)
 CUDA_KERNEL_SOURCES += kernels/cuda/text.cu
+if HAVE_CUDA
+kernels/cuda/text.lo: kernels/cuda/attention_impl.cuh
+endif
 # the convolution / VAE ops (API 16; the Wan VAEs): ours, and cuDNN's convolution (conv_cudnn.c)
 CUDA_KERNEL_SOURCES += kernels/cuda/vae.cu

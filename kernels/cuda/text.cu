@@ -1,14 +1,32 @@
 /* text.cu: the text-encoder ops of ops.h (umT5) on CUDA, as kernels/cpu/text.c computes them:
  * the embedding lookup and T5's relative-position bias (loads and stores only: bit-identical to
  * the CPU; the buckets come from ghc_rel_pos_bucket on the host, once per bucket setting and
- * device, so they are the CPU's exactly),
- * and attention with an additive bias and a key mask as batched GEMMs through ghc_k_gemm
- * (cuBLASLt): Q, K and V are laid out head-major [B, H, L, Dh] in the stream's scratch (head dims
- * and keys zero-padded to multiples of 8, so that every operand is 16-byte aligned), S = Q K^T
- * in f32, one row kernel adds scale and bias, masks, and writes P = softmax(S) in q's dtype
- * (statistics in f32), O = P V, and O goes back to [B, Lq, H, Dh]. The scores are made for as many
- * batch entries at once as fit kScoreBytes. No host synchronisation (the scratch may grow, which
- * synchronises the stream, and so may the bucket table, once). */
+ * device, so they are the CPU's exactly), and attention with an additive bias and a key mask,
+ * on one of two paths, chosen in ghc_k_attention_bias_fwd by fused_ok():
+ *
+ * - fused (bf16 q, k, v and o; Dh 64; the four 16-byte aligned; H and ceil(Lq / 64) at most
+ *   65535; Lq, Lk below 2^30): one kernel, k_attn_bias_tc, FlashAttention-2 style on mma.sync
+ *   (the tile loads, fragment layouts and products of attention_fwd.cu, from attention_impl.cuh).
+ *   A block of 4 warps takes 64 query rows (16 a warp) of one head and batch entry (the grid's
+ *   fastest index is the batch entry, so the blocks that read one tile of the shared bias run
+ *   together and find it in L2) and reads q, k, v in place (rows of H Dh), K and V by tiles of
+ *   64 keys (cp.async into padded shared memory, the next K tile loading during the softmax);
+ *   S = Q K^T (bf16, fp32 accumulation), s = scale S + bias (f32, loaded from global ahead of
+ *   the products), masked keys and the tail past Lk set to -inf, the online softmax in fp32
+ *   (exponentials as ex2.approx on scores times log2(e); a row with no key kept so far stays at
+ *   0), O += P V with P rounded to bf16 (as the GEMM path does), O / l written in bf16 (0 where
+ *   every key is masked). Key tiles past the last kept key of the batch entry (padding) are not
+ *   visited: their probabilities are exactly 0, so the result is the same. No scratch, no
+ *   host work beyond the launch.
+ * - GEMMs (everything else: f32, other head sizes, unaligned pointers), through ghc_k_gemm
+ *   (cuBLASLt): Q, K and V are laid out head-major [B, H, L, Dh] in the stream's scratch (head
+ *   dims and keys zero-padded to multiples of 8, so that every operand is 16-byte aligned),
+ *   S = Q K^T in f32, one row kernel adds scale and bias, masks, and writes P = softmax(S) in
+ *   q's dtype (statistics in f32), O = P V, and O goes back to [B, Lq, H, Dh]. The scores are
+ *   made for as many batch entries at once as fit kScoreBytes.
+ *
+ * No host synchronisation (the GEMM path's scratch may grow, which synchronises the stream, and
+ * so may the bucket table, once). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +34,8 @@
 #include <mutex>
 
 #include "common.cuh"   /* defines: ghc_ld, ghc_st, ghc_k_dispatch*, ghc_k_device_guard, ghc_block_sum */
+#include "attention_impl.cuh"   /* defines: bf16, kLog2e, load_tile, lane_a, lane_bn, lane_bt, a_frag, pack_bf16,
+                                 * zero, softmax_row, scale_row, cp_async_*; mma.cuh's ldsm_x4, mma16816 */
 
 namespace {
 
@@ -211,6 +231,220 @@ int heads(enum ghc_dtype dt, void *dst, const void *src, int64_t B, int64_t L, i
 
 int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
 
+/* ---- the fused path: bf16, Dh 64 -------------------------------------------------------------- */
+
+constexpr int kFusedBM = 64, kFusedBN = 64, kFusedD = 64, kFusedWarps = 4, kFusedThreads = kFusedWarps * 32;
+
+struct bias_attn_params {
+    const bf16 *q, *k, *v;
+    bf16 *o;                  /* [B, Lq, H, Dh] */
+    const float *bias;        /* [H, Lq, Lk] or NULL */
+    const void *mask;         /* B Lk elements of mask_dt, or NULL */
+    enum ghc_dtype mask_dt;
+    int H, Lq, Lk;
+    float scale;
+};
+
+/* Whether key i of a mask of any float dtype is kept: not exactly 0 (NaN is kept, as the CPU's
+ * `== 0` test says). */
+GHC_D bool key_kept(const void *m, enum ghc_dtype dt, int64_t i)
+{
+    float x;
+    switch (dt) {
+    case GHC_DTYPE_BF16:    x = ghc_ld((const ghc_bf16 *)m, i); break;
+    case GHC_DTYPE_F16:     x = ghc_ld((const ghc_f16 *)m, i); break;
+    case GHC_DTYPE_F8_E4M3: x = ghc_ld((const ghc_e4m3 *)m, i); break;
+    case GHC_DTYPE_F8_E5M2: x = ghc_ld((const ghc_e5m2 *)m, i); break;
+    default:                x = ((const float *)m)[i]; break;
+    }
+    return !(x == 0.0f);
+}
+
+/* One block per (batch entry b = blockIdx.x, 64 query rows from m0 = 64 blockIdx.y, head h =
+ * blockIdx.z); warp w takes rows m0 + 16 w .. + 15, each thread rows r0 = m0 + 16 w + g and
+ * r0 + 8 (g = lane / 4) at the columns 2 t, 2 t + 1 of each 8-key slice (t = lane % 4). */
+__global__ void __launch_bounds__(kFusedThreads) k_attn_bias_tc(const bias_attn_params p)
+{
+    constexpr int D = kFusedD, S = D + 8;   /* shared rows of D + 8: ldmatrix without conflicts */
+    constexpr int NT = kFusedBN / 8, DT = D / 8;
+    __shared__ __align__(16) unsigned char smem[(kFusedBM + 2 * kFusedBN) * S * 2];
+    __shared__ bool keep[kFusedBN];        /* the current tile's keys: kept and before Lk */
+    __shared__ int last_of[kFusedWarps];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.x, m0 = blockIdx.y * kFusedBM, h = blockIdx.z;
+    const int64_t rs = (int64_t)p.H * D;   /* elements between tokens */
+    const bf16 *kg = p.k + (int64_t)b * p.Lk * rs + (int64_t)h * D;
+    const bf16 *vg = p.v + (int64_t)b * p.Lk * rs + (int64_t)h * D;
+    const uint32_t base = smem_addr(smem);   /* Q at 0, K and V at constant offsets */
+    constexpr uint32_t oK = kFusedBM * S * 2, oV = (kFusedBM + kFusedBN) * S * 2;
+    const uint32_t aQ = base + lane_a(lane, S) + warp * 16 * S * 2;
+    const uint32_t aK = base + oK + lane_bn(lane, S);
+    const uint32_t aV = base + oV + lane_bt(lane, S);
+
+    load_tile<kFusedBM, D, kFusedThreads>(base, p.q + ((int64_t)b * p.Lq + m0) * rs + (int64_t)h * D, rs,
+                                          p.Lq - m0, tid);
+    load_tile<kFusedBN, D, kFusedThreads>(base + oK, kg, rs, p.Lk, tid);
+    cp_async_commit();
+
+    /* the keys to visit: up to the last kept one (the rest, padding, would add exact zeros) */
+    const int64_t mb = (int64_t)b * p.Lk;
+    int kend = p.Lk;
+    if (p.mask) {
+        int last = -1;
+        for (int j = tid; j < p.Lk; j += kFusedThreads)
+            if (key_kept(p.mask, p.mask_dt, mb + j))
+                last = j;
+        last = __reduce_max_sync(0xffffffffu, last);
+        if (lane == 0)
+            last_of[warp] = last;
+        __syncthreads();
+        for (int w = 0; w < kFusedWarps; w++)
+            last = max(last, last_of[w]);
+        kend = last + 1;
+    }
+    const int nblocks = (kend + kFusedBN - 1) / kFusedBN;
+
+    const int r0 = m0 + warp * 16 + g;
+    const float *brow[2];                  /* this thread's two rows of the bias (NULL: none) */
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        brow[r] = p.bias && r0 + 8 * r < p.Lq ? p.bias + ((int64_t)h * p.Lq + r0 + 8 * r) * p.Lk : NULL;
+    float acc[DT][4];
+    float row_m[2] = { -INFINITY, -INFINITY }, row_l[2] = { 0.0f, 0.0f };
+    uint32_t qa[D / 16][4];                /* this warp's Q rows as A fragments, loaded once */
+    zero(acc);
+
+    for (int j = 0; j < nblocks; j++) {
+        const int n0 = j * kFusedBN;
+        cp_async_wait_all();
+        __syncthreads();                   /* K_j (and Q) here; every warp is done with V_{j-1}, keep */
+        load_tile<kFusedBN, D, kFusedThreads>(base + oV, vg + (int64_t)n0 * rs, rs, p.Lk - n0, tid);
+        cp_async_commit();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                ldsm_x4(qa[kk], aQ + kk * 16 * 2);
+        }
+        if (tid < kFusedBN)
+            keep[tid] = n0 + tid < kend && (!p.mask || key_kept(p.mask, p.mask_dt, mb + n0 + tid));
+        /* the bias of this thread's scores, loaded ahead of the products */
+        float bv[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int col = n0 + nt * 8 + 2 * t + (e & 1);
+                bv[nt][e] = brow[e >> 1] && col < p.Lk ? brow[e >> 1][col] : 0.0f;
+            }
+
+        float s[NT][4];
+        zero(s);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kb[4];
+                ldsm_x4(kb, aK + (np * 16 * S + kk * 16) * 2);
+                mma16816(s[2 * np], qa[kk], kb[0], kb[1]);
+                mma16816(s[2 * np + 1], qa[kk], kb[2], kb[3]);
+            }
+
+        cp_async_wait_all();
+        __syncthreads();                   /* V_j and keep here; every warp is done with K_j */
+        if (j + 1 < nblocks) {
+            load_tile<kFusedBN, D, kFusedThreads>(base + oK, kg + (int64_t)(n0 + kFusedBN) * rs, rs,
+                                                  p.Lk - n0 - kFusedBN, tid);
+            cp_async_commit();
+        }
+
+        /* s = scale S + bias as the CPU rounds it (product, then sum); masked and past Lk: -inf */
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[nt][e] = keep[nt * 8 + 2 * t + (e & 1)] ? __fadd_rn(__fmul_rn(s[nt][e], p.scale), bv[nt][e])
+                                                          : -INFINITY;
+        /* the online softmax (exponentials in base 2 of the scores times log2 e); a row with no
+         * key kept so far (its max still -inf) gets p = 0, not softmax_row's NaN */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float corr = softmax_row(s, r, row_m[r], row_l[r], kLog2e);
+            if (row_m[r] == -INFINITY) {
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+                    s[nt][2 * r] = s[nt][2 * r + 1] = 0.0f;
+                corr = 1.0f;
+                row_l[r] = 0.0f;
+            }
+            scale_row(acc, r, corr);
+        }
+
+        /* O += P V, P in bf16 */
+#pragma unroll
+        for (int kk = 0; kk < kFusedBN / 16; kk++) {
+            uint32_t pa[4];
+            a_frag(pa, s, kk);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t vb[4];
+                ldsm_x4_t(vb, aV + (kk * 16 * S + dp * 16) * 2);
+                mma16816(acc[2 * dp], pa, vb[0], vb[1]);
+                mma16816(acc[2 * dp + 1], pa, vb[2], vb[3]);
+            }
+        }
+    }
+    cp_async_wait_all();                   /* no copy outstanding at exit (nblocks 0) */
+
+    /* O = acc / l (0 where no key is kept) */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = row_l[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int row = r0 + 8 * r;
+        if (row < p.Lq) {
+            bf16 *og = p.o + ((int64_t)b * p.Lq + row) * rs + (int64_t)h * D;
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++)
+                *reinterpret_cast<uint32_t *>(og + dt * 8 + 2 * t) =
+                    pack_bf16(acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+        }
+    }
+}
+
+/* Whether the fused kernel takes the op (the header says when). */
+bool fused_ok(const ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+              int64_t B, int64_t Lq, int64_t H, int64_t Dh, int64_t Lk)
+{
+    return ghc_tensor_dtype(q) == GHC_DTYPE_BF16 && Dh == kFusedD && ghc_k_aligned(ghc_tensor_cdata(q), 16, 1) &&
+           ghc_k_aligned(ghc_tensor_cdata(k), 16, 1) && ghc_k_aligned(ghc_tensor_cdata(v), 16, 1) &&
+           ghc_k_aligned(ghc_tensor_cdata(o), 16, 1) && H <= 65535 && (Lq + kFusedBM - 1) / kFusedBM <= 65535 &&
+           B <= INT32_MAX && Lq < ((int64_t)1 << 30) && Lk < ((int64_t)1 << 30);
+}
+
+int launch_fused(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
+                 const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale, int64_t B, int64_t Lq,
+                 int64_t H, int64_t Lk, cudaStream_t st)
+{
+    bias_attn_params p;
+    p.q = (const bf16 *)ghc_tensor_cdata(q);
+    p.k = (const bf16 *)ghc_tensor_cdata(k);
+    p.v = (const bf16 *)ghc_tensor_cdata(v);
+    p.o = (bf16 *)ghc_tensor_data(o);
+    p.bias = bias ? (const float *)ghc_tensor_cdata(bias) : NULL;
+    p.mask = key_mask ? ghc_tensor_cdata(key_mask) : NULL;
+    p.mask_dt = key_mask ? ghc_tensor_dtype(key_mask) : GHC_DTYPE_F32;
+    p.H = (int)H;
+    p.Lq = (int)Lq;
+    p.Lk = (int)Lk;
+    p.scale = scale;
+    const dim3 grid((unsigned)B, (unsigned)((Lq + kFusedBM - 1) / kFusedBM), (unsigned)H);
+    k_attn_bias_tc<<<grid, kFusedThreads, 0, st>>>(p);
+    return (int)cudaGetLastError();
+}
+
 }   /* namespace */
 
 extern "C" int ghc_k_embedding(ghc_tensor_t *y, const ghc_tensor_t *table, const ghc_tensor_t *ids, void *stream)
@@ -279,6 +513,8 @@ extern "C" int ghc_k_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, 
         return 0;
     if (Lk == 0)   /* no keys: every query's O is 0 */
         return (int)cudaMemsetAsync(ghc_tensor_data(o), 0, ghc_tensor_nbytes(o), st);
+    if (fused_ok(o, q, k, v, B, Lq, H, Dh, Lk))
+        return launch_fused(o, q, k, v, bias, key_mask, scale, B, Lq, H, Lk, st);
     /* head dims and keys padded to multiples of 8 (zeros): every GEMM operand's rows and batch
      * strides 16-byte aligned, whatever Dh and Lk are */
     const int64_t Dp = round8(Dh), Kp = round8(Lk);
