@@ -1251,11 +1251,13 @@ static int check_channels(const struct op_ctx *c, const ghc_tensor_t *x, const c
     return 0;
 }
 
-int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                  const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream)
+/* conv3d, and with add conv3d_add (op: the name in messages). */
+static int conv3d(const char *op, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache,
+                  const ghc_tensor_t *w, const ghc_tensor_t *bias, bool add, const ghc_tensor_t *residual,
+                  const struct ghc_conv3d *args, void *stream)
 {
     static const struct ghc_conv3d plain = { 0 };
-    struct op_ctx c = OP_CTX("conv3d", y, x, cache, w, bias);
+    struct op_ctx c = OP_CTX(op, y, x, cache, w, bias, residual);
     struct ghc_conv3d a = args ? *args : plain;
     NEED(&c, "y", y, DT_F32_BF16);
     NEED(&c, "x", x, DT_F32_BF16);
@@ -1293,14 +1295,36 @@ int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *ca
                    (long long)(a.pad_t + T), (long long)(H + a.pad_top + a.pad_bottom),
                    (long long)(W + a.pad_left + a.pad_right));
     SHAPE(&c, "y", y, B, Co, st / a.stride_t + 1, sh / a.stride_h + 1, sw / a.stride_w + 1);
+    if (add) {
+        NEED(&c, "residual", residual, DT(ghc_tensor_dtype(y)));
+        LIKE(&c, "residual", residual, y);
+        if (ghc_tensor_cdata(residual) == ghc_tensor_cdata(y))
+            return bad(&c, "residual", residual, "a tensor other than 'y'");
+    }
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH(&c, ghc_cpu_conv3d(y, x, cache, w, bias, &a), ghc_k_conv3d(y, x, cache, w, bias, &a, stream));
+    return DISPATCH(&c, ghc_cpu_conv3d(y, x, cache, w, bias, residual, &a),
+                    ghc_k_conv3d(y, x, cache, w, bias, residual, &a, stream));
 }
 
-int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream)
+int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
+                  const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream)
 {
-    struct op_ctx c = OP_CTX("channel_rmsnorm", y, x, gamma);
+    return conv3d("conv3d", y, x, cache, w, bias, false, NULL, args, stream);
+}
+
+int ghc_op_conv3d_add(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
+                      const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *args,
+                      void *stream)
+{
+    return conv3d("conv3d_add", y, x, cache, w, bias, true, residual, args, stream);
+}
+
+/* channel_rmsnorm, and with silu channel_rmsnorm_silu (op: the name in messages). */
+static int channel_rmsnorm(const char *op, ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, bool silu,
+                           void *stream)
+{
+    struct op_ctx c = OP_CTX(op, y, x, gamma);
     NEED(&c, "y", y, DT_F32_BF16);
     NEED(&c, "x", x, DT_F32_BF16);
     NEED(&c, "gamma", gamma, DT_F32_BF16);
@@ -1308,7 +1332,17 @@ int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_ten
     LIKE(&c, "y", y, x);
     if (ghc_tensor_numel(y) == 0)
         return 0;
-    return DISPATCH(&c, ghc_cpu_channel_rmsnorm(y, x, gamma), ghc_k_channel_rmsnorm(y, x, gamma, stream));
+    return DISPATCH(&c, ghc_cpu_channel_rmsnorm(y, x, gamma, silu), ghc_k_channel_rmsnorm(y, x, gamma, silu, stream));
+}
+
+int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream)
+{
+    return channel_rmsnorm("channel_rmsnorm", y, x, gamma, false, stream);
+}
+
+int ghc_op_channel_rmsnorm_silu(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream)
+{
+    return channel_rmsnorm("channel_rmsnorm_silu", y, x, gamma, true, stream);
 }
 
 int ghc_op_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale, const ghc_tensor_t *shift,

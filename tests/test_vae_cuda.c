@@ -8,9 +8,15 @@
  * GEMM-based frame attention 1e-4), bf16 outputs 1e-2 (a few bf16 roundings); the pure
  * permutations (upsample, copy_frames, the Wan2.2 patches, dup_up3d) and clamp must match bit
  * for bit. conv3d runs on both paths: our implicit GEMM (GHC_K_CONV_OWN) and cuDNN's
- * (GHC_K_CONV_CUDNN; each case prints which path ran, and where cuDNN declined, why). Where
+ * (GHC_K_CONV_CUDNN; each case prints which path ran, and where cuDNN declined, why), each case
+ * also as conv3d_add (since API 19: the residual added as the output is unpacked). Where
  * libcudnn.so.9 loads, the k3 convolution of bf16 activations at the real model's 96 channels
- * must run on cuDNN (the smaller ones may fall back, saying why).
+ * must run on cuDNN (the smaller ones may fall back, saying why). Frames with an even number of
+ * positions take the fast channels-last packing (k_pack_x2, k_unpack_y2), odd ones the general
+ * kernels. cuDNN's plan tuning (conv3d_tune): a new problem is tuned once, its plan cached (the
+ * same bits again), GHC_CUDNN_TUNE=0 tunes nothing; both within tolerance of the CPU. The
+ * channel RMS norm and channel_rmsnorm_silu (since API 19) also at 2^18 positions (the
+ * 4-positions-a-thread path).
  *
  * The VAEs: encode (the 9-frame clip) and decode (the reference latent) of the tiny Wan2.1
  * and Wan2.2 fixtures on device 0, f32 activations within 1e-4 (relative error norm) of the
@@ -39,7 +45,8 @@ static double tol_of(enum ghc_dtype out) { return out == BF16 ? 1e-2 : 1e-5; }
 /* ---- conv3d ------------------------------------------------------------------------------------ */
 
 /* One convolution: x [B, Ci, T, H, W] (cf cache frames), w [Co, Ci, kT, kH, kW] in wt, with a
- * bias; the CPU op against both GPU paths. need_cudnn: where cuDNN loads, its path must run. */
+ * bias; the CPU op against both GPU paths, as conv3d and as conv3d_add (a random residual).
+ * need_cudnn: where cuDNN loads, its path must run. */
 static void conv_case(const char *name, enum ghc_dtype xt, enum ghc_dtype wt, int64_t B, int64_t Ci, int64_t Co,
                       int64_t T, int64_t cf, int64_t H, int64_t W, int64_t kT, int64_t kH, int64_t kW,
                       struct ghc_conv3d g, bool with_bias, bool need_cudnn)
@@ -51,28 +58,32 @@ static void conv_case(const char *name, enum ghc_dtype xt, enum ghc_dtype wt, in
     ghc_tensor_t *x = randn(xt, 1.0, 0.0, SHP(B, Ci, T, H, W));
     ghc_tensor_t *c = cf ? randn(xt, 1.0, 0.0, SHP(B, Ci, cf, H, W)) : NULL;
     ghc_tensor_t *w = randn(wt, amp, 0.0, SHP(Co, Ci, kT, kH, kW)), *b = with_bias ? randn(wt, 0.5, 0.0, SHP(Co)) : NULL;
-    ghc_tensor_t *ref = mk(xt, CPUD, SHP(B, Co, To, Ho, Wo));
-    OK(ghc_op_conv3d(ref, x, c, w, b, &g, NULL));
+    ghc_tensor_t *res = randn(xt, 1.0, 0.0, SHP(B, Co, To, Ho, Wo)), *gres = up(res);
     ghc_tensor_t *gx = up(x), *gc = up_opt(c), *gw = up(w), *gb = up_opt(b);
     const int impls[2] = { GHC_K_CONV_OWN, GHC_K_CONV_CUDNN };
-    for (int i = 0; i < 2; i++) {
-        ghc_tensor_t *y = gout(ref, xt, false);
-        const int prev = ghc_k_conv_impl(impls[i]);
-        const int rc = ghc_op_conv3d(y, gx, gc, gw, gb, &g, NULL);
-        ghc_k_conv_impl(prev);
-        OK(rc);
-        OK(ghc_op_sync(core, 0, NULL));
-        const char *path = ghc_k_conv_last();
-        char what[200];
-        snprintf(what, sizeof(what), "conv3d %s x %s w %s cache %" PRId64 "%s: %s", name, dn(xt), dn(wt), cf,
-                 with_bias ? "" : " no bias", path);
-        if (impls[i] == GHC_K_CONV_CUDNN && strcmp(path, "cudnn") != 0 && xt == BF16)
-            printf("    (cuDNN %d did not take it: %s)\n", ghc_k_cudnn_version(), ghc_k_cudnn_conv_why());
-        ck_assert_msg(impls[i] != GHC_K_CONV_OWN || strcmp(path, "own") == 0, "%s: OWN ran %s", what, path);
-        ck_assert_msg(!(impls[i] == GHC_K_CONV_CUDNN && need_cudnn && xt == BF16 && ghc_k_cudnn_version() > 0) ||
-                      strcmp(path, "cudnn") == 0, "%s: cuDNN %d is loaded but declined: %s", what,
-                      ghc_k_cudnn_version(), ghc_k_cudnn_conv_why());
-        expect_close(what, y, ref, tol_of(xt));
+    for (int add = 0; add < 2; add++) {   /* conv3d, then conv3d_add (the residual in the last pass) */
+        ghc_tensor_t *ref = mk(xt, CPUD, SHP(B, Co, To, Ho, Wo));
+        OK(add ? ghc_op_conv3d_add(ref, x, c, w, b, res, &g, NULL) : ghc_op_conv3d(ref, x, c, w, b, &g, NULL));
+        for (int i = 0; i < 2; i++) {
+            ghc_tensor_t *y = gout(ref, xt, false);
+            const int prev = ghc_k_conv_impl(impls[i]);
+            const int rc = add ? ghc_op_conv3d_add(y, gx, gc, gw, gb, gres, &g, NULL)
+                               : ghc_op_conv3d(y, gx, gc, gw, gb, &g, NULL);
+            ghc_k_conv_impl(prev);
+            OK(rc);
+            OK(ghc_op_sync(core, 0, NULL));
+            const char *path = ghc_k_conv_last();
+            char what[200];
+            snprintf(what, sizeof(what), "%s %s x %s w %s cache %" PRId64 "%s: %s", add ? "conv3d_add" : "conv3d", name,
+                     dn(xt), dn(wt), cf, with_bias ? "" : " no bias", path);
+            if (impls[i] == GHC_K_CONV_CUDNN && strcmp(path, "cudnn") != 0 && xt == BF16)
+                printf("    (cuDNN %d did not take it: %s)\n", ghc_k_cudnn_version(), ghc_k_cudnn_conv_why());
+            ck_assert_msg(impls[i] != GHC_K_CONV_OWN || strcmp(path, "own") == 0, "%s: OWN ran %s", what, path);
+            ck_assert_msg(!(impls[i] == GHC_K_CONV_CUDNN && need_cudnn && xt == BF16 && ghc_k_cudnn_version() > 0) ||
+                          strcmp(path, "cudnn") == 0, "%s: cuDNN %d is loaded but declined: %s", what,
+                          ghc_k_cudnn_version(), ghc_k_cudnn_conv_why());
+            expect_close(what, y, ref, tol_of(xt));
+        }
     }
 }
 
@@ -110,14 +121,80 @@ START_TEST(conv3d_geometries)
 }
 END_TEST
 
+/* cuDNN's plan tuning (conv_cudnn.c, GHC_CUDNN_TUNE): a new problem with tuning on is planned
+ * once (the stats count it), its candidates timed where there are several, and the chosen plan
+ * computes the CPU's convolution; the same problem again reuses that plan (no new tuning, the
+ * same bits); with GHC_CUDNN_TUNE=0 a new problem is not tuned and is right too. */
+static ghc_tensor_t *conv_cudnn_run(const ghc_tensor_t *ref, const ghc_tensor_t *gx, const ghc_tensor_t *gc,
+                                    const ghc_tensor_t *gw, const ghc_tensor_t *gb)
+{
+    ghc_tensor_t *y = gout(ref, BF16, false);
+    const int prev = ghc_k_conv_impl(GHC_K_CONV_CUDNN);
+    const int rc = ghc_op_conv3d(y, gx, gc, gw, gb, &K3, NULL);
+    ghc_k_conv_impl(prev);
+    OK(rc);
+    OK(ghc_op_sync(core, 0, NULL));
+    ck_assert_msg(strcmp(ghc_k_conv_last(), "cudnn") == 0, "cuDNN %d is loaded but declined: %s",
+                  ghc_k_cudnn_version(), ghc_k_cudnn_conv_why());
+    return y;
+}
+
+START_TEST(conv3d_tune)
+{
+    if (ghc_k_cudnn_version() == 0) {
+        printf("    (cuDNN not loaded: its tuning is not checked)\n");
+        return;
+    }
+    const char *env = getenv("GHC_CUDNN_TUNE");
+    char *saved = env ? strdup(env) : NULL;
+    struct ghc_k_cudnn_tune t0, t1, t2;
+    for (int tune = 1; tune >= 0; tune--) {
+        /* a 96 -> 96 k3 problem of its own (no other case has 22 x 38 + tune rows) */
+        const int64_t H = 22 + tune;
+        ghc_tensor_t *x = randn(BF16, 1.0, 0.0, SHP(1, 96, 4, H, 38)), *c = randn(BF16, 1.0, 0.0, SHP(1, 96, 2, H, 38));
+        ghc_tensor_t *w = randn(BF16, 1.0 / sqrt(96.0 * 27), 0.0, SHP(96, 96, 3, 3, 3)), *b = randn(BF16, 0.5, 0.0, SHP(96));
+        ghc_tensor_t *ref = mk(BF16, CPUD, SHP(1, 96, 4, H, 38));
+        OK(ghc_op_conv3d(ref, x, c, w, b, &K3, NULL));
+        ghc_tensor_t *gx = up(x), *gc = up(c), *gw = up(w), *gb = up(b);
+        setenv("GHC_CUDNN_TUNE", tune ? "1" : "0", 1);
+        ghc_k_cudnn_conv_tune_stats(&t0);
+        ghc_tensor_t *y1 = conv_cudnn_run(ref, gx, gc, gw, gb);
+        ghc_k_cudnn_conv_tune_stats(&t1);
+        ghc_tensor_t *y2 = conv_cudnn_run(ref, gx, gc, gw, gb);
+        ghc_k_cudnn_conv_tune_stats(&t2);
+        ck_assert_int_eq(t1.problems, t0.problems + tune);
+        ck_assert_int_eq(t2.problems, t1.problems);   /* the plan is cached */
+        if (tune) {
+            printf("    tuned: %d plans, %d timed, #%d chosen, %.3f ms (the heuristics' first %.3f ms); %.0f ms\n",
+                   t1.candidates, t1.timed, t1.chosen, (double)t1.best_ms, (double)t1.first_ms, t1.tune_ms);
+            ck_assert_int_ge(t1.candidates, 1);
+            ck_assert_int_lt(t1.chosen, t1.candidates);
+            ck_assert_msg(t1.candidates > 1 ? t1.timed >= 1 && t1.timed <= t1.candidates && t1.best_ms > 0
+                                            : t1.timed == 0,
+                          "%d candidates, %d timed, best %g ms", t1.candidates, t1.timed, (double)t1.best_ms);
+        }
+        expect_close(tune ? "conv3d k3 96->96, tuned plan" : "conv3d k3 96->96, GHC_CUDNN_TUNE=0", y1, ref, 1e-2);
+        expect_bits("conv3d, the same problem again", y2, down(y1));
+        pool_free();
+    }
+    if (saved)
+        setenv("GHC_CUDNN_TUNE", saved, 1);
+    else
+        unsetenv("GHC_CUDNN_TUNE");
+    free(saved);
+}
+END_TEST
+
 /* ---- the per-channel ops ------------------------------------------------------------------------ */
 
+/* The shapes: odd ones, a 2-D one, the VAE's 96 channels, and one of 2^18 positions (S a
+ * multiple of 4, two batches: the kernel's 4-positions-a-thread path). */
 START_TEST(channel_ops)
 {
-    const int64_t shapes[3][5] = { { 2, 13, 3, 5, 7 }, { 3, 17, 1, 1, 1 }, { 1, 96, 2, 9, 10 } };
-    const int nds[3] = { 5, 2, 5 };
+    const int64_t shapes[4][5] = { { 2, 13, 3, 5, 7 }, { 3, 17, 1, 1, 1 }, { 1, 96, 2, 9, 10 }, { 2, 24, 2, 64, 1024 } };
+    const int nds[4] = { 5, 2, 5, 5 };
     for (int d = 0; d < 2; d++)
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < 4; s++) {
             const enum ghc_dtype dt = d ? BF16 : F32;
             const int64_t C = shapes[s][1];
             ghc_tensor_t *x = randn(dt, 2.0, 0.0, nds[s], shapes[s]);
@@ -133,6 +210,15 @@ START_TEST(channel_ops)
             ghc_tensor_t *gi = up(x);
             OK(ghc_op_channel_rmsnorm(gi, gi, ggam, NULL));
             expect_close("channel_rmsnorm in place", gi, ref, tol_of(dt));
+            /* the fused norm and SiLU (since API 19), out of place and in place */
+            ghc_tensor_t *rs = like(x, dt, CPUD), *ys = gout(x, dt, false), *gs = up(x);
+            OK(ghc_op_channel_rmsnorm_silu(rs, x, gam, NULL));
+            OK(ghc_op_channel_rmsnorm_silu(ys, gx, ggam, NULL));
+            snprintf(what, sizeof(what), "channel_rmsnorm_silu %dd [%" PRId64 ", %" PRId64 ", ...]", nds[s],
+                     shapes[s][0], C);
+            expect_close(what, ys, rs, tol_of(dt));
+            OK(ghc_op_channel_rmsnorm_silu(gs, gs, ggam, NULL));
+            expect_close("channel_rmsnorm_silu in place", gs, rs, tol_of(dt));
             /* affine with and without shift, in place */
             ghc_tensor_t *ra = like(x, dt, CPUD), *rb = like(x, dt, CPUD), *ya = gout(x, dt, false), *yb = up(x);
             OK(ghc_op_channel_affine(ra, x, sc, sh, NULL));
@@ -342,7 +428,7 @@ int main(void)
     printf("cuDNN: %d (0: not loaded; conv3d then runs on our kernel); GHC_TEST_SEED=%" PRIu64 "\n",
            ghc_k_cudnn_version(), seed_base);
     const struct cuda_group groups[] = {
-        { "conv3d", { conv3d_k3, conv3d_geometries } },
+        { "conv3d", { conv3d_k3, conv3d_geometries, conv3d_tune } },
         { "ops", { channel_ops, frame_ops, frame_attention } },
         { "vae", { vae21_f32, vae21_bf16, vae22_f32, vae22_bf16, vae21_own_conv, vae21_tiled, vae22_tiled } },
     };

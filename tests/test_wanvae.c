@@ -207,6 +207,37 @@ START_TEST(test_conv3d_errors)
 }
 END_TEST
 
+/* conv3d_add: bit for bit conv3d then add (y = y + residual), in f32 and in bf16 (where the
+ * convolution is rounded before the addition), with a cache and a bias; its errors name it. */
+START_TEST(test_conv3d_add)
+{
+    const struct ghc_conv3d k3 = { .pad_t = 2, .pad_top = 1, .pad_bottom = 1, .pad_left = 1, .pad_right = 1 };
+    for (int d = 0; d < 2; d++) {
+        const enum ghc_dtype dt = d ? BF16 : F32;
+        ghc_tensor_t *x = dims5(dt, 2, 3, 2, 5, 6), *cache = dims5(dt, 2, 3, 1, 5, 6), *w = dims5(F32, 4, 3, 3, 3, 3);
+        ghc_tensor_t *bias = T(F32, 4), *res = dims5(dt, 2, 4, 2, 5, 6);
+        ghc_tensor_t *ref = dims5(dt, 2, 4, 2, 5, 6), *y = dims5(dt, 2, 4, 2, 5, 6);
+        fill(x, 51 + d), fill(cache, 53), fill(w, 54), fill(bias, 55), fill(res, 56);
+        ck_assert_int_eq(ghc_op_conv3d(ref, x, cache, w, bias, &k3, NULL), 0);
+        ck_assert_int_eq(ghc_op_add(ref, ref, res, 1.0f, 1.0f, NULL), 0);
+        ck_assert_int_eq(ghc_op_conv3d_add(y, x, cache, w, bias, res, &k3, NULL), 0);
+        ck_assert_msg(memcmp(ghc_tensor_cdata(y), ghc_tensor_cdata(ref),
+                             (size_t)ghc_tensor_numel(y) * ghc_dtype_size(dt)) == 0,
+                      "conv3d_add %s differs from conv3d then add", d ? "bf16" : "f32");
+    }
+    ghc_tensor_t *x = dims5(F32, 1, 3, 2, 4, 4), *w = dims5(F32, 2, 3, 3, 3, 3), *y = dims5(F32, 1, 2, 2, 4, 4);
+    ghc_tensor_t *rb = dims5(BF16, 1, 2, 2, 4, 4), *rs = dims5(F32, 1, 2, 1, 4, 4);
+    ck_assert_int_eq(ghc_op_conv3d_add(y, x, NULL, w, NULL, NULL, &k3, NULL), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "conv3d_add: tensor 'residual'"));
+    ck_assert_int_eq(ghc_op_conv3d_add(y, x, NULL, w, NULL, rb, &k3, NULL), GHC_EINVAL);   /* not y's dtype */
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "conv3d_add: tensor 'residual'"));
+    ck_assert_int_eq(ghc_op_conv3d_add(y, x, NULL, w, NULL, rs, &k3, NULL), GHC_EINVAL);   /* not y's shape */
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "conv3d_add: tensor 'residual'"));
+    ck_assert_int_eq(ghc_op_conv3d_add(y, x, NULL, w, NULL, y, &k3, NULL), GHC_EINVAL);    /* y itself */
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "other than 'y'"));
+}
+END_TEST
+
 /* ---- ops: the others ---------------------------------------------------------------------------- */
 
 START_TEST(test_channel_ops)
@@ -241,6 +272,42 @@ START_TEST(test_channel_ops)
     ghc_tensor_t *bad = T(F32, 4);
     ck_assert_int_eq(ghc_op_channel_affine(y, x, bad, NULL, NULL), GHC_EINVAL);
     ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "'scale'"));
+}
+END_TEST
+
+/* The fused norm and SiLU: bit for bit ghc_op_channel_rmsnorm then ghc_op_silu (in place, as
+ * the encoder ran them), in f32 and in bf16 (where the norm is rounded before the SiLU), out of
+ * place and in place; its operand errors name it. */
+START_TEST(test_channel_rmsnorm_silu)
+{
+    for (int d = 0; d < 2; d++) {
+        const enum ghc_dtype dt = d ? BF16 : F32;
+        ghc_tensor_t *x = dims5(dt, 2, 13, 3, 5, 7), *g = T(F32, 13, 1, 1, 1);
+        ghc_tensor_t *ref = dims5(dt, 2, 13, 3, 5, 7), *y = dims5(dt, 2, 13, 3, 5, 7);
+        fill(x, 41 + d), fill(g, 43);
+        const size_t bytes = (size_t)ghc_tensor_numel(x) * ghc_dtype_size(dt);
+        ck_assert_int_eq(ghc_op_channel_rmsnorm(ref, x, g, NULL), 0);
+        ck_assert_int_eq(ghc_op_silu(ref, ref, NULL), 0);
+        ck_assert_int_eq(ghc_op_channel_rmsnorm_silu(y, x, g, NULL), 0);
+        ck_assert_msg(memcmp(ghc_tensor_cdata(y), ghc_tensor_cdata(ref), bytes) == 0,
+                      "channel_rmsnorm_silu %s differs from channel_rmsnorm then silu", d ? "bf16" : "f32");
+        ck_assert_int_eq(ghc_op_channel_rmsnorm_silu(x, x, g, NULL), 0);   /* in place */
+        ck_assert_msg(memcmp(ghc_tensor_cdata(x), ghc_tensor_cdata(ref), bytes) == 0,
+                      "channel_rmsnorm_silu %s in place differs", d ? "bf16" : "f32");
+        /* the SiLU is there: negative outputs stay above -0.28 (SiLU's minimum) */
+        bool neg = false;
+        for (int64_t i = 0; i < ghc_tensor_numel(y); i++) {
+            ck_assert_msg(get(y, i) > -0.28f, "channel_rmsnorm_silu[%lld] = %g", (long long)i, get(y, i));
+            neg = neg || get(y, i) < 0.0f;
+        }
+        ck_assert(neg);
+    }
+    ghc_tensor_t *x = dims5(F32, 1, 4, 1, 2, 2), *y = dims5(F32, 1, 4, 1, 2, 2), *g3 = T(F32, 3);
+    ghc_tensor_t *yb = dims5(F32, 1, 4, 1, 2, 3), *g4 = T(F32, 4);
+    ck_assert_int_eq(ghc_op_channel_rmsnorm_silu(y, x, g3, NULL), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "channel_rmsnorm_silu: tensor 'gamma'"));
+    ck_assert_int_eq(ghc_op_channel_rmsnorm_silu(yb, x, g4, NULL), GHC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ghc_error_message(core), "channel_rmsnorm_silu: tensor 'y'"));
 }
 END_TEST
 
@@ -838,7 +905,9 @@ int main(void)
     tcase_add_test(ops, test_conv3d_geometries);
     tcase_add_test(ops, test_conv3d_chunked);
     tcase_add_test(ops, test_conv3d_errors);
+    tcase_add_test(ops, test_conv3d_add);
     tcase_add_test(ops, test_channel_ops);
+    tcase_add_test(ops, test_channel_rmsnorm_silu);
     tcase_add_test(ops, test_upsample_copy_clamp);
     tcase_add_test(ops, test_frame_attention);
     tcase_add_test(ops, test_wan22_ops);

@@ -371,12 +371,25 @@ struct ghc_conv3d {
 GHC_API int ghc_op_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache,
                           const ghc_tensor_t *w, const ghc_tensor_t *bias, const struct ghc_conv3d *args,
                           void *stream);
+/* (since API 19) ghc_op_conv3d with a residual added in the same pass (the Wan residual blocks'
+ * and attention's y = conv(...) + x): exactly ghc_op_conv3d(y, ...) followed by ghc_op_add(y, y,
+ * residual, 1, 1), the convolution rounded to y's dtype before the addition as that pair stores
+ * it, but y is written once. residual: y's shape and dtype, not y itself. */
+GHC_API int ghc_op_conv3d_add(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache,
+                              const ghc_tensor_t *w, const ghc_tensor_t *bias, const ghc_tensor_t *residual,
+                              const struct ghc_conv3d *args, void *stream);
 /* The channel RMS norm of the Wan VAEs (RMS_norm: F.normalize over the channels, times sqrt(C)
  * and gamma): at every position of x [B, C, ...] (2 to 5 dims),
  *   y[b, c, ...] = x[b, c, ...] / max(||x[b, :, ...]||_2, 1e-12) * sqrt(C) * gamma[c]
  * with the norm in fp32. gamma: C elements (any shape, e.g. [C, 1, 1, 1]). y like x; y may be x. */
 GHC_API int ghc_op_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma,
                                    void *stream);
+/* (since API 19) SiLU after the channel RMS norm in one pass (the pre-activation of the Wan
+ * residual blocks and heads): exactly ghc_op_channel_rmsnorm(y, x, gamma) followed by
+ * ghc_op_silu(y, y), the norm rounded to y's dtype before the SiLU as that pair stores it, but
+ * y is written once. The operands and errors of ghc_op_channel_rmsnorm; y may be x. */
+GHC_API int ghc_op_channel_rmsnorm_silu(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma,
+                                        void *stream);
 /* y = x * scale[c] + shift[c] over the channel dim of x [B, C, ...] (2 to 5 dims): the latent
  * normalisation of the VAEs. scale, shift: C elements each (f32 or bf16), shift may be NULL.
  * y like x; y may be x. */

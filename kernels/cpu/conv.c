@@ -1,5 +1,5 @@
 /* kernels/cpu/conv.c: the convolution / VAE ops of ops.h on the CPU: the causal 3-D convolution
- * with its feature cache, the channel RMS norm and affine map, nearest x2 upsampling, frame
+ * with its feature cache, the channel RMS norm (alone or with the SiLU after it) and affine map, nearest x2 upsampling, frame
  * copies, the per-frame single-head attention and clamp. Plain loops over f32 copies of the
  * operands (bf16 ones are widened first), fp32 accumulation. */
 #include <config.h>
@@ -38,7 +38,7 @@ static int no_memory(const ghc_tensor_t *t, const char *op)
 /* ---- causal 3-D convolution --------------------------------------------------------------------- */
 
 int ghc_cpu_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                   const ghc_tensor_t *bias, const struct ghc_conv3d *a)
+                   const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *a)
 {
     const int64_t B = ghc_tensor_dim(x, 0), Ci = ghc_tensor_dim(x, 1), T = ghc_tensor_dim(x, 2);
     const int64_t H = ghc_tensor_dim(x, 3), W = ghc_tensor_dim(x, 4);
@@ -98,6 +98,8 @@ int ghc_cpu_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *c
                             }
                     }
             store_f32(y, (b * Co + co) * To * oplane, acc, To * oplane);
+            for (int64_t i = (b * Co + co) * To * oplane; residual && i < (b * Co + co + 1) * To * oplane; i++)
+                GHC_CPU_SET(y, i, GHC_CPU_GET(y, i) + GHC_CPU_GET(residual, i));   /* as ghc_cpu_add */
         }
 out:
     free(acc);
@@ -118,8 +120,9 @@ static void bcs(const ghc_tensor_t *x, int64_t *B, int64_t *C, int64_t *S)
     *S = *B > 0 && *C > 0 ? ghc_tensor_numel(x) / (*B * *C) : 0;
 }
 
-int ghc_cpu_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma)
+int ghc_cpu_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, bool silu)
 {
+    const enum ghc_dtype yt = ghc_tensor_dtype(y);
     int64_t B, C, S;
     bcs(x, &B, &C, &S);
     const float rc = (float)sqrt((double)C);
@@ -140,7 +143,12 @@ int ghc_cpu_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_te
             const float g = GHC_CPU_GET(gamma, c);
             for (int64_t p = 0; p < S; p++) {
                 const int64_t i = (b * C + c) * S + p;
-                GHC_CPU_SET(y, i, GHC_CPU_GET(x, i) / ss[p] * rc * g);
+                float v = GHC_CPU_GET(x, i) / ss[p] * rc * g;
+                if (silu) { /* the norm stored into y, then silu of y (ghc_cpu_silu's arithmetic) */
+                    v = ghc_cpu_round(yt, v);
+                    v = v * (1.0f / (1.0f + expf(-v)));
+                }
+                GHC_CPU_SET(y, i, v);
             }
         }
     }

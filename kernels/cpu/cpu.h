@@ -70,10 +70,11 @@ int ghc_cpu_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw
 int ghc_cpu_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args);
 
 /* convolution / VAE (since API 16; kernels/cpu/conv.c). conv3d gets the geometry with the strides
- * made >= 1. */
+ * made >= 1; with a residual it is conv3d_add. */
 int ghc_cpu_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                   const ghc_tensor_t *bias, const struct ghc_conv3d *args);
-int ghc_cpu_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma);
+                   const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *args);
+/* with silu: channel_rmsnorm_silu */
+int ghc_cpu_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, bool silu);
 int ghc_cpu_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale,
                            const ghc_tensor_t *shift);
 int ghc_cpu_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x);

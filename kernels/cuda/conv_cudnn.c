@@ -12,7 +12,9 @@
  *      likewise);
  *   2. one convolution-forward graph: bf16 in, fp32 accumulation (compute type FLOAT), no
  *      padding, output channels-last in bf16 (fp32 where cuDNN declines that);
- *   3. unpack to y (NCDHW) adding the bias in fp32 (k_unpack_y).
+ *   3. unpack to y (NCDHW) adding the bias in fp32, and conv3d_add's residual (k_unpack_y).
+ * With GHC_CUDNN_TUNE on (the default) a new problem's plan is the fastest of the candidates
+ * cuDNN's heuristics offer, timed on its first call's operands (tune, below; doc/vae.md).
  * Plans are built once per problem (shapes, paddings, device) and cached; a problem cuDNN
  * declines is remembered and runs on our kernel. The packed buffers and cuDNN's workspace come
  * from the stream's scratch (ghc_k_scratch). */
@@ -25,15 +27,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef GHC_HAVE_CUDNN
 
 const char *ghc_k_cudnn_conv_why(void) { return "built without cuDNN's headers"; }
 
+void ghc_k_cudnn_conv_tune_stats(struct ghc_k_cudnn_tune *out) { memset(out, 0, sizeof *out); }
+
 int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                       const ghc_tensor_t *bias, const struct ghc_conv3d *a, void *stream)
+                       const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *a, void *stream)
 {
-    (void)y, (void)x, (void)cache, (void)w, (void)bias, (void)a, (void)stream;
+    (void)y, (void)x, (void)cache, (void)w, (void)bias, (void)residual, (void)a, (void)stream;
     return -1;
 }
 
@@ -44,6 +49,13 @@ int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_
 static char g_why[512] = "";
 
 const char *ghc_k_cudnn_conv_why(void) { return g_why; }
+
+/* Tuning: at most TUNE_MAX candidate plans per problem, none with more than TUNE_WS bytes of
+ * workspace (the heuristics' first excepted); a later candidate replaces the best so far only
+ * when it is TUNE_MARGIN faster (timing noise does not flip the choice between equal plans). */
+enum { TUNE_MAX = 12 };
+#define TUNE_WS ((int64_t)64 << 20)
+#define TUNE_MARGIN 0.98f
 
 struct conv_key {
     int64_t dev, B, Cip, Tin, H, W, Cop, kT, kH, kW, To, Ho, Wo; /* Tin, H, W: the padded input's */
@@ -56,9 +68,16 @@ struct conv_plan {
     cudnnBackendDescriptor_t plan;
     int64_t workspace;
     bool y_bf16; /* cuDNN writes bf16 (else f32) */
+    /* the candidates, until the first call times them (plan = cand[0] until then) */
+    int ncand;
+    cudnnBackendDescriptor_t cand[TUNE_MAX];
+    int64_t cand_ws[TUNE_MAX];
+    double build_ms; /* building the candidates took */
 };
 
 enum { U_X = 1, U_W, U_Y };
+
+static struct ghc_k_cudnn_tune g_tune;
 
 #define MAX_PLANS 128
 static struct conv_plan *g_plans[MAX_PLANS];
@@ -113,8 +132,23 @@ static void note_why(const struct ghc_dnn_build *b, const struct conv_key *k)
              (long long)k->Cop, (long long)k->kT, (long long)k->kH, (long long)k->kW, why);
 }
 
-/* The plan for a problem (built at first use; NULL when cuDNN is absent or declines it). Under
- * the lock. */
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* GHC_CUDNN_TUNE, read when a problem's plan is built: 0 the heuristics' first plan, 1 (unset:
+ * the default) time the candidates, 2 also those of engines that compile at run time. */
+static int tune_level(void)
+{
+    const char *e = getenv("GHC_CUDNN_TUNE");
+    return !e || !*e ? 1 : e[0] == '0' ? 0 : e[0] == '2' ? 2 : 1;
+}
+
+/* The plan for a problem (built at first use; NULL when cuDNN is absent or declines it). With
+ * tuning on, the candidates wait in p->cand for the first call (tune). Under the lock. */
 static struct conv_plan *get_plan(const struct conv_key *key)
 {
     cudnnHandle_t handle = ghc_dnn_handle((int)key->dev);
@@ -127,17 +161,31 @@ static struct conv_plan *get_plan(const struct conv_key *key)
     if (!p)
         return NULL;
     p->key = *key;
+    const int level = tune_level();
+    const double t0 = now_ms();
     for (int pass = 0; pass < 2 && !p->plan; pass++) { /* bf16 output, else f32 */
         ghc_dnn_free(&p->b);
         memset(&p->b, 0, sizeof p->b);
         p->y_bf16 = pass == 0;
         build(&p->b, key, p->y_bf16);
-        p->plan = p->b.st ? NULL : ghc_dnn_make_plan(&p->b, handle, &p->workspace);
+        if (p->b.st)
+            p->ncand = 0;
+        else if (level == 0)
+            p->ncand = (p->cand[0] = ghc_dnn_make_plan(&p->b, handle, &p->cand_ws[0])) != NULL;
+        else
+            p->ncand = ghc_dnn_make_plans(&p->b, handle, level == 2, TUNE_WS, TUNE_MAX, p->cand, p->cand_ws);
+        p->plan = p->ncand ? p->cand[0] : NULL;
+        p->workspace = p->ncand ? p->cand_ws[0] : 0;
         if (!p->plan)
             note_why(&p->b, key);
     }
+    p->build_ms = now_ms() - t0;
     if (!p->plan)
         ghc_dnn_free(&p->b);
+    else if (level > 0) { /* tune fills in the timings */
+        g_tune = (struct ghc_k_cudnn_tune){.problems = g_tune.problems + 1, .candidates = p->ncand,
+                                           .tune_ms = p->build_ms};
+    }
     struct conv_plan **slot = &g_plans[g_next];
     g_next = (g_next + 1) % MAX_PLANS;
     if (*slot) {
@@ -148,8 +196,80 @@ static struct conv_plan *get_plan(const struct conv_key *key)
     return p->plan ? p : NULL;
 }
 
+/* p's plan becomes candidate k (while candidates wait); the others are destroyed. */
+static void keep_only(struct conv_plan *p, int k)
+{
+    if (!p->ncand)
+        return;
+    for (int i = 0; i < p->ncand; i++)
+        if (i != k)
+            ghc_dnn_drop(&p->b, p->cand[i]);
+    p->plan = p->cand[k];
+    p->workspace = p->cand_ws[k];
+    p->ncand = 0;
+}
+
+/* Time p's candidates on this call's operands (the variant pack ptrs, the workspace ws: room
+ * for the largest), one warm-up and two timed runs each, and keep the fastest as p->plan (the
+ * others are destroyed). Where the timing cannot run (events fail, the stream is being captured),
+ * the heuristics' first stays. Then the caller runs p->plan for this call's output. */
+static void tune(struct conv_plan *p, cudnnHandle_t h, void *stream, void **ptrs, void *ws, ghc_core_t *core)
+{
+    static const int64_t uids[] = {U_X, U_W, U_Y};
+    const double t0 = now_ms();
+    cudaStream_t st = (cudaStream_t)stream;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int best = 0, timed = 0;
+    float best_ms = 0.0f, first_ms = 0.0f;
+    if (cudaStreamIsCapturing(st, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone &&
+        cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        for (int i = 0; i < p->ncand; i++) {
+            float ms = 0.0f;
+            bool ok = !ghc_dnn_execute(h, p->cand[i], stream, 3, uids, ptrs, ws) && !cudaEventRecord(e0, st);
+            for (int r = 0; r < 2 && ok; r++)
+                ok = !ghc_dnn_execute(h, p->cand[i], stream, 3, uids, ptrs, ws);
+            ok = ok && !cudaEventRecord(e1, st) && !cudaEventSynchronize(e1) && !cudaEventElapsedTime(&ms, e0, e1);
+            if (!ok) { /* this plan does not run here: the next */
+                cudaGetLastError();
+                continue;
+            }
+            ms /= 2;
+            if (i == 0)
+                first_ms = ms;
+            if (!timed++ || ms < best_ms * TUNE_MARGIN)
+                best = i, best_ms = ms;
+        }
+    }
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaGetLastError();
+    g_tune.timed = timed;
+    g_tune.chosen = best;
+    g_tune.best_ms = best_ms;
+    g_tune.first_ms = first_ms;
+    g_tune.tune_ms = p->build_ms + (now_ms() - t0);
+    const struct conv_key *k = &p->key;
+    ghc_log(core, GHC_LOG_DEBUG,
+            "conv_cudnn: B%lld Ci%lld T%lld %lldx%lld -> Co%lld k%lldx%lldx%lld: %d plans, %d timed, #%d "
+            "%.3f ms (the heuristics' first %.3f ms); building and timing %.0f ms",
+            (long long)k->B, (long long)k->Cip, (long long)k->Tin, (long long)k->H, (long long)k->W,
+            (long long)k->Cop, (long long)k->kT, (long long)k->kH, (long long)k->kW, p->ncand, timed, best,
+            (double)best_ms, (double)first_ms, g_tune.tune_ms);
+    keep_only(p, best);
+}
+
+void ghc_k_cudnn_conv_tune_stats(struct ghc_k_cudnn_tune *out)
+{
+    pthread_mutex_lock(&ghc_dnn_lock);
+    *out = g_tune;
+    pthread_mutex_unlock(&ghc_dnn_lock);
+}
+
 int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                       const ghc_tensor_t *bias, const struct ghc_conv3d *a, void *stream)
+                       const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *a, void *stream)
 {
     if (ghc_tensor_dtype(x) != GHC_DTYPE_BF16)
         return -1;
@@ -176,10 +296,19 @@ int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_
     struct conv_plan *p = get_plan(&key);
     int rc = -1;
     if (p) {
-        const size_t o_x = ghc_dnn_round256((size_t)p->workspace), o_w = o_x + ghc_dnn_round256(xb);
-        const size_t o_y = o_w + ghc_dnn_round256(wb), total = o_y + yel * (p->y_bf16 ? 2 : 4);
+        size_t o_x, o_w, o_y;
         char *scr = NULL;
-        rc = ghc_k_scratch((int)key.dev, stream, total, (void **)&scr);
+        for (;;) {
+            int64_t ws = p->workspace; /* room for every candidate while they wait to be timed */
+            for (int i = 0; i < p->ncand; i++)
+                ws = p->cand_ws[i] > ws ? p->cand_ws[i] : ws;
+            o_x = ghc_dnn_round256((size_t)ws), o_w = o_x + ghc_dnn_round256(xb), o_y = o_w + ghc_dnn_round256(wb);
+            rc = ghc_k_scratch((int)key.dev, stream, o_y + yel * (p->y_bf16 ? 2 : 4), (void **)&scr);
+            if (!rc || p->ncand <= 1)
+                break;
+            cudaGetLastError();
+            keep_only(p, 0); /* no room to time them all: the heuristics' first */
+        }
         if (!rc)
             rc = ghc_k_conv_pack_x(scr + o_x, x, cache, a, key.Cip, stream);
         if (!rc)
@@ -187,6 +316,9 @@ int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_
         if (!rc) {
             static const int64_t uids[] = {U_X, U_W, U_Y};
             void *ptrs[] = {scr + o_x, scr + o_w, scr + o_y};
+            if (p->ncand > 1)
+                tune(p, ghc_dnn_handle((int)key.dev), stream, ptrs, scr, ghc_tensor_core(y));
+            keep_only(p, 0); /* one candidate: nothing to time */
             rc = ghc_dnn_execute(ghc_dnn_handle((int)key.dev), p->plan, stream, 3, uids, ptrs, scr);
             if (rc) { /* cuDNN failed to run its plan: say why, and our kernel runs instead */
                 char msg[256] = "";
@@ -196,7 +328,7 @@ int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_
             }
         }
         if (!rc)
-            rc = ghc_k_conv_unpack_y(y, scr + o_y, p->y_bf16, key.Cop, bias, stream);
+            rc = ghc_k_conv_unpack_y(y, scr + o_y, p->y_bf16, key.Cop, bias, residual, stream);
     }
     pthread_mutex_unlock(&ghc_dnn_lock);
     return rc;

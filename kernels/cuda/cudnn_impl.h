@@ -41,7 +41,8 @@ bool ghc_dnn_load(void);
 /* The handle of device dev (made at first use), NULL when it cannot be made. Under the lock. */
 cudnnHandle_t ghc_dnn_handle(int dev);
 
-#define GHC_DNN_MAX_DESC 96
+#define GHC_DNN_MAX_DESC 160
+#define GHC_DNN_MAX_PLANS 16 /* candidates of ghc_dnn_make_plans */
 
 /* A graph under construction: every descriptor it made (destroyed with it), its operations,
  * the first failure and the line that set it. */
@@ -72,6 +73,18 @@ void ghc_dnn_add_op(struct ghc_dnn_build *b, cudnnBackendDescriptor_t op);
 /* The operation graph of b's operations, the heuristics' engine configurations in order, and
  * the first plan that finalizes (its workspace bytes in *workspace); NULL with b->st set. */
 cudnnBackendDescriptor_t ghc_dnn_make_plan(struct ghc_dnn_build *b, cudnnHandle_t handle, int64_t *workspace);
+/* For tuning (conv_cudnn.c; the attention keeps ghc_dnn_make_plan): the execution plans of up to
+ * max (<= GHC_DNN_MAX_PLANS) engine configurations that finalize, from heuristics mode A (its
+ * first 12), then B (12) and FALLBACK (4), in that order, into plans[] with their workspace
+ * bytes in workspaces[]. plans[0] is ghc_dnn_make_plan's plan. The others leave out duplicates
+ * (equal JSON forms), plans of more than max_workspace bytes of workspace, nondeterministic
+ * engines, engines that sum in reduced precision and, unless rtc, engines that compile at run
+ * time (seconds per plan). How many (0
+ * with b->st set, as ghc_dnn_make_plan's NULL). */
+int ghc_dnn_make_plans(struct ghc_dnn_build *b, cudnnHandle_t handle, bool rtc, int64_t max_workspace, int max,
+                       cudnnBackendDescriptor_t *plans, int64_t *workspaces);
+/* Destroy descriptor d of b now (a plan not kept); ghc_dnn_free skips it. */
+void ghc_dnn_drop(struct ghc_dnn_build *b, cudnnBackendDescriptor_t d);
 /* Run a plan on `stream` with the variant pack (uids, ptrs) and workspace. 0 or a cudaError_t. */
 int ghc_dnn_execute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, void *stream, int n, const int64_t *uids,
                     void **ptrs, void *workspace);

@@ -104,11 +104,13 @@ int ghc_k_rel_pos_bias(ghc_tensor_t *bias, const ghc_tensor_t *table, int32_t nu
 int ghc_k_attention_bias_fwd(ghc_tensor_t *o, const ghc_tensor_t *q, const ghc_tensor_t *k, const ghc_tensor_t *v,
                              const ghc_tensor_t *bias, const ghc_tensor_t *key_mask, float scale, void *stream);
 int ghc_k_mse_loss(ghc_tensor_t *loss, ghc_tensor_t *grad, const ghc_tensor_t *pred, const ghc_tensor_t *target, void *stream);
-/* kernels/cuda/vae.cu: the convolution / VAE ops (since API 16). ghc_k_vae_patch is
- * vae_patchify (un false) or vae_unpatchify (un true). */
+/* kernels/cuda/vae.cu: the convolution / VAE ops (since API 16); ghc_k_conv3d with a residual is
+ * conv3d_add. ghc_k_vae_patch is
+ * vae_patchify (un false) or vae_unpatchify (un true); ghc_k_channel_rmsnorm with silu is
+ * channel_rmsnorm_silu. */
 int ghc_k_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                 const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream);
-int ghc_k_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream);
+                 const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *args, void *stream);
+int ghc_k_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, bool silu, void *stream);
 int ghc_k_channel_affine(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *scale, const ghc_tensor_t *shift,
                          void *stream);
 int ghc_k_upsample2x(ghc_tensor_t *y, const ghc_tensor_t *x, void *stream);
@@ -131,17 +133,29 @@ const char *ghc_k_conv_last(void);
  * own), else a cudaError_t. ghc_k_cudnn_conv_why: why cuDNN declined the last problem it
  * declined ("" when none). */
 int ghc_k_cudnn_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                       const ghc_tensor_t *bias, const struct ghc_conv3d *args, void *stream);
+                       const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *args,
+                       void *stream);
 const char *ghc_k_cudnn_conv_why(void);
+/* Its plan tuning (GHC_CUDNN_TUNE, doc/vae.md): the problems planned with tuning on so far, and
+ * of the last one the candidate plans, how many were timed (0 for one candidate), the index
+ * chosen (0: the heuristics' first), the mean ms of the chosen and of the first, and the ms
+ * spent building and timing them. */
+struct ghc_k_cudnn_tune {
+    int problems, candidates, timed, chosen;
+    float best_ms, first_ms;
+    double tune_ms;
+};
+void ghc_k_cudnn_conv_tune_stats(struct ghc_k_cudnn_tune *out);
 /* Its layouts (vae.cu): dst [B, pad_t + T, Hp, Wp, Cp] bf16 from [zero frames, cache, x] with
  * args' spatial padding written out (Hp = pad_top + H + pad_bottom, Wp likewise); dst [Cop, kT,
  * kH, kW, Cip] bf16 from w; y (+ bias) from src [B, To, Ho, Wo, Cp] (bf16 when src_bf16, else
- * f32). Channels beyond the tensors' own are zeros (packing) or skipped (unpacking). */
+ * f32), then + residual (NULL: none; conv3d_add). Channels beyond the tensors' own are zeros
+ * (packing) or skipped (unpacking). */
 int ghc_k_conv_pack_x(void *dst, const ghc_tensor_t *x, const ghc_tensor_t *cache, const struct ghc_conv3d *args,
                       int64_t Cp, void *stream);
 int ghc_k_conv_pack_w(void *dst, const ghc_tensor_t *w, int64_t Cop, int64_t Cip, void *stream);
 int ghc_k_conv_unpack_y(ghc_tensor_t *y, const void *src, int src_bf16, int64_t Cp, const ghc_tensor_t *bias,
-                        void *stream);
+                        const ghc_tensor_t *residual, void *stream);
 /* optimizer updates (kernels/cuda/optim*.cu) */
 int ghc_k_adamw(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_adamw_args *args, void *stream);
 int ghc_k_automagic(struct ghc_optim_tensor *ts, int32_t n, const struct ghc_automagic_args *args, void *stream);

@@ -7,12 +7,13 @@
  * gathered on the fly from [zero frames, cache, x] with the spatial zero padding. Exact fp32
  * (no TF32), so f32 runs match the CPU closely; it is the path for f32 activations.
  * This file also holds the layout kernels cuDNN's path needs (NCDHW <-> NDHWC through shared
- * memory tiles, the weight reorder).
+ * memory tiles, the weight reorder), which also add conv3d_add's residual.
  *
  * frame_attention: per frame, S = scale Q^T K by cuBLASLt (ghc_k_gemm, fp32 accumulation)
  * over blocks of query rows, a row softmax into P (the inputs' dtype), O = V P^T straight into
- * o's layout. The per-channel, resampling and patch ops are one thread per output element
- * (channel_rmsnorm: one per position, looping over the channels), with the CPU's arithmetic. */
+ * o's layout. The resampling and patch ops are one thread per output element, with the CPU's
+ * arithmetic; channel_rmsnorm (and its fused SiLU) a block of 32 position groups x 8 channel
+ * slices (k_channel_rmsnorm). */
 #include "common.cuh"
 
 #include <math.h>
@@ -80,10 +81,12 @@ struct conv_geo {
 
 enum { CBM = 64, CBN = 64, CBK = 16 };
 
+/* y = conv + bias, then + res (y's dtype; NULL: none) after rounding to y's dtype, as
+ * conv3d then add store them. */
 template <typename TY>
 static __global__ void __launch_bounds__(256) k_conv_gemm(TY *y, const void *x, int xbf, const void *cache, int cbf,
                                                           const void *w, int wbf, const void *bias, int bbf,
-                                                          conv_geo g)
+                                                          const TY *res, conv_geo g)
 {
     __shared__ float As[CBK][CBM + 4];
     __shared__ float Bs[CBK][CBN + 4];
@@ -156,15 +159,17 @@ static __global__ void __launch_bounds__(256) k_conv_gemm(TY *y, const void *x, 
         const int64_t b = mo / Pt, p = mo % Pt;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int64_t n = n0 + ty + 16 * j;
-            if (n < g.Co)
-                ghc_st(y, (b * g.Co + n) * Pt + p, acc[i][j] + (bias ? ghc_ld_dt(bias, bbf, n) : 0.0f));
+            const int64_t n = n0 + ty + 16 * j, o = (b * g.Co + n) * Pt + p;
+            if (n < g.Co) {
+                const float v = acc[i][j] + (bias ? ghc_ld_dt(bias, bbf, n) : 0.0f);
+                ghc_st(y, o, res ? ghc_round_to(v, (const TY *)NULL) + ghc_ld(res, o) : v);
+            }
         }
     }
 }
 
 static int conv_own(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                    const ghc_tensor_t *bias, const struct ghc_conv3d *a, void *stream)
+                    const ghc_tensor_t *bias, const ghc_tensor_t *res, const struct ghc_conv3d *a, void *stream)
 {
     conv_geo g;
     g.B = ghc_tensor_dim(x, 0), g.Ci = ghc_tensor_dim(x, 1), g.T = ghc_tensor_dim(x, 2);
@@ -183,22 +188,24 @@ static int conv_own(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *
     return LAUNCH_Y(y, k_conv_gemm<TY><<<grid, 256, 0, s>>>(
                               (TY *)ghc_tensor_data(y), ghc_tensor_cdata(x), is_bf16(x),
                               cache ? ghc_tensor_cdata(cache) : NULL, is_bf16(cache), ghc_tensor_cdata(w), is_bf16(w),
-                              bias ? ghc_tensor_cdata(bias) : NULL, is_bf16(bias), g));
+                              bias ? ghc_tensor_cdata(bias) : NULL, is_bf16(bias),
+                              res ? (const TY *)ghc_tensor_cdata(res) : NULL, g));
 }
 
 extern "C" int ghc_k_conv3d(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *cache, const ghc_tensor_t *w,
-                            const ghc_tensor_t *bias, const struct ghc_conv3d *a, void *stream)
+                            const ghc_tensor_t *bias, const ghc_tensor_t *residual, const struct ghc_conv3d *a,
+                            void *stream)
 {
     ghc_k_device_guard guard(y);
     GHC_K_TRY(guard.err);
     if (g_conv_impl != GHC_K_CONV_OWN) {
-        const int rc = ghc_k_cudnn_conv3d(y, x, cache, w, bias, a, stream);
+        const int rc = ghc_k_cudnn_conv3d(y, x, cache, w, bias, residual, a, stream);
         if (rc != -1) {
             g_conv_last = "cudnn";
             return rc;
         }
     }
-    return conv_own(y, x, cache, w, bias, a, stream);
+    return conv_own(y, x, cache, w, bias, residual, a, stream);
 }
 
 /* ---- conv3d: the layouts of cuDNN's path ---------------------------------------------------- */
@@ -249,10 +256,11 @@ static __global__ void k_pack_w(uint16_t *dst, const void *w, int wbf, int64_t C
     }
 }
 
-/* y [B, Co, To, P] (+ bias) from src [B To, P, Cp] (bf16 or f32, channels-last). */
+/* y [B, Co, To, P] (+ bias, then + res as k_conv_gemm) from src [B To, P, Cp] (bf16 or f32,
+ * channels-last). */
 template <typename TY>
-static __global__ void k_unpack_y(TY *y, const void *src, int sbf, const void *bias, int bbf, int64_t Co, int64_t To,
-                                  int64_t P, int64_t Cp)
+static __global__ void k_unpack_y(TY *y, const void *src, int sbf, const void *bias, int bbf, const TY *res,
+                                  int64_t Co, int64_t To, int64_t P, int64_t Cp)
 {
     __shared__ float tile[32][33];
     const int64_t bt = blockIdx.z, b = bt / To, t = bt % To;
@@ -263,9 +271,124 @@ static __global__ void k_unpack_y(TY *y, const void *src, int sbf, const void *b
     }
     __syncthreads();
     for (int j = threadIdx.y; j < 32; j += blockDim.y) {
-        const int64_t c = c0 + j, p = p0 + threadIdx.x;
-        if (c < Co && p < P)
-            ghc_st(y, ((b * Co + c) * To + t) * P + p, tile[threadIdx.x][j] + (bias ? ghc_ld_dt(bias, bbf, c) : 0.0f));
+        const int64_t c = c0 + j, p = p0 + threadIdx.x, o = ((b * Co + c) * To + t) * P + p;
+        if (c < Co && p < P) {
+            const float v = tile[threadIdx.x][j] + (bias ? ghc_ld_dt(bias, bbf, c) : 0.0f);
+            ghc_st(y, o, res ? ghc_round_to(v, (const TY *)NULL) + ghc_ld(res, o) : v);
+        }
+    }
+}
+
+/* The fast layouts, for bf16 data whose frames have an even number of positions (every row of
+ * a tile starts 4-byte aligned): 64 x 64 tiles of raw bf16 bits through shared memory, two
+ * elements per 4-byte access, the index arithmetic once per row. The general kernels above
+ * spent tens of integer instructions (64-bit divisions among them) per 2-byte element and were
+ * bound by them, not by memory (k_pack_x and k_unpack_y took 0.28 s of a 0.9 s encode). */
+enum { LT = 64 };
+
+/* dst [B, Tin, Hp, Wp, Cp] (as k_pack_x) for the frames s >= zf that come from cache (s < pad_t)
+ * or x, at the positions of the unpadded frame (H W of them, even); channels Ci..Cp are zeros.
+ * The spatial border and the zero frames are written by k_pack_border and a memset. */
+struct pack2_geo {
+    int64_t Ci, T, cf, zf, Tin, H, W, Hp, Wp, pt, pl, Cp;
+};
+
+static __global__ void __launch_bounds__(256) k_pack_x2(uint16_t *dst, const uint16_t *x, const uint16_t *cache,
+                                                        pack2_geo g)
+{
+    __shared__ __align__(4) uint16_t tile[LT][LT + 2];   /* [channel][position] */
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t Tn = g.cf + g.T, b = blockIdx.z / Tn, f = blockIdx.z % Tn, HW = g.H * g.W;
+    const int64_t p0 = (int64_t)blockIdx.x * LT, c0 = (int64_t)blockIdx.y * LT;
+    const bool from_cache = f < g.cf;
+    const int64_t tsrc = from_cache ? g.cf : g.T;   /* frames of the source: channel stride tsrc H W */
+    const uint16_t *src = from_cache ? cache + (b * g.Ci * g.cf + f) * HW : x + (b * g.Ci * g.T + f - g.cf) * HW;
+    {
+        const int64_t p = p0 + 2 * tx;
+        for (int i = 0; i < LT / 8; i++) {
+            const int cl = ty + 8 * i;
+            const int64_t c = c0 + cl;
+            uint32_t q = 0;
+            if (c < g.Ci && p < HW)
+                q = *(const uint32_t *)(src + c * tsrc * HW + p);
+            *(uint32_t *)&tile[cl][2 * tx] = q;
+        }
+    }
+    __syncthreads();
+    const int64_t c = c0 + 2 * tx;
+    if (c >= g.Cp)
+        return;
+    uint16_t *frame = dst + (b * g.Tin + g.zf + f) * g.Hp * g.Wp * g.Cp;
+    int64_t pp = p0 + ty, h = pp / g.W, w = pp - h * g.W;   /* position ty + 8 i of the tile, stepped */
+    for (int i = 0; i < LT / 8 && pp < HW; i++) {
+        const int pl = ty + 8 * i;
+        const uint32_t q = (uint32_t)tile[2 * tx][pl] | ((uint32_t)tile[2 * tx + 1][pl] << 16);
+        *(uint32_t *)(frame + ((h + g.pt) * g.Wp + w + g.pl) * g.Cp + c) = q;
+        pp += 8;
+        for (w += 8; w >= g.W; w -= g.W)
+            h++;
+    }
+}
+
+/* Zeros at the spatial border of the frames s >= zf of dst: block (border position k, frame),
+ * its threads over the channel pairs. Border positions: the pt rows on top, then the pl + pr
+ * columns beside each of the H rows, then the pb rows below. */
+static __global__ void k_pack_border(uint32_t *dst, pack2_geo g)
+{
+    const int64_t Tn = g.cf + g.T, b = blockIdx.y / Tn, s = g.zf + blockIdx.y % Tn, side = g.Wp - g.W;
+    int64_t k = blockIdx.x, h, w;
+    if (k < g.pt * g.Wp) {
+        h = k / g.Wp, w = k % g.Wp;
+    } else if ((k -= g.pt * g.Wp) < g.H * side) {
+        const int64_t q = k % side;
+        h = g.pt + k / side, w = q < g.pl ? q : g.W + q;
+    } else {
+        k -= g.H * side;
+        h = g.pt + g.H + k / g.Wp, w = k % g.Wp;
+    }
+    uint32_t *px = dst + (((b * g.Tin + s) * g.Hp + h) * g.Wp + w) * (g.Cp / 2);
+    for (int64_t c2 = threadIdx.x; c2 < g.Cp / 2; c2 += blockDim.x)
+        px[c2] = 0;
+}
+
+/* y [B, Co, To, P] (+ bias, + res as k_unpack_y) from src [B To, P, Cp] bf16, P even. */
+template <typename TY>
+static __global__ void __launch_bounds__(256) k_unpack_y2(TY *y, const uint16_t *src, const void *bias, int bbf,
+                                                          const TY *res, int64_t Co, int64_t To, int64_t P, int64_t Cp)
+{
+    __shared__ __align__(4) uint16_t tile[LT][LT + 2];   /* [position][channel] */
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t bt = blockIdx.z, b = bt / To, t = bt % To;
+    const int64_t p0 = (int64_t)blockIdx.x * LT, c0 = (int64_t)blockIdx.y * LT;
+    {
+        const int64_t c = c0 + 2 * tx;
+        for (int i = 0; i < LT / 8; i++) {
+            const int pl = ty + 8 * i;
+            const int64_t p = p0 + pl;
+            uint32_t q = 0;
+            if (p < P && c < Cp)
+                q = *(const uint32_t *)(src + (bt * P + p) * Cp + c);
+            *(uint32_t *)&tile[pl][2 * tx] = q;
+        }
+    }
+    __syncthreads();
+    const int64_t p = p0 + 2 * tx;
+    if (p >= P)
+        return;
+    for (int i = 0; i < LT / 8; i++) {
+        const int cl = ty + 8 * i;
+        const int64_t c = c0 + cl, o = ((b * Co + c) * To + t) * P + p;
+        if (c >= Co)
+            break;
+        const float bv = bias ? ghc_ld_dt(bias, bbf, c) : 0.0f;
+        float v[2] = { ghc_dev_bf16_to_f32(tile[2 * tx][cl]) + bv, ghc_dev_bf16_to_f32(tile[2 * tx + 1][cl]) + bv };
+        if (res) {
+            float r[2];
+            ghc_ld2(res, o, r);
+            v[0] = ghc_round_to(v[0], (const TY *)NULL) + r[0];
+            v[1] = ghc_round_to(v[1], (const TY *)NULL) + r[1];
+        }
+        ghc_st2(y, o, v);
     }
 }
 
@@ -283,11 +406,30 @@ extern "C" int ghc_k_conv_pack_x(void *dst, const ghc_tensor_t *x, const ghc_ten
     g.cf = cache ? ghc_tensor_dim(cache, 2) : 0, g.pad_t = a->pad_t;
     g.pt = a->pad_top, g.pl = a->pad_left, g.Hp = g.H + a->pad_top + a->pad_bottom, g.Wp = g.W + a->pad_left + a->pad_right;
     g.Cp = Cp;
-    const int64_t P = g.Hp * g.Wp;
+    const int64_t P = g.Hp * g.Wp, HW = g.H * g.W;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (is_bf16(x) && (!cache || is_bf16(cache)) && HW % 2 == 0 && Cp % 2 == 0 &&
+        ghc_k_aligned(ghc_tensor_cdata(x), 2, 2) && (!cache || ghc_k_aligned(ghc_tensor_cdata(cache), 2, 2)) &&
+        ghc_k_aligned(dst, 2, 2) && (HW + LT - 1) / LT <= INT32_MAX && (Cp + LT - 1) / LT <= 65535 &&
+        B * (g.cf + g.T) <= 65535 && P - HW <= INT32_MAX) {
+        pack2_geo f;
+        f.Ci = g.Ci, f.T = g.T, f.cf = g.cf, f.zf = g.pad_t - g.cf, f.Tin = g.pad_t + g.T, f.H = g.H, f.W = g.W;
+        f.Hp = g.Hp, f.Wp = g.Wp, f.pt = g.pt, f.pl = g.pl, f.Cp = Cp;
+        const size_t fbytes = (size_t)(P * Cp) * 2;
+        for (int64_t b = 0; b < B && f.zf > 0; b++)   /* the causal zero frames */
+            GHC_K_TRY(cudaMemsetAsync((char *)dst + (size_t)(b * f.Tin) * fbytes, 0, (size_t)f.zf * fbytes, s));
+        const unsigned frames = (unsigned)(B * (g.cf + g.T));
+        if (P > HW)
+            k_pack_border<<<dim3((unsigned)(P - HW), frames), 64, 0, s>>>((uint32_t *)dst, f);
+        const dim3 grid((unsigned)((HW + LT - 1) / LT), (unsigned)((Cp + LT - 1) / LT), frames);
+        k_pack_x2<<<grid, dim3(32, 8), 0, s>>>((uint16_t *)dst, (const uint16_t *)ghc_tensor_cdata(x),
+                                               cache ? (const uint16_t *)ghc_tensor_cdata(cache) : NULL, f);
+        return (int)cudaGetLastError();
+    }
     if (!grid_fits(P, Cp, B * (g.pad_t + g.T)))
         return (int)cudaErrorInvalidConfiguration;
     const dim3 grid((unsigned)((P + 31) / 32), (unsigned)((Cp + 31) / 32), (unsigned)(B * (g.pad_t + g.T)));
-    k_pack_x<<<grid, dim3(32, 8), 0, (cudaStream_t)stream>>>((uint16_t *)dst, ghc_tensor_cdata(x), is_bf16(x),
+    k_pack_x<<<grid, dim3(32, 8), 0, s>>>((uint16_t *)dst, ghc_tensor_cdata(x), is_bf16(x),
                                                              cache ? ghc_tensor_cdata(cache) : NULL, is_bf16(cache), g);
     return (int)cudaGetLastError();
 }
@@ -302,39 +444,115 @@ extern "C" int ghc_k_conv_pack_w(void *dst, const ghc_tensor_t *w, int64_t Cop, 
 }
 
 extern "C" int ghc_k_conv_unpack_y(ghc_tensor_t *y, const void *src, int src_bf16, int64_t Cp,
-                                   const ghc_tensor_t *bias, void *stream)
+                                   const ghc_tensor_t *bias, const ghc_tensor_t *residual, void *stream)
 {
     const int64_t B = ghc_tensor_dim(y, 0), Co = ghc_tensor_dim(y, 1), To = ghc_tensor_dim(y, 2);
     const int64_t P = ghc_tensor_dim(y, 3) * ghc_tensor_dim(y, 4);
+    const size_t ys = ghc_dtype_size(ghc_tensor_dtype(y));
+    const void *bp = bias ? ghc_tensor_cdata(bias) : NULL, *rp = residual ? ghc_tensor_cdata(residual) : NULL;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (src_bf16 && P % 2 == 0 && Cp % 2 == 0 && ghc_k_aligned(src, 2, 2) && ghc_k_aligned(ghc_tensor_cdata(y), ys, 2) &&
+        ghc_k_aligned(rp, ys, 2) && (P + LT - 1) / LT <= INT32_MAX && (Co + LT - 1) / LT <= 65535 && B * To >= 1 &&
+        B * To <= 65535) {
+        const dim3 grid((unsigned)((P + LT - 1) / LT), (unsigned)((Co + LT - 1) / LT), (unsigned)(B * To));
+        return LAUNCH_Y(y, k_unpack_y2<TY><<<grid, dim3(32, 8), 0, s>>>((TY *)ghc_tensor_data(y), (const uint16_t *)src,
+                                                                            bp, is_bf16(bias), (const TY *)rp, Co, To,
+                                                                            P, Cp));
+    }
     if (!grid_fits(P, Co, B * To))
         return (int)cudaErrorInvalidConfiguration;
     const dim3 grid((unsigned)((P + 31) / 32), (unsigned)((Co + 31) / 32), (unsigned)(B * To));
-    cudaStream_t s = (cudaStream_t)stream;
-    return LAUNCH_Y(y, k_unpack_y<TY><<<grid, dim3(32, 8), 0, s>>>((TY *)ghc_tensor_data(y), src, src_bf16,
-                                                                       bias ? ghc_tensor_cdata(bias) : NULL,
-                                                                       is_bf16(bias), Co, To, P, Cp));
+    return LAUNCH_Y(y, k_unpack_y<TY><<<grid, dim3(32, 8), 0, s>>>((TY *)ghc_tensor_data(y), src, src_bf16, bp,
+                                                                       is_bf16(bias), (const TY *)rp, Co, To, P, Cp));
 }
 
 /* ---- per-channel ops ---------------------------------------------------------------------------- */
 
-template <typename TY, typename TX>
-static __global__ void k_channel_rmsnorm(TY *y, const TX *x, const void *gamma, int gbf, int64_t B, int64_t C,
-                                         int64_t S, float rc)
+/* V consecutive elements at p + i (V 1, or 4 with i a multiple of 4 and p aligned for 4). */
+template <int V, typename T>
+GHC_D void ldv(const T *p, int64_t i, float *v)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * S; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t b = i / S, p = i % S, base = b * C * S + p;
-        float ss = 0.0f;
-        for (int64_t c = 0; c < C; c++) {
-            const float v = ghc_ld(x, base + c * S);
-            ss += v * v;
+    if constexpr (V == 4)
+        ghc_ld4(p, i, v);
+    else
+        v[0] = ghc_ld(p, i);
+}
+
+template <int V, typename T>
+GHC_D void stv(T *p, int64_t i, const float *v)
+{
+    if constexpr (V == 4)
+        ghc_st4(p, i, v);
+    else
+        ghc_st(p, i, v[0]);
+}
+
+/* channel_rmsnorm (and with SILU its fused SiLU): a block is 32 groups of V consecutive
+ * positions (threadIdx.x) times RMS_SLICES slices of the channels (threadIdx.y: channels ty, ty +
+ * RMS_SLICES, ...). Each thread sums the squares of its slice, the block adds the slices in a
+ * fixed order (shared memory), then each thread writes its slice; the second read of x mostly
+ * hits the caches. A warp reads 32 V consecutive elements of one channel per load, with several
+ * loads in flight (the loop unrolled): one pass over x at close to the memory's bandwidth, where
+ * one thread per position looping over every channel kept too few loads in flight. */
+enum { RMS_SLICES = 8 };
+
+template <typename TY, typename TX, int V, bool SILU>
+static __global__ void __launch_bounds__(32 * RMS_SLICES) k_channel_rmsnorm(TY *y, const TX *x, const void *gamma,
+                                                                            int gbf, int64_t C, int64_t S,
+                                                                            int64_t nvec, float rc)
+{
+    __shared__ float red[RMS_SLICES][32 * V];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t iv = (int64_t)blockIdx.x * 32 + tx, q = iv * V;   /* V divides S */
+    const bool in = iv < nvec;
+    const int64_t base = in ? q / S * C * S + q % S : 0;
+    float ss[V];
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        ss[k] = 0.0f;
+    if (in) {
+#pragma unroll 4
+        for (int64_t c = ty; c < C; c += RMS_SLICES) {
+            float v[V];
+            ldv<V>(x, base + c * S, v);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                ss[k] += v[k] * v[k];
         }
-        const float nrm = fmaxf(sqrtf(ss), 1e-12f);
-        for (int64_t c = 0; c < C; c++)
-            ghc_st(y, base + c * S, ghc_ld(x, base + c * S) / nrm * rc * ghc_ld_dt(gamma, gbf, c));
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        red[ty][tx * V + k] = ss[k];
+    __syncthreads();
+    if (!in)
+        return;
+    float nrm[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        float t = 0.0f;
+        for (int sl = 0; sl < RMS_SLICES; sl++)
+            t += red[sl][tx * V + k];
+        nrm[k] = fmaxf(sqrtf(t), 1e-12f);
+    }
+#pragma unroll 4
+    for (int64_t c = ty; c < C; c += RMS_SLICES) {
+        float v[V];
+        const float g = ghc_ld_dt(gamma, gbf, c);
+        ldv<V>(x, base + c * S, v);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            v[k] = v[k] / nrm[k] * rc * g;
+            if constexpr (SILU) {   /* channel_rmsnorm into y, then silu of y: rounded to y's dtype first */
+                v[k] = ghc_round_to(v[k], (const TY *)NULL);
+                v[k] = v[k] * (1.0f / (1.0f + expf(-v[k])));
+            }
+        }
+        stv<V>(y, base + c * S, v);
     }
 }
 
-extern "C" int ghc_k_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, void *stream)
+extern "C" int ghc_k_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, const ghc_tensor_t *gamma, bool silu,
+                                     void *stream)
 {
     ghc_k_device_guard guard(y);
     GHC_K_TRY(guard.err);
@@ -343,11 +561,30 @@ extern "C" int ghc_k_channel_rmsnorm(ghc_tensor_t *y, const ghc_tensor_t *x, con
     const int64_t B = ghc_tensor_dim(x, 0);
     const float rc = (float)sqrt((double)C);
     cudaStream_t s = (cudaStream_t)stream;
+    const size_t xs = ghc_dtype_size(ghc_tensor_dtype(x)), ys = ghc_dtype_size(ghc_tensor_dtype(y));
+    /* 4 positions a thread where they line up and there are enough of them to fill the GPU */
+    const bool v4 = S % 4 == 0 && B * S >= ((int64_t)1 << 18) && ghc_k_aligned(ghc_tensor_cdata(x), xs, 4) &&
+                    ghc_k_aligned(ghc_tensor_cdata(y), ys, 4);
+    const int64_t nvec = B * S / (v4 ? 4 : 1), blocks = (nvec + 31) / 32;
+    if (blocks > INT32_MAX)
+        return (int)cudaErrorInvalidConfiguration;
+    const dim3 block(32, RMS_SLICES);
     return ghc_k_dispatch(ghc_tensor_dtype(x), [&](auto tx_) {
         using TX = decltype(tx_);
-        return LAUNCH_Y(y, k_channel_rmsnorm<TY, TX><<<ghc_k_blocks(B * S, 256), 256, 0, s>>>(
-                                      (TY *)ghc_tensor_data(y), (const TX *)ghc_tensor_cdata(x), ghc_tensor_cdata(gamma),
-                                      is_bf16(gamma), B, C, S, rc));
+        return LAUNCH_Y(y, {
+            TY *yp = (TY *)ghc_tensor_data(y);
+            const TX *xp = (const TX *)ghc_tensor_cdata(x);
+            const void *gp = ghc_tensor_cdata(gamma);
+            const int gbf = is_bf16(gamma);
+            if (v4 && silu)
+                k_channel_rmsnorm<TY, TX, 4, true><<<(unsigned)blocks, block, 0, s>>>(yp, xp, gp, gbf, C, S, nvec, rc);
+            else if (v4)
+                k_channel_rmsnorm<TY, TX, 4, false><<<(unsigned)blocks, block, 0, s>>>(yp, xp, gp, gbf, C, S, nvec, rc);
+            else if (silu)
+                k_channel_rmsnorm<TY, TX, 1, true><<<(unsigned)blocks, block, 0, s>>>(yp, xp, gp, gbf, C, S, nvec, rc);
+            else
+                k_channel_rmsnorm<TY, TX, 1, false><<<(unsigned)blocks, block, 0, s>>>(yp, xp, gp, gbf, C, S, nvec, rc);
+        });
     });
 }
 

@@ -84,8 +84,10 @@ static int remember(ghc_tensor_t *s, const ghc_tensor_t *x)
 
 /* ---- layers -------------------------------------------------------------------------------- */
 
-/* y = conv c of x (with its cache slot, which then takes x's last frames). */
-static int conv(struct run *r, const struct wv_conv *c, const ghc_tensor_t *x, ghc_tensor_t **y)
+/* y = conv c of x (with its cache slot, which then takes x's last frames), plus res where not
+ * NULL (a residual connection, added in the convolution's last pass). */
+static int conv(struct run *r, const struct wv_conv *c, const ghc_tensor_t *x, const ghc_tensor_t *res,
+                ghc_tensor_t **y)
 {
     ghc_wanvae_t *vae = r->vae;
     const struct ghc_conv3d *g = &c->geo;
@@ -101,7 +103,8 @@ static int conv(struct run *r, const struct wv_conv *c, const ghc_tensor_t *x, g
         return last_error(vae);
     if (!(*y = act(vae, ghc_tensor_dim(c->w, 0), To, Ho, Wo)))
         return last_error(vae);
-    if ((rc = ghc_op_conv3d(*y, x, s, c->w, c->b, g, NULL)) == 0 && s)
+    rc = res ? ghc_op_conv3d_add(*y, x, s, c->w, c->b, res, g, NULL) : ghc_op_conv3d(*y, x, s, c->w, c->b, g, NULL);
+    if (rc == 0 && s)
         rc = remember(s, x);
     if (rc < 0) {
         ghc_tensor_free(*y);
@@ -110,17 +113,17 @@ static int conv(struct run *r, const struct wv_conv *c, const ghc_tensor_t *x, g
     return rc;
 }
 
-/* y = SiLU(RMS(x) gamma), then the causal conv c: the pre-activation part of a residual block
- * and of the heads. */
+/* y = SiLU(RMS(x) gamma), then the causal conv c (+ res where not NULL): the pre-activation
+ * part of a residual block and of the heads. */
 static int norm_silu_conv(struct run *r, const ghc_tensor_t *gamma, const struct wv_conv *c, const ghc_tensor_t *x,
-                          ghc_tensor_t **y)
+                          const ghc_tensor_t *res, ghc_tensor_t **y)
 {
     ghc_tensor_t *t = ghc_tensor_init(r->vae->core, r->vae->dtype, 5, ghc_tensor_shape(x), r->vae->device,
                                       GHC_ROLE_ENCODER_ACTIVATIONS);
     int rc = t ? 0 : last_error(r->vae);
     *y = NULL;
-    if (rc == 0 && (rc = ghc_op_channel_rmsnorm(t, x, gamma, NULL)) == 0 && (rc = ghc_op_silu(t, t, NULL)) == 0)
-        rc = conv(r, c, t, y);
+    if (rc == 0 && (rc = ghc_op_channel_rmsnorm_silu(t, x, gamma, NULL)) == 0)
+        rc = conv(r, c, t, res, y);
     ghc_tensor_free(t);
     return rc;
 }
@@ -130,10 +133,9 @@ static int rb_fwd(struct run *r, const struct wv_rb *b, ghc_tensor_t **x)
     ghc_tensor_t *h = NULL, *t = NULL, *y = NULL;
     int rc;
     if (b->has_sc)
-        TRY(conv(r, &b->sc, *x, &h));
-    TRY(norm_silu_conv(r, b->g1, &b->c1, *x, &t));
-    TRY(norm_silu_conv(r, b->g2, &b->c2, t, &y));
-    TRY(ghc_op_add(y, y, h ? h : *x, 1.0f, 1.0f, NULL));
+        TRY(conv(r, &b->sc, *x, NULL, &h));
+    TRY(norm_silu_conv(r, b->g1, &b->c1, *x, NULL, &t));
+    TRY(norm_silu_conv(r, b->g2, &b->c2, t, h ? h : *x, &y));   /* + the shortcut */
     swap_in(x, y);
     y = NULL;
 out:
@@ -153,10 +155,9 @@ static int attn_fwd(struct run *r, const struct wv_attn *a, ghc_tensor_t **x)
     if (rc < 0)
         goto out;
     TRY(ghc_op_channel_rmsnorm(t, *x, a->gamma, NULL));
-    TRY(conv(r, &a->qkv, t, &qkv));
+    TRY(conv(r, &a->qkv, t, NULL, &qkv));
     TRY(ghc_op_frame_attention(t, qkv, (float)(1.0 / sqrt((double)C)), NULL));
-    TRY(conv(r, &a->proj, t, &y));
-    TRY(ghc_op_add(y, y, *x, 1.0f, 1.0f, NULL));
+    TRY(conv(r, &a->proj, t, *x, &y));   /* + the block's input */
     swap_in(x, y);
     y = NULL;
 out:
@@ -175,7 +176,7 @@ static int time_up(struct run *r, const struct wv_resample *rs, ghc_tensor_t **x
                   W = ghc_tensor_dim(*x, 4);
     ghc_tensor_t *y2 = NULL, *half[2] = { NULL, NULL }, *y = NULL;
     int rc;
-    TRY(conv(r, &rs->time, *x, &y2));
+    TRY(conv(r, &rs->time, *x, NULL, &y2));
     if (!(y = act(vae, C, 2 * T, H, W))) {
         rc = last_error(vae);
         goto out;
@@ -221,7 +222,7 @@ static int resample_fwd(struct run *r, const struct wv_resample *rs, ghc_tensor_
         swap_in(x, y);
         y = NULL;
     }
-    TRY(conv(r, &rs->conv, *x, &y));
+    TRY(conv(r, &rs->conv, *x, NULL, &y));
     swap_in(x, y);
     y = NULL;
     if (rs->mode == WV_DOWN3D) {
@@ -230,7 +231,7 @@ static int resample_fwd(struct run *r, const struct wv_resample *rs, ghc_tensor_
             r->primed[rs->time.slot] = true;
             rc = s ? remember(s, *x) : last_error(vae);
         } else {
-            TRY(conv(r, &rs->time, *x, &y));
+            TRY(conv(r, &rs->time, *x, NULL, &y));
             swap_in(x, y);
             y = NULL;
         }
@@ -291,7 +292,7 @@ static int side_fwd(struct run *r, const struct wv_side *s, ghc_tensor_t **x)
     const bool dec = s == &r->vae->dec;
     ghc_tensor_t *y = NULL;
     int rc;
-    TRY(conv(r, &s->conv_in, *x, &y));
+    TRY(conv(r, &s->conv_in, *x, NULL, &y));
     swap_in(x, y);
     y = NULL;
     if (dec)
@@ -300,7 +301,7 @@ static int side_fwd(struct run *r, const struct wv_side *s, ghc_tensor_t **x)
         TRY(layer_fwd(r, &s->layers[i], x));
     if (!dec)
         TRY(middle_fwd(r, s, x));
-    TRY(norm_silu_conv(r, s->head_g, &s->head, *x, &y));
+    TRY(norm_silu_conv(r, s->head_g, &s->head, *x, NULL, &y));
     swap_in(x, y);
     y = NULL;
 out:
@@ -463,7 +464,7 @@ static int encode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *video, ghc_tensor
         ghc_tensor_free(x);
         x = NULL;
     }
-    TRY(conv(&r, &vae->quant, enc, &mu));   /* the mean's rows of conv1 */
+    TRY(conv(&r, &vae->quant, enc, NULL, &mu));   /* the mean's rows of conv1 */
     TRY(ghc_op_channel_affine(mu, mu, vae->enc_scale, vae->enc_shift, NULL));
     TRY(to_result(vae, &mu, ghc_tensor_device(video), GHC_ROLE_LATENTS, (const int64_t[]){ z, T, H / st, W / st }));
     *latent = mu;
@@ -504,7 +505,7 @@ static int decode_whole(ghc_wanvae_t *vae, const ghc_tensor_t *latent, ghc_tenso
         goto out;
     }
     TRY(ghc_op_channel_affine(x, zv, vae->dec_scale, vae->dec_shift, NULL));   /* denormalise */
-    TRY(conv(&r, &vae->post_quant, x, &xq));
+    TRY(conv(&r, &vae->post_quant, x, NULL, &xq));
     for (int64_t i = 0, f = 0; i < T; i++) {   /* one latent frame per chunk */
         if (!(c = act(vae, vae->cfg.z_dim, 1, h, w))) {
             rc = last_error(vae);
