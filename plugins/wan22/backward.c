@@ -170,8 +170,12 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x2, a->st2, NULL, a->m[4], true, stream));
 
     /* cross-attention: x2 = x1 + o_c Woc^T + boc (ungated); dq path, dk/dv for the hook */
-    TRY(LBWD(WAN22_CA_O, g->du, a->oc, a->ocp, g->G, g->cD, g->gD, false));
-    TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
+    if (wan22_direct_bf16(m, t0 + WAN22_CA_O, a->ocp) && g->gD) {   /* dO in bf16 straight from the product */
+        TRY(LBWD(WAN22_CA_O, g->cD, a->oc, a->ocp, g->G, NULL, g->gD, false));
+    } else {
+        TRY(LBWD(WAN22_CA_O, g->du, a->oc, a->ocp, g->G, g->cD, g->gD, false));
+        TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
+    }
     TRY(ghc_op_attention_bwd(g->dq4, hb ? g->dkc4 : NULL, hb ? g->dvc4 : NULL, g->cD4, a->qc4, a->kc4, a->vc4,
                              a->oc, a->lsec, scale, stream));
     TRY(ghc_op_rmsnorm_bwd(g->dy, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));   /* dy: free again */
@@ -197,8 +201,12 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
 
     /* self-attention: x1 = x + (o Wo^T + bo) m2 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[2], stream));
-    TRY(LBWD(WAN22_SA_O, g->du, a->o, a->op, g->dy, g->cD, g->gD, false));
-    TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
+    if (wan22_direct_bf16(m, t0 + WAN22_SA_O, a->op) && g->gD) {
+        TRY(LBWD(WAN22_SA_O, g->cD, a->o, a->op, g->dy, NULL, g->gD, false));
+    } else {
+        TRY(LBWD(WAN22_SA_O, g->du, a->o, a->op, g->dy, g->cD, g->gD, false));
+        TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
+    }
     TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o, a->lse, scale, stream));
     /* the f32 gradients of q, k and v before their norms, one after the other in dy (free
      * since SA_O's backward): each linear's backward is queued before the next overwrites it */
