@@ -243,9 +243,7 @@ int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tenso
         if ((rc = concat_forward(l, lin, y, x, xp, &g, stream)) != 0)
             return rc < 0 ? rc : 0;
     }
-    if (adapted && ghc_tensor_dtype(y) != GHC_DTYPE_F32)
-        return ghc_error_set(l->core, GHC_EINVAL, "linear: target %d: y in %s, but its adapter adds to y: f32 "
-                             "(bf16 only where the call K-concatenates)", (int)t, ghc_dtype_name(ghc_tensor_dtype(y)));
+
     if (ghc_tensor_dim(w, 0) != lin->out || ghc_tensor_dim(w, 1) != lin->in) {   /* the linear within its room */
         if (!(wv = wsub(l, w, 0, lin->out, 0, lin->in)))
             return nomem(l);
@@ -352,9 +350,7 @@ int ghc_linear_backward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tens
         if ((rc = concat_backward(l, lin, dx, x, xp, dy, gp, accumulate, stream)) != 0)
             return rc < 0 ? rc : 0;
     }
-    if (dx && ghc_tensor_dtype(dx) != GHC_DTYPE_F32)
-        return ghc_error_set(l->core, GHC_EINVAL, "linear: target %d: dx in %s: f32 (bf16 only where the call "
-                             "K-concatenates)", (int)t, ghc_dtype_name(ghc_tensor_dtype(dx)));
+
     ghc_tensor_t *wv = NULL, *own = NULL;
     const ghc_tensor_t *w = lin->w, *g = dy;   /* g: dy in the GEMM's operand dtype */
     int folded = 0, done = 0;

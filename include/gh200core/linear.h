@@ -75,8 +75,9 @@ GHC_API void ghc_linears_recompute(ghc_linears_t *l, bool again);
 /* y (f32, [B, rows, out]) = x W^T + b and the adapter's part. x: [B, rows, in] in the operand
  * dtype; xp: x with the spare columns after it (x a column view of xp; its columns past in
  * finite, see struct ghc_linear.spare_col), or NULL (no K-concatenation in this call).
- * (since API 19) y may be bf16 where one product writes all of it: the call K-concatenates, or
- * the target has no adapter; else it is GHC_EINVAL. */
+ * (since API 19) y may be bf16: where the call K-concatenates (or the target has no adapter) one
+ * product writes all of it, rounded once; else the adapter's part is added after the product,
+ * in y's precision (rounded twice). */
 GHC_API int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y,
                                const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream);
 /* Write again what the forward of `lin` left in xp's spare columns (K-concatenation's H), as a
@@ -88,8 +89,8 @@ GHC_API int ghc_linear_restore(ghc_linears_t *l, const struct ghc_linear *lin, c
                                ghc_tensor_t *xp, void *stream);
 /* dx (f32, [B, rows, in]) = dy W (accumulate: +=) and the adapter's part, and the adapter's
  * parameter gradients. dx NULL: no input gradient (the adapter's gradients only). x and xp as
- * in the forward (xp holding the forward's H); dy f32. (since API 19) dx may be bf16 where the
- * call K-concatenates (one product writes it; accumulate adds in its precision); else GHC_EINVAL.
+ * in the forward (xp holding the forward's H); dy f32. (since API 19) dx may be bf16, with
+ * y's rule above (rounded once where the call K-concatenates).
  * cast: a scratch like dy in the operand dtype, for dy cast to it where the GEMM operand is not
  *   f32: with dx, where the weight the dx GEMM takes is not f32 (a bf16 w, or an e4m3 or folded
  *   w in a scratch of dtype base bf16); without dx, where base is bf16. Otherwise (base f32 and

@@ -163,6 +163,11 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     const int32_t t0 = block * WAN22_TARGETS;
     /* the context is a constant: only adapters on cross-attention k and v learn from it */
     const bool hb = ghc_linears_adapted(m->lin, t0 + WAN22_CA_K) || ghc_linears_adapted(m->lin, t0 + WAN22_CA_V);
+    /* the cast scratch of an attention output's linear whose input gradient is cD itself: gD's
+     * first D columns (gD serves only a call that K-concatenates, cast only one that does not) */
+    ghc_tensor_t *gDv = g->gD ? ghc_tensor_view_cols(g->gD, 0, m->d.dim) : NULL;
+    if (g->gD && !gDv)
+        return GHC_ENOMEM;
 
     /* FFN: x3 = x2 + y2 m5 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[5], stream));
@@ -170,8 +175,8 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x2, a->st2, NULL, a->m[4], true, stream));
 
     /* cross-attention: x2 = x1 + o_c Woc^T + boc (ungated); dq path, dk/dv for the hook */
-    if (wan22_direct_bf16(m, t0 + WAN22_CA_O, a->ocp) && g->gD) {   /* dO in bf16 straight from the product */
-        TRY(LBWD(WAN22_CA_O, g->cD, a->oc, a->ocp, g->G, NULL, g->gD, false));
+    if (wan22_direct_bf16(m, t0 + WAN22_CA_O, a->ocp) && gDv) {   /* dO in bf16 straight from the product */
+        TRY(LBWD(WAN22_CA_O, g->cD, a->oc, a->ocp, g->G, gDv, g->gD, false));
     } else {
         TRY(LBWD(WAN22_CA_O, g->du, a->oc, a->ocp, g->G, g->cD, g->gD, false));
         TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
@@ -201,8 +206,8 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
 
     /* self-attention: x1 = x + (o Wo^T + bo) m2 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[2], stream));
-    if (wan22_direct_bf16(m, t0 + WAN22_SA_O, a->op) && g->gD) {
-        TRY(LBWD(WAN22_SA_O, g->cD, a->o, a->op, g->dy, NULL, g->gD, false));
+    if (wan22_direct_bf16(m, t0 + WAN22_SA_O, a->op) && gDv) {
+        TRY(LBWD(WAN22_SA_O, g->cD, a->o, a->op, g->dy, gDv, g->gD, false));
     } else {
         TRY(LBWD(WAN22_SA_O, g->du, a->o, a->op, g->dy, g->cD, g->gD, false));
         TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
@@ -218,6 +223,7 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(LBWD(WAN22_SA_V, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));
     TRY(ghc_op_layernorm_bwd(g->G, g->du, x, a->st1, NULL, a->m[1], true, stream));
 out:
+    ghc_tensor_free(gDv);
     return rc;
 }
 
