@@ -1,8 +1,9 @@
 # bench: benchmarks (not tests): `make bench` builds them; run them on the GPU machine
 # (bench/README.md). bench_ops times our GEMMs and attention; bench_torch.py times PyTorch at
 # the same shapes and prints both side by side.
+EXTRA_PROGRAMS =
 if HAVE_CUDA
-EXTRA_PROGRAMS = bench/bench_ops
+EXTRA_PROGRAMS += bench/bench_ops
 bench_bench_ops_SOURCES = bench/bench_ops.c
 bench_bench_ops_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
 bench_bench_ops_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
@@ -71,3 +72,10 @@ bench_bench_vae_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS)
 bench_bench_vae_LDADD = libgh200core_ops.la libgh200core.la $(CUDA_LIBS)
 endif
 EXTRA_DIST += bench/bench_vae.c bench/vae.sh bench/vae_ref.py
+
+# ---- bench_media: prepare's decode and resize of a clip on one thread ----
+EXTRA_PROGRAMS += bench/bench_media
+bench_bench_media_SOURCES = bench/bench_media.c
+bench_bench_media_LDADD = libgh200core_train.la libgh200core.la
+EXTRA_DIST += bench/bench_media.c
+# ---- end bench_media ----

@@ -275,6 +275,18 @@ static void job_wait(struct job *j)
     j->running = false;
 }
 
+/* Media files read ahead, each on a thread with a decoder of its own, while one is encoded: a
+ * decode and resize on one thread takes longer than the GPU's encode of the clip (81 frames of
+ * 1280 x 720 to 832 x 480: 1.7 s on one core, bench/bench_media, against 0.57 s for the Wan2.1
+ * VAE on an H200), so half the processors, 2 to 8 (GHC_PREPARE_AHEAD overrides). */
+#define PREP_MAX_AHEAD 8
+static int prep_ahead(void)
+{
+    const char *e = getenv("GHC_PREPARE_AHEAD");   /* doc/prepare.md; the tests */
+    long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN) / 2;
+    return n < 2 ? 2 : n > PREP_MAX_AHEAD ? PREP_MAX_AHEAD : (int)n;
+}
+
 /* The stem of a media file name: the name without its extension. */
 static void stem_of(const char *name, char *buf, size_t len)
 {
@@ -490,7 +502,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
     if (!data || (rc = ghc_cfg_list_len(data, "datasets", &n_sets)) < 0 || n_sets == 0)
         return rc;   /* nothing to prepare (the dataset says what is missing when it opens) */
     struct prep p = { .core = core, .force = force, .st = &st };
-    ghc_media_decoder_t *dec[2] = { NULL, NULL };
+    ghc_media_decoder_t *dec[PREP_MAX_AHEAD] = { NULL };
+    const int ahead = prep_ahead();
     if ((rc = ghc_cfg_get_bool(data, "skip_bad_samples", false, &p.skip_bad)) < 0 ||
         (rc = ghc_data_seed(core, data, &p.seed)) < 0)
         return rc;
@@ -537,39 +550,42 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
                 snprintf(mfp + strlen(mfp), sizeof(mfp) - strlen(mfp), "aug=when-training;");
             if (!first_dir[0])
                 snprintf(first_dir, sizeof(first_dir), "%s", dir);
-            for (int k = 0; k < 2 && rc == 0; k++)
+            for (int k = 0; k < ahead && rc == 0; k++)
                 if (!dec[k] && !(dec[k] = ghc_media_decoder_init(0)))
                     rc = ghc_error_set(core, GHC_ENOMEM, "prepare: out of memory");
             ghc_log(core, GHC_LOG_INFO, "prepare: %s: %lld media file%s", dir, (long long)n, n == 1 ? "" : "s");
         }
-        /* file k + 1 is read (hashed, decoded) on a thread while file k is encoded */
-        struct job jobs[2];
-        for (int k = 0; k < 2; k++)
+        /* files k + 1 .. k + ahead - 1 are read (hashed, decoded) on threads while file k is
+         * encoded; file k's slot then reads file k + ahead */
+        struct job jobs[PREP_MAX_AHEAD];
+        for (int k = 0; k < ahead; k++) {
             jobs[k] = (struct job){ .p = &p, .dir = dir, .mfp = mfp, .musubi = musubi, .m = &m, .dec = dec[k],
                                     .random_crop = crop, .aug_mode = mode };
-        if (n > 0 && rc == 0) {
-            jobs[0].it = ghc_media_list_at(list, 0);
-            job_start(&jobs[0]);
+            if (k < n && rc == 0) {
+                jobs[k].it = ghc_media_list_at(list, k);
+                job_start(&jobs[k]);
+            }
         }
         for (int64_t k = 0; k < n && rc == 0; k++) {
-            struct job *cur = &jobs[k % 2], *next = &jobs[(k + 1) % 2];
+            struct job *cur = &jobs[k % ahead];
             double tk = ghc_progress_now();
             int64_t before = st.encoded;
             job_wait(cur);
-            if (k + 1 < n) {
-                next->it = ghc_media_list_at(list, k + 1);
-                job_start(next);
-            }
             rc = job_encode(&p, cur);
+            const char *name = cur->it->name;
+            if (rc == 0 && k + ahead < n) {
+                cur->it = ghc_media_list_at(list, k + ahead);
+                job_start(cur);
+            }
             st.files++;
             if (rc == 0 && st.encoded > before) {
                 double el = ghc_progress_now() - t0, per = el / (double)st.files;
                 ghc_log(core, GHC_LOG_INFO, "prepare: [%lld/%lld] %s: encoded in %.2f s; ETA %.0f s", (long long)(k + 1),
-                        (long long)n, cur->it->name, ghc_progress_now() - tk, per * (double)(n - k - 1));
+                        (long long)n, name, ghc_progress_now() - tk, per * (double)(n - k - 1));
             }
         }
-        for (int k = 0; k < 2; k++)
-            job_wait(&jobs[k]);   /* a failure leaves the next file's reading to finish */
+        for (int k = 0; k < ahead; k++)
+            job_wait(&jobs[k]);   /* a failure leaves the files read ahead to finish */
         ghc_media_list_free(list);
     }
     /* the empty prompt, for text dropout: beside the first media dataset, a hidden file */
@@ -594,8 +610,8 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
         if (rc == 0 && !ghc_cfg_has(data, "empty_prompt"))
             rc = ghc_cfg_set_string(data, "empty_prompt", path);
     }
-    ghc_media_decoder_free(dec[0]);
-    ghc_media_decoder_free(dec[1]);
+    for (int k = 0; k < PREP_MAX_AHEAD; k++)
+        ghc_media_decoder_free(dec[k]);
     st.seconds = ghc_progress_now() - t0;
     if (rc == 0 && st.files)
         ghc_log(core, GHC_LOG_INFO, "prepare: %lld media files: %lld encoded (%lld clips), %lld up to date, %lld "

@@ -190,6 +190,76 @@ START_TEST(prepare_media_to_caches)
 }
 END_TEST
 
+/* Files read ahead on several threads (GHC_PREPARE_AHEAD) give the bytes of two: the same
+ * caches, encoded and logged in the folder's order. */
+static uint64_t file_hash(const char *dir, const char *name)
+{
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "%s", path);
+    uint64_t h = 1469598103934665603ull;
+    int c;
+    while ((c = fgetc(f)) != EOF)
+        h = (h ^ (uint64_t)c) * 1099511628211ull;
+    fclose(f);
+    return h;
+}
+
+START_TEST(prepare_read_ahead)
+{
+    char *dir = tu_tmpdir(), clips[4200], path[4300], *out;
+    snprintf(clips, sizeof(clips), "%s/clips", dir);
+    ck_assert_int_eq(mkdir(clips, 0755), 0);
+    free(tu_write(dir, "train.cfg", cfg_text));
+    const int n = 7;
+    for (int k = 0; k < n; k++) {   /* videos and images, alternately */
+        char cap[64];
+        if (k % 2 == 0) {
+            snprintf(path, sizeof(path), "%s/m%d.mkv", clips, k);
+            tu_write_video(path, 48, 32, 5 + k, 16, NULL, tu_fill_pattern);
+        } else {
+            uint8_t px[32 * 48 * 3];
+            tu_fill_pattern(k, 48, 32, px);
+            snprintf(path, sizeof(path), "%s/m%d.png", clips, k);
+            tu_write_image(path, 48, 32, 3, px);
+        }
+        snprintf(path, sizeof(path), "m%d.txt", k);
+        snprintf(cap, sizeof(cap), "caption number %d", k);
+        free(tu_write(clips, path, cap));
+    }
+    uint64_t h[2][2 * 7];
+    for (int pass = 0; pass < 2; pass++) {
+        char args[256];
+        snprintf(args, sizeof(args), "prepare -c train.cfg --set data.prepare='\"always\"'");
+        setenv("GHC_PREPARE_AHEAD", pass ? "2" : "5", 1);
+        ck_assert_msg(cli(dir, &out, args) == 0, "%s", out);
+        unsetenv("GHC_PREPARE_AHEAD");
+        ck_assert_msg(strstr(out, "7 media files: 7 encoded"), "%s", out);
+        const char *at = out;
+        for (int k = 0; k < n; k++) {   /* [k+1/7] m<k>: the folder's order */
+            char want[64];
+            snprintf(want, sizeof(want), "[%d/%d] m%d.%s: encoded", k + 1, n, k, k % 2 ? "png" : "mkv");
+            const char *f = strstr(at, want);
+            ck_assert_msg(f, "no '%s' after the lines before it in:\n%s", want, out);
+            at = f;
+        }
+        free(out);
+        for (int k = 0; k < n; k++) {
+            char lat[64], txt[64];
+            snprintf(lat, sizeof(lat), k % 2 ? "m%d.latent.safetensors" : "m%d_00000-005.latent.safetensors", k);
+            snprintf(txt, sizeof(txt), k % 2 ? "m%d.text.safetensors" : "m%d_00000-005.text.safetensors", k);
+            h[pass][2 * k] = file_hash(clips, lat);
+            h[pass][2 * k + 1] = file_hash(clips, txt);
+        }
+    }
+    for (int i = 0; i < 2 * n; i++)
+        ck_assert_msg(h[0][i] == h[1][i], "file %d differs between 5 and 2 files read ahead", i);
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 #define MUSUBI_SET(frames) "--set 'data.datasets=( { path = \"clips\"; resolution = [48, 32]; " \
                            "target_frames = " frames "; musubi_cache = true; } )'"
 
@@ -680,6 +750,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
 #ifdef GHC_HAVE_FFMPEG
     tcase_add_test(tc, prepare_media_to_caches);
+    tcase_add_test(tc, prepare_read_ahead);
     tcase_add_test(tc, prepare_musubi_layout);
     tcase_add_test(tc, prepare_flips);
     tcase_add_test(tc, prepare_random_crop);
