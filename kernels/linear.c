@@ -243,7 +243,6 @@ int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tenso
         if ((rc = concat_forward(l, lin, y, x, xp, &g, stream)) != 0)
             return rc < 0 ? rc : 0;
     }
-
     if (ghc_tensor_dim(w, 0) != lin->out || ghc_tensor_dim(w, 1) != lin->in) {   /* the linear within its room */
         if (!(wv = wsub(l, w, 0, lin->out, 0, lin->in)))
             return nomem(l);
@@ -350,7 +349,6 @@ int ghc_linear_backward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tens
         if ((rc = concat_backward(l, lin, dx, x, xp, dy, gp, accumulate, stream)) != 0)
             return rc < 0 ? rc : 0;
     }
-
     ghc_tensor_t *wv = NULL, *own = NULL;
     const ghc_tensor_t *w = lin->w, *g = dy;   /* g: dy in the GEMM's operand dtype */
     int folded = 0, done = 0;

@@ -712,35 +712,57 @@ int ghc_op_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_ten
                     ghc_k_layernorm_bwd(dx, dy, x, stats, weight, scale, accumulate, stream));
 }
 
-int ghc_op_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
-                       const ghc_tensor_t *weight, float eps, void *stream)
+/* x [B, L, D] with D = heads Dh, Dh even, L = f h w (ghc_op_rmsnorm_rope_*). */
+static int check_rope_rows(const struct op_ctx *c, const ghc_tensor_t *x, int64_t heads, int64_t f, int64_t h,
+                           int64_t w)
 {
-    struct op_ctx c = OP_CTX("rmsnorm_fwd", y, rstd, x, weight);
+    if (ghc_tensor_ndim(x) != 3)
+        return bad(c, "x", x, "3 dimensions [B, L, D]");
+    const int64_t L = ghc_tensor_dim(x, 1), D = ghc_tensor_dim(x, 2);
+    if (heads < 1 || D % heads != 0 || (D / heads) % 2 != 0)
+        return bad(c, "x", x, "D = %lld heads of an even head dim", (long long)heads);
+    if (f < 1 || h < 1 || w < 1 || L / f / h != w || f * h * w != L)
+        return bad(c, "x", x, "L = f h w = %lld x %lld x %lld tokens", (long long)f, (long long)h, (long long)w);
+    return 0;
+}
+
+/* RMSNorm forward, with rope followed by RoPE over (f, h, w) of `heads` (op: the name in
+ * messages). */
+static int rmsnorm_fwd(const char *op, ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
+                       const ghc_tensor_t *weight, float eps, bool rope, int64_t heads, int64_t f, int64_t h,
+                       int64_t w, void *stream)
+{
+    struct op_ctx c = OP_CTX(op, y, rstd, x, weight);
     NEED(&c, "y", y, DT_F32_BF16);
     MAYBE(&c, "rstd", rstd, DT_F32);
     NEED(&c, "x", x, DT_F32_BF16);
     NEED(&c, "weight", weight, DT_F32_BF16);
-    CHECK(check_rows(&c, "x", x));
+    CHECK(rope ? check_rope_rows(&c, x, heads, f, h, w) : check_rows(&c, "x", x));
     LIKE(&c, "y", y, x);
     int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
     SHAPE(&c, "weight", weight, D);
     SHAPE(&c, "rstd", rstd, rows);
     if (ghc_tensor_numel(x) == 0)
         return 0;
+    if (rope)
+        return DISPATCH(&c, ghc_cpu_rmsnorm_rope_fwd(y, rstd, x, weight, eps, heads, h, w),
+                        ghc_k_rmsnorm_rope_fwd(y, rstd, x, weight, eps, heads, h, w, stream));
     return DISPATCH(&c, ghc_cpu_rmsnorm_fwd(y, rstd, x, weight, eps),
                     ghc_k_rmsnorm_fwd(y, rstd, x, weight, eps, stream));
 }
 
-int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
-                       const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
+/* Its backward, with rope through RoPE's inverse first. */
+static int rmsnorm_bwd(const char *op, ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                       const ghc_tensor_t *rstd, const ghc_tensor_t *weight, bool rope, int64_t heads, int64_t f,
+                       int64_t h, int64_t w, void *stream)
 {
-    struct op_ctx c = OP_CTX("rmsnorm_bwd", dx, dy, x, rstd, weight);
+    struct op_ctx c = OP_CTX(op, dx, dy, x, rstd, weight);
     NEED(&c, "dx", dx, DT_F32_BF16);
     NEED(&c, "dy", dy, DT_F32_BF16);
     NEED(&c, "x", x, DT_F32_BF16);
     NEED(&c, "rstd", rstd, DT_F32);
     NEED(&c, "weight", weight, DT_F32_BF16);
-    CHECK(check_rows(&c, "x", x));
+    CHECK(rope ? check_rope_rows(&c, x, heads, f, h, w) : check_rows(&c, "x", x));
     LIKE(&c, "dx", dx, x);
     LIKE(&c, "dy", dy, x);
     int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
@@ -748,8 +770,35 @@ int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tenso
     SHAPE(&c, "weight", weight, D);
     if (ghc_tensor_numel(x) == 0)
         return 0;
+    if (rope)
+        return DISPATCH(&c, ghc_cpu_rmsnorm_rope_bwd(dx, dy, x, rstd, weight, heads, h, w),
+                        ghc_k_rmsnorm_rope_bwd(dx, dy, x, rstd, weight, heads, h, w, stream));
     return DISPATCH(&c, ghc_cpu_rmsnorm_bwd(dx, dy, x, rstd, weight),
                     ghc_k_rmsnorm_bwd(dx, dy, x, rstd, weight, stream));
+}
+
+int ghc_op_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x,
+                       const ghc_tensor_t *weight, float eps, void *stream)
+{
+    return rmsnorm_fwd("rmsnorm_fwd", y, rstd, x, weight, eps, false, 0, 0, 0, 0, stream);
+}
+
+int ghc_op_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
+                       const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
+{
+    return rmsnorm_bwd("rmsnorm_bwd", dx, dy, x, rstd, weight, false, 0, 0, 0, 0, stream);
+}
+
+int ghc_op_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
+                            float eps, int64_t heads, int64_t f, int64_t h, int64_t w, void *stream)
+{
+    return rmsnorm_fwd("rmsnorm_rope_fwd", y, rstd, x, weight, eps, true, heads, f, h, w, stream);
+}
+
+int ghc_op_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
+                            const ghc_tensor_t *weight, int64_t heads, int64_t f, int64_t h, int64_t w, void *stream)
+{
+    return rmsnorm_bwd("rmsnorm_rope_bwd", dx, dy, x, rstd, weight, true, heads, f, h, w, stream);
 }
 
 /* ---- position ----------------------------------------------------------------------------- */
@@ -770,60 +819,6 @@ int ghc_op_rope(ghc_tensor_t *y, const ghc_tensor_t *x, int64_t f, int64_t h, in
     if (ghc_tensor_numel(x) == 0)
         return 0;
     return DISPATCH(&c, ghc_cpu_rope(y, x, f, h, w, inverse), ghc_k_rope(y, x, f, h, w, inverse, stream));
-}
-
-/* x [B, L, D] with D = heads Dh, Dh even, L = f h w (ghc_op_rmsnorm_rope_*). */
-static int check_rope_rows(const struct op_ctx *c, const ghc_tensor_t *x, int64_t heads, int64_t f, int64_t h,
-                           int64_t w)
-{
-    if (ghc_tensor_ndim(x) != 3)
-        return bad(c, "x", x, "3 dimensions [B, L, D]");
-    const int64_t L = ghc_tensor_dim(x, 1), D = ghc_tensor_dim(x, 2);
-    if (heads < 1 || D % heads != 0 || (D / heads) % 2 != 0)
-        return bad(c, "x", x, "D = %lld heads of an even head dim", (long long)heads);
-    if (f < 1 || h < 1 || w < 1 || L / f / h != w || f * h * w != L)
-        return bad(c, "x", x, "L = f h w = %lld x %lld x %lld tokens", (long long)f, (long long)h, (long long)w);
-    return 0;
-}
-
-int ghc_op_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
-                            float eps, int64_t heads, int64_t f, int64_t h, int64_t w, void *stream)
-{
-    struct op_ctx c = OP_CTX("rmsnorm_rope_fwd", y, rstd, x, weight);
-    NEED(&c, "y", y, DT_F32_BF16);
-    MAYBE(&c, "rstd", rstd, DT_F32);
-    NEED(&c, "x", x, DT_F32_BF16);
-    NEED(&c, "weight", weight, DT_F32_BF16);
-    CHECK(check_rope_rows(&c, x, heads, f, h, w));
-    LIKE(&c, "y", y, x);
-    const int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
-    SHAPE(&c, "weight", weight, D);
-    SHAPE(&c, "rstd", rstd, rows);
-    if (ghc_tensor_numel(x) == 0)
-        return 0;
-    return DISPATCH(&c, ghc_cpu_rmsnorm_rope_fwd(y, rstd, x, weight, eps, heads, h, w),
-                    ghc_k_rmsnorm_rope_fwd(y, rstd, x, weight, eps, heads, h, w, stream));
-}
-
-int ghc_op_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
-                            const ghc_tensor_t *weight, int64_t heads, int64_t f, int64_t h, int64_t w, void *stream)
-{
-    struct op_ctx c = OP_CTX("rmsnorm_rope_bwd", dx, dy, x, rstd, weight);
-    NEED(&c, "dx", dx, DT_F32_BF16);
-    NEED(&c, "dy", dy, DT_F32_BF16);
-    NEED(&c, "x", x, DT_F32_BF16);
-    NEED(&c, "rstd", rstd, DT_F32);
-    NEED(&c, "weight", weight, DT_F32_BF16);
-    CHECK(check_rope_rows(&c, x, heads, f, h, w));
-    LIKE(&c, "dx", dx, x);
-    LIKE(&c, "dy", dy, x);
-    const int64_t D = ghc_tensor_dim(x, -1), rows = D ? ghc_tensor_numel(x) / D : 0;
-    SHAPE(&c, "rstd", rstd, rows);
-    SHAPE(&c, "weight", weight, D);
-    if (ghc_tensor_numel(x) == 0)
-        return 0;
-    return DISPATCH(&c, ghc_cpu_rmsnorm_rope_bwd(dx, dy, x, rstd, weight, heads, h, w),
-                    ghc_k_rmsnorm_rope_bwd(dx, dy, x, rstd, weight, heads, h, w, stream));
 }
 
 /* ---- patches ------------------------------------------------------------------------------ */

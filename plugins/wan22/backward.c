@@ -106,6 +106,22 @@ static int linear_bwd(struct wan22 *m, int32_t target, ghc_tensor_t *dx, const g
 #define LBWD(j, dx, x, xp, dy, cast, gp, acc) \
     linear_bwd(m, t0 + (j), (dx), (x), (xp), (dy), bw->w[j], bw->wscale[j], (cast), (gp), (acc), stream)
 
+/* An attention output linear's backward (slot j, its input o with spare columns op): dO into
+ * cD, the bf16 operand of the attention's backward. Straight from the product where the call
+ * K-concatenates with an adapter on bf16 weights (rounded once; gDv, gD's first D columns, is
+ * the cast scratch, which such a call never writes), else in f32 into du and cast. */
+static int out_bwd(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, int j, const ghc_tensor_t *o,
+                   ghc_tensor_t *op, const ghc_tensor_t *dy, ghc_tensor_t *gDv, void *stream)
+{
+    struct wan22_grad *g = &m->st.grad;
+    const int32_t t0 = block * WAN22_TARGETS, t = t0 + j;
+    if (gDv && m->base == GHC_DTYPE_BF16 && !m->fp8 && op && ghc_linears_adapted(m->lin, t) &&
+        ghc_linears_concat_rank(m->lin, t, NULL) > 0)
+        return LBWD(j, g->cD, o, op, dy, gDv, g->gD, false);
+    int rc = LBWD(j, g->du, o, op, dy, g->cD, g->gD, false);
+    return rc < 0 ? rc : ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream);
+}
+
 /* The FFN's backward, chunk by chunk of tokens (wan22_ffn_rows): dy = d loss / d its output on
  * entry, du = d loss / d its input u2 on return. A slot without h1 (a recomputed block) runs
  * ffn.0 and the GELU of the chunk again first, and writes ffn.2's K-concatenated H again
@@ -163,8 +179,7 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     const int32_t t0 = block * WAN22_TARGETS;
     /* the context is a constant: only adapters on cross-attention k and v learn from it */
     const bool hb = ghc_linears_adapted(m->lin, t0 + WAN22_CA_K) || ghc_linears_adapted(m->lin, t0 + WAN22_CA_V);
-    /* the cast scratch of an attention output's linear whose input gradient is cD itself: gD's
-     * first D columns (gD serves only a call that K-concatenates, cast only one that does not) */
+    /* out_bwd's cast scratch: gD's first D columns */
     ghc_tensor_t *gDv = g->gD ? ghc_tensor_view_cols(g->gD, 0, m->d.dim) : NULL;
     if (g->gD && !gDv)
         return GHC_ENOMEM;
@@ -175,12 +190,7 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_layernorm_bwd(g->G, g->du, a->x2, a->st2, NULL, a->m[4], true, stream));
 
     /* cross-attention: x2 = x1 + o_c Woc^T + boc (ungated); dq path, dk/dv for the hook */
-    if (wan22_direct_bf16(m, t0 + WAN22_CA_O, a->ocp) && gDv) {   /* dO in bf16 straight from the product */
-        TRY(LBWD(WAN22_CA_O, g->cD, a->oc, a->ocp, g->G, gDv, g->gD, false));
-    } else {
-        TRY(LBWD(WAN22_CA_O, g->du, a->oc, a->ocp, g->G, g->cD, g->gD, false));
-        TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
-    }
+    TRY(out_bwd(m, bw, block, WAN22_CA_O, a->oc, a->ocp, g->G, gDv, stream));
     TRY(ghc_op_attention_bwd(g->dq4, hb ? g->dkc4 : NULL, hb ? g->dvc4 : NULL, g->cD4, a->qc4, a->kc4, a->vc4,
                              a->oc, a->lsec, scale, stream));
     TRY(ghc_op_rmsnorm_bwd(g->dy, g->dq, a->qcp, a->rqc, bw->cnorm_q, stream));   /* dy: free again */
@@ -206,12 +216,7 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
 
     /* self-attention: x1 = x + (o Wo^T + bo) m2 */
     TRY(ghc_op_mul(g->dy, g->G, a->m[2], stream));
-    if (wan22_direct_bf16(m, t0 + WAN22_SA_O, a->op) && gDv) {
-        TRY(LBWD(WAN22_SA_O, g->cD, a->o, a->op, g->dy, gDv, g->gD, false));
-    } else {
-        TRY(LBWD(WAN22_SA_O, g->du, a->o, a->op, g->dy, g->cD, g->gD, false));
-        TRY(ghc_op_cast(g->cD, g->du, 1.0f, NULL, stream));
-    }
+    TRY(out_bwd(m, bw, block, WAN22_SA_O, a->o, a->op, g->dy, gDv, stream));
     TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o, a->lse, scale, stream));
     /* the f32 gradients of q, k and v before their norms, one after the other in dy (free
      * since SA_O's backward): each linear's backward is queued before the next overwrites it */

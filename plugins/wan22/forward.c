@@ -324,15 +324,6 @@ static int linear(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_te
     return linear_s(m, target, y, x, NULL, w, 1.0f, b, stream);
 }
 
-/* Whether block linear t's backward writes its input gradient in the GEMM dtype itself
- * (ghc_linear_backward's bf16 dx: the attention outputs' dO): bf16 weights, and the call
- * K-concatenates (xp) with an adapter (one product writes it, rounded once). */
-bool wan22_direct_bf16(const struct wan22 *m, int32_t t, const ghc_tensor_t *xp)
-{
-    return m->base == GHC_DTYPE_BF16 && !m->fp8 && xp && ghc_linears_adapted(m->lin, t) &&
-           ghc_linears_concat_rank(m->lin, t, NULL) > 0;
-}
-
 /* A block linear (slot j of block bw); xp: x with its spare columns, or NULL. */
 #define BLIN(j, y, x, xp) linear_s(m, t0 + (j), (y), (x), (xp), bw->w[j], bw->wscale[j], bw->b[j], stream)
 

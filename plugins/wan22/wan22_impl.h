@@ -392,7 +392,6 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
  * recomputation before the backward, which needs only `a`: it stops at the FFN's input u2, the
  * backward runs the FFN chunk by chunk); attn_kept: a->o and a->lse hold this block's
  * self-attention output already (restored), which is then not computed. */
-bool wan22_direct_bf16(const struct wan22 *m, int32_t t, const ghc_tensor_t *xp);
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block,
                         const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept,
                         void *stream);
