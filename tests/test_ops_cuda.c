@@ -530,6 +530,7 @@ START_TEST(rmsnorm_rope_small)
         rmsnorm_rope_case(F32, ydt, 2, 2, 3, 4, 3, 12);    /* 4-wide: fused */
         rmsnorm_rope_case(BF16, ydt, 1, 3, 5, 2, 2, 128);
         rmsnorm_rope_case(F32, ydt, 2, 1, 2, 3, 3, 6);     /* D 18: the two ops */
+        rmsnorm_rope_case(BF16, ydt, 1, 2, 2, 2, 2, 6);    /* D 12 but Dh 6: the two ops */
     }
     rmsnorm_rope_case(F32, BF16, 1, 4, 16, 16, 40, 128);   /* Wan's heads, 1024 tokens */
 }

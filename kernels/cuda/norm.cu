@@ -341,44 +341,51 @@ extern "C" int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, con
 
 /* ---- RMSNorm forward ---------------------------------------------------------------------- */
 
-/* RoPE fused into RMSNorm (ghc_op_rmsnorm_rope_*): row r is token r % L of an (f, hh, ww)
- * grid, its D values heads of Dh (Dh <= 256: its angles in shared memory). Only with V = 4,
- * where a thread holds both values of its two pairs. on = false: plain RMSNorm. */
+/* RoPE fused into RMSNorm (ghc_op_rmsnorm_rope_*): row r is token r % L, its D values heads of
+ * Dh; cs the angles' table [L, Dh] (k_rope_table: cos, sin of each pair), NULL: plain RMSNorm.
+ * Only with V = 4, where a thread holds both values of its two pairs. */
 struct rope_geo {
-    int64_t L, hh, ww;
-    int     Dh;
-    bool    on;
+    const float *cs;
+    int64_t      L;
+    int          Dh;
 };
 
-constexpr int kRopeMaxDh = 256;
+/* cs [L, Dh]: token l's pair p at cs[l Dh + 2p] (cos, sin), computed once per op (f64, as
+ * ghc_op_rope does) instead of in every row's block. */
+static __global__ void k_rope_table(float *cs, int64_t L, int64_t hh, int64_t ww, int Dh)
+{
+    const int P = Dh / 2;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < L * P; i += (int64_t)gridDim.x * blockDim.x)
+        ghc_rope_angle(cs + 2 * i, (int)(i % P), Dh, i / P, hh, ww, false);
+}
 
 /* The pairs of v (V = 4 values from element j0, rounded to T's precision as the unfused ops
- * pass them through memory) rotated by the angles cs, each result rounded likewise. */
+ * pass them through memory) rotated by token row % L's angles (sgn -1: backwards), each result
+ * rounded likewise. */
 template <typename T, int V>
-GHC_D void rope_pairs(float v[V], const float *cs, int64_t j0, int Dh)
+GHC_D void rope_pairs(float v[V], const rope_geo &g, int64_t row, int64_t j0, float sgn)
 {
     if constexpr (V == 4) {
+        const int64_t p2 = (j0 % g.Dh);   /* 2 p of the first pair: a multiple of 4 */
+        const float4 c = *(const float4 *)(g.cs + (row % g.L) * g.Dh + p2);
+        const float cv[4] = { c.x, sgn * c.y, c.z, sgn * c.w };
 #pragma unroll
         for (int u = 0; u < V; u += 2) {
             float a = ghc_round_to(v[u], (const T *)0), b = ghc_round_to(v[u + 1], (const T *)0);
-            const int p = (int)(((j0 + u) % Dh) / 2);
-            ghc_rope_rotate(a, b, cs[2 * p], cs[2 * p + 1]);
+            ghc_rope_rotate(a, b, cv[u], cv[u + 1]);
             v[u] = ghc_round_to(a, (const T *)0);
             v[u + 1] = ghc_round_to(b, (const T *)0);
         }
     }
 }
 
-/* y = cast_y(x rstd) * weight, rstd = (mean(x^2) + eps)^-1/2; with g.on the RoPE of y. */
+/* y = cast_y(x rstd) * weight, rstd = (mean(x^2) + eps)^-1/2; with g.cs the RoPE of y. */
 template <typename TX, typename TY, int V, bool CACHE>
 static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64_t D, float eps, rope_geo g)
 {
     extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
-    __shared__ float cs[kRopeMaxDh];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
-    if (g.on)   /* read after the block sum's barriers */
-        ghc_rope_angles(cs, g.Dh, row % g.L, g.hh, g.ww, false);
     float q = 0.0f;
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float v[V];
@@ -401,13 +408,13 @@ static __global__ void k_rms_fwd(TY *y, float *rstd, const TX *x, param w, int64
 #pragma unroll
         for (int u = 0; u < V; u++)
             v[u] = ghc_round_to(v[u] * r, (const TY *)0) * ghc_ld_dt(w.p, w.bf16, k * V + u);
-        if (g.on)
-            rope_pairs<TY, V>(v, cs, k * V, g.Dh);
+        if (g.cs)
+            rope_pairs<TY, V>(v, g, row, k * V, 1.0f);
         st_v<V>(y, o + k * V, v);
     }
 }
 
-/* RMSNorm, with g.on its RoPE too (then only where 4-wide: else returns -1, nothing launched). */
+/* RMSNorm, with g.cs its RoPE too (then only where 4-wide: else returns -1, nothing launched). */
 static int rms_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight, float eps,
                    rope_geo g, void *stream)
 {
@@ -426,7 +433,7 @@ static int rms_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, c
         return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
             using TY = decltype(ty);
             bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
-            if (g.on && !v4)
+            if (g.cs && !v4)
                 return -1;
             int threads = row_threads(v4 ? D / 4 : D);
             auto go = [&](auto kernel) {
@@ -443,7 +450,25 @@ static int rms_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, c
 extern "C" int ghc_k_rmsnorm_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, const ghc_tensor_t *weight,
                                  float eps, void *stream)
 {
-    return rms_fwd(y, rstd, x, weight, eps, rope_geo{ 1, 1, 1, 2, false }, stream);
+    return rms_fwd(y, rstd, x, weight, eps, rope_geo{ NULL, 1, 2 }, stream);
+}
+
+/* The angles' table of x's tokens (k_rope_table) in the stream's scratch, into g (a positive
+ * CUDA error on failure; -1 where Dh is not a multiple of 4: the fused kernels decline). */
+static int rope_table(const ghc_tensor_t *x, int64_t heads, int64_t h, int64_t w, void *stream, rope_geo *g)
+{
+    ghc_k_device_guard guard(x);
+    const int64_t L = ghc_tensor_dim(x, 1), Dh = ghc_tensor_dim(x, 2) / heads, n = L * (Dh / 2);
+    if (Dh % 4 != 0)
+        return -1;   /* a thread's 4 values would not be 2 pairs of one head */
+    void *p = NULL;
+    int rc = (int)ghc_k_scratch(ghc_tensor_device(x), stream, (size_t)(L * Dh) * sizeof(float), &p);
+    if (rc)
+        return rc;
+    const unsigned blocks = (unsigned)((n + 255) / 256 < 8192 ? (n + 255) / 256 : 8192);
+    k_rope_table<<<blocks ? blocks : 1, 256, 0, (cudaStream_t)stream>>>((float *)p, L, h, w, (int)Dh);
+    *g = rope_geo{ (const float *)p, L, (int)Dh };
+    return (int)cudaGetLastError();
 }
 
 /* t's data as [B, L, heads, D / heads] (ghc_k_rope's operand); NULL: out of memory. */
@@ -457,14 +482,14 @@ extern "C" int ghc_k_rmsnorm_rope_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const
                                       const ghc_tensor_t *weight, float eps, int64_t heads, int64_t h, int64_t w,
                                       void *stream)
 {
-    const int64_t Dh = ghc_tensor_dim(x, 2) / heads;
-    if (Dh <= kRopeMaxDh) {
-        int rc = rms_fwd(y, rstd, x, weight, eps, rope_geo{ ghc_tensor_dim(x, 1), h, w, (int)Dh, true }, stream);
-        if (rc >= 0)
-            return rc;
-    }
+    rope_geo g;
+    int rc = rope_table(x, heads, h, w, stream, &g);
+    if (!rc && (rc = rms_fwd(y, rstd, x, weight, eps, g, stream)) >= 0)
+        return rc;
+    if (rc > 0)
+        return rc;
     /* not 4-wide: the two ops */
-    int rc = ghc_k_rmsnorm_fwd(y, rstd, x, weight, eps, stream);
+    rc = ghc_k_rmsnorm_fwd(y, rstd, x, weight, eps, stream);
     ghc_tensor_t *y4 = rc ? NULL : heads_view(y, ghc_tensor_data(y), heads);
     if (!rc && !y4)
         rc = (int)cudaErrorMemoryAllocation;
@@ -482,18 +507,13 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
 {
     extern __shared__ __align__(16) float cache[];
     __shared__ float red[32];
-    __shared__ float cs[kRopeMaxDh];
     int64_t row = blockIdx.x, o = row * D, W = D / V;
-    float r = rstd[row], m = 0.0f;
-    if (rg.on) {   /* dy rotated back first */
-        ghc_rope_angles(cs, rg.Dh, row % rg.L, rg.hh, rg.ww, true);
-        __syncthreads();
-    }
+    float r = rstd[row], m = 0.0f;   /* with rg.cs dy is rotated back first */
     for (int64_t k = threadIdx.x; k < W; k += blockDim.x) {
         float g[V], xv[V];
         ld_v<V>(dy, o + k * V, g);
-        if (rg.on)
-            rope_pairs<TDY, V>(g, cs, k * V, rg.Dh);
+        if (rg.cs)
+            rope_pairs<TDY, V>(g, rg, row, k * V, -1.0f);
         ld_v<V>(x, o + k * V, xv);
 #pragma unroll
         for (int u = 0; u < V; u++) {
@@ -515,8 +535,8 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
             cache_ld<V>(cache, D + k * V, xv);
         } else {
             ld_v<V>(dy, o + k * V, g);
-            if (rg.on)
-                rope_pairs<TDY, V>(g, cs, k * V, rg.Dh);
+            if (rg.cs)
+                rope_pairs<TDY, V>(g, rg, row, k * V, -1.0f);
             ld_v<V>(x, o + k * V, xv);
 #pragma unroll
             for (int u = 0; u < V; u++)
@@ -530,7 +550,7 @@ static __global__ void k_rms_bwd(TDX *dx, const TDY *dy, const TX *x, const floa
     }
 }
 
-/* RMSNorm's backward, with rg.on through the inverse RoPE of dy (then only where 4-wide: else
+/* RMSNorm's backward, with rg.cs through the inverse RoPE of dy (then only where 4-wide: else
  * returns -1, nothing launched). */
 static int rms_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x, const ghc_tensor_t *rstd,
                    const ghc_tensor_t *weight, rope_geo rg, void *stream)
@@ -552,7 +572,7 @@ static int rms_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t 
             return ghc_k_dispatch(ghc_tensor_dtype(dx), [&](auto tdx) {
                 using TDX = decltype(tdx);
                 bool v4 = rows_vec4(D, xp, sizeof(TX), dyp, sizeof(TDY), dxp, sizeof(TDX));
-                if (rg.on && !v4)
+                if (rg.cs && !v4)
                     return -1;
                 int threads = row_threads(v4 ? D / 4 : D);
                 auto go = [&](auto kernel) {
@@ -571,23 +591,23 @@ static int rms_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t 
 extern "C" int ghc_k_rmsnorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
                                  const ghc_tensor_t *rstd, const ghc_tensor_t *weight, void *stream)
 {
-    return rms_bwd(dx, dy, x, rstd, weight, rope_geo{ 1, 1, 1, 2, false }, stream);
+    return rms_bwd(dx, dy, x, rstd, weight, rope_geo{ NULL, 1, 2 }, stream);
 }
 
 extern "C" int ghc_k_rmsnorm_rope_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t *x,
                                       const ghc_tensor_t *rstd, const ghc_tensor_t *weight, int64_t heads, int64_t h,
                                       int64_t w, void *stream)
 {
-    const int64_t Dh = ghc_tensor_dim(x, 2) / heads;
-    if (Dh <= kRopeMaxDh) {
-        int rc = rms_bwd(dx, dy, x, rstd, weight, rope_geo{ ghc_tensor_dim(x, 1), h, w, (int)Dh, true }, stream);
-        if (rc >= 0)
-            return rc;
-    }
+    rope_geo g;
+    int rc = rope_table(x, heads, h, w, stream, &g);
+    if (!rc && (rc = rms_bwd(dx, dy, x, rstd, weight, g, stream)) >= 0)
+        return rc;
+    if (rc > 0)
+        return rc;
     /* not 4-wide: dy rotated back into the stream's scratch, then the norm's backward */
     ghc_k_device_guard guard(x);
     void *t = NULL;
-    int rc = (int)ghc_k_scratch(ghc_tensor_device(dy), stream, ghc_tensor_nbytes(dy), &t);
+    rc = (int)ghc_k_scratch(ghc_tensor_device(dy), stream, ghc_tensor_nbytes(dy), &t);
     ghc_tensor_t *dy4 = rc ? NULL : heads_view(dy, (void *)ghc_tensor_cdata(dy), heads);
     ghc_tensor_t *t4 = rc ? NULL : heads_view(dy, t, heads);
     ghc_tensor_t *t3 = rc ? NULL : ghc_tensor_wrap(ghc_tensor_core(dy), ghc_tensor_dtype(dy), 3, ghc_tensor_shape(dy),
