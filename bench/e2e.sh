@@ -23,7 +23,7 @@
 # A token count is 4096 (latent 1 x 128 x 128, a 1024x1024 image), 32760 (21 x 60 x 104: 81
 # frames at 480x832), a square N (1 x 2 sqrt(N) x 2 sqrt(N)) or a latent FxHxW. A plan is
 # POLICY:CHECKPOINTING[:SAVED[:RESIDENT]] (policy device, offload, gh200_uvm or host;
-# checkpointing off, block or block_attn; saved host or device, for offload and gh200_uvm;
+# checkpointing off, block, block_attn or block_qkv; saved host or device, for offload and gh200_uvm;
 # RESIDENT: offload's `resident` blocks kept on the device). --experts adds, per
 # plan, the 2-expert model (random.experts = 2) in train.mode "separate" (switch_every = 1: the
 # experts take turns every step) and "shared". --tiny: 2 blocks of dim 256 (2 heads of 128),

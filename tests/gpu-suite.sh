@@ -130,15 +130,20 @@ fi
 
 # ---- saved activations (issue 23): the demo with checkpointing "block", the block inputs on
 # the card (device) or pinned on the host through the saved ring (offload, gh200_uvm), and
-# "block_attn" (the attention output kept, not recomputed): the same losses bit for bit ----
+# "block_attn" (the attention output kept, not recomputed): the same losses bit for bit; and
+# "block_qkv" (q, k and v kept too; q's and k's rounded to bf16 before their norms: its own
+# bits) under the three policies alike ----
 if [ "${GHC_SAVED:-1}" = 1 ]; then
-    for c in block block_attn; do
+    for c in block block_attn block_qkv; do
         for p in device offload gh200_uvm; do
             train "s_${p}_$c" --set mempolicy.plugin="\"$p\"" --set model.checkpointing="\"$c\""
         done
     done
     for r in s_offload_block s_gh200_uvm_block s_device_block_attn s_offload_block_attn s_gh200_uvm_block_attn; do
         cmp_exact s_device_block "$r"
+    done
+    for r in s_offload_block_qkv s_gh200_uvm_block_qkv; do
+        cmp_exact s_device_block_qkv "$r"
     done
 fi
 

@@ -416,10 +416,14 @@ END_TEST
 
 /* The wan22 fixture model on dev: f32 on the CPU, bf16 on the GPU unless f32 is asked for (the
  * finite differences need an f32 loss). */
+/* More model keys for the next wan_net (e.g. its checkpointing; "": the defaults). */
+static const char *wan_model_more = "";
+
 static char *wan22_cfg(char *buf, size_t len, bool f32)
 {
-    snprintf(buf, len, "checkpoint = \"%s\"; heads = 2; dtype = \"%s\"; device = %d;",
-             fixture("wan22", "weights_official.safetensors"), dev == GHC_DEVICE_CPU || f32 ? "f32" : "bf16", dev);
+    snprintf(buf, len, "checkpoint = \"%s\"; heads = 2; dtype = \"%s\"; device = %d; %s",
+             fixture("wan22", "weights_official.safetensors"), dev == GHC_DEVICE_CPU || f32 ? "f32" : "bf16", dev,
+             wan_model_more);
     return buf;
 }
 
@@ -771,13 +775,19 @@ static const char *const concat_cfgs[] = {
     "algo = \"lora\"; rank = 20;",
     "algo = \"lora\"; rank = 4; rank_dropout = 0.5; seed = 3;",
     "algo = \"lora\"; rank = 4; alpha = 2.0;",   /* against the passes after the GEMMs */
+    /* checkpointing "block_qkv": the recomputation writes q's, k's and v's H again without their
+     * products (ghc_linear_restore) */
+    "algo = \"lora\"; rank = 4; alpha = 2.0;",
+    "algo = \"lora\"; rank = 4; module_dropout = 0.5; seed = 11;",
 };
 
 START_TEST(wan22_concat)
 {
     int32_t np;
     struct ghc_param *ps;
+    wan_model_more = _i >= 5 ? "checkpointing = \"block_qkv\";" : "";
     ghc_core_t *core = wan_net(concat_cfgs[_i], false, 91, 0.2f, &ps, &np);
+    wan_model_more = "";
     ok(core, ghc_network_begin_step(ghc_network_get(core), 5));
     ghc_st_t *cs = ghc_st_open(core, fixture("wan22", "case.safetensors"));
     ck_assert_ptr_nonnull(cs);
@@ -804,14 +814,14 @@ START_TEST(wan22_concat)
             grads[pass][k] = on(core, ps[k].grad, GHC_DEVICE_CPU, GHC_DTYPE_F32);
     }
     char what[160];
-    snprintf(what, sizeof(what), "%s%s", concat_cfgs[_i], _i == 4 ? " against after" : "");
+    snprintf(what, sizeof(what), "%s%s", concat_cfgs[_i], _i == 4 ? " against after" : _i >= 5 ? " block_qkv" : "");
     printf("concat (%s): concat_forward wrote %d times (%lld in the recomputation from the kept H), "
            "concat_backward %d\n", what, cat[0], (long long)kept, cat[1]);
     ck_assert_int_eq(kept, cat[0] / 2);   /* every recomputation takes H as kept */
-    if (_i == 0 || _i == 4) {
+    if (_i == 0 || _i == 4 || _i == 5) {
         ck_assert_int_eq(cat[0], 60);   /* 10 targets x 3 blocks x (forward, recomputation) */
         ck_assert_int_eq(cat[1], 30);   /* every target's backward, dy cast by the hook */
-    } else if (_i == 1) {
+    } else if (_i == 1 || _i == 6) {
         ck_assert(cat[0] > 0 && cat[0] < 60);
         ck_assert_int_eq(cat[1], cat[0] / 2);
     } else {

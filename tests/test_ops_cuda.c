@@ -497,8 +497,8 @@ START_TEST(rope_small)
 }
 END_TEST
 
-/* RMSNorm with its RoPE (ghc_op_rmsnorm_rope_*) against the CPU's: 4-wide (fused kernels) and
- * not (D % 4 = 2: the two ops), forward and backward. */
+/* RMSNorm with its RoPE (ghc_op_rmsnorm_rope_*) against the CPU's: 4- or 8-wide (fused kernels;
+ * 8 for bf16 x where Dh allows) and not (D % 4 = 2: the two ops), forward and backward. */
 static void rmsnorm_rope_case(enum ghc_dtype xdt, enum ghc_dtype ydt, int64_t B, int64_t f, int64_t h, int64_t w,
                               int64_t H, int64_t Dh)
 {
@@ -528,11 +528,13 @@ START_TEST(rmsnorm_rope_small)
     for (int yd = 0; yd < 2; yd++) {
         enum ghc_dtype ydt = yd ? BF16 : F32;
         rmsnorm_rope_case(F32, ydt, 2, 2, 3, 4, 3, 12);    /* 4-wide: fused */
-        rmsnorm_rope_case(BF16, ydt, 1, 3, 5, 2, 2, 128);
+        rmsnorm_rope_case(BF16, ydt, 1, 3, 5, 2, 2, 128);  /* bf16 x: 8-wide */
+        rmsnorm_rope_case(BF16, ydt, 2, 2, 3, 4, 2, 12);   /* bf16 x, Dh 12: 4-wide */
         rmsnorm_rope_case(F32, ydt, 2, 1, 2, 3, 3, 6);     /* D 18: the two ops */
         rmsnorm_rope_case(BF16, ydt, 1, 2, 2, 2, 2, 6);    /* D 12 but Dh 6: the two ops */
     }
     rmsnorm_rope_case(F32, BF16, 1, 4, 16, 16, 40, 128);   /* Wan's heads, 1024 tokens */
+    rmsnorm_rope_case(BF16, BF16, 1, 4, 16, 16, 40, 128);  /* the same from bf16 (block_qkv) */
 }
 END_TEST
 

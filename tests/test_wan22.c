@@ -1131,12 +1131,13 @@ static void step_snap_free(struct step_snap *s)
 /* checkpointing "off" (activations kept), "block" (every block recomputed), "block" with
  * checkpoint_every = 2 and 3 (blocks 0, 2 resp. block 0 of the 3 recomputed), "block_attn" (the
  * recomputation restores the self-attention output and lse instead of computing them) with
- * k = 1 and 2, and the saved activations moved through the host policy's ring (copied home and
+ * k = 1 and 2, "block_qkv" (and q, k and v: no q, k, v products in the recomputation; the CPU's
+ * GEMM dtype is f32, so q's and k's rounding changes no bit), and the saved activations moved through the host policy's ring (copied home and
  * back; every buffer NaN-poisoned when handed out for writing and when its unit leaves it, or
  * kept for the turn-around blocks) give the same bits. */
 START_TEST(checkpointing_same)
 {
-    enum { RUNS = 11 };
+    enum { RUNS = 14 };
     static const struct { const char *model, *mp; int calls; } runs[RUNS] = {
         /* a recomputation calls the hook again, but for ffn.2's forward (its output is not
          * needed; the backward writes its K-concatenated H only) */
@@ -1151,9 +1152,13 @@ START_TEST(checkpointing_same)
         { "checkpointing = \"block_attn\"; checkpoint_every = 2;", "saved_ring = 2; saved_ahead = 1;", 48 },
         { "checkpointing = \"block_attn\";", "saved_ring = 4; saved_ahead = 2; saved_poison = false;", 57 },
         { "checkpointing = \"block\";", "saved_ring = 2; saved_ahead = 1; saved_poison = false;", 57 },
+        /* block_qkv: nor q's, k's and v's (their spare columns written again, no forward) */
+        { "checkpointing = \"block_qkv\";", NULL, 48 },
+        { "checkpointing = \"block_qkv\"; checkpoint_every = 2;", "saved_ring = 2; saved_ahead = 1;", 42 },
+        { "checkpointing = \"block_qkv\";", "saved_ring = 4; saved_ahead = 2; saved_poison = false;", 48 },
     };
     struct step_snap r[RUNS];
-    uint64_t saved_block = 0;
+    uint64_t saved_block = 0, saved_attn = 0;
     for (int k = 0; k < RUNS; k++) {
         ghc_core_t *core = fixture_core_mp(runs[k].model, false, runs[k].mp);
         struct fcase c;
@@ -1171,7 +1176,11 @@ START_TEST(checkpointing_same)
             saved_block = st.bytes_role[GHC_ROLE_SAVED];
         ck_assert_uint_gt(st.bytes_role[GHC_ROLE_SAVED], 0);
         if (k == 4)
+            saved_attn = st.bytes_role[GHC_ROLE_SAVED];
+        if (k == 4)
             ck_assert_uint_gt(st.bytes_role[GHC_ROLE_SAVED], saved_block);
+        if (k == 11)   /* and q, k, v [1, L, 64] f32 each */
+            ck_assert_uint_gt(st.bytes_role[GHC_ROLE_SAVED], saved_attn);
         if (runs[k].mp) {   /* through the ring: every unit went home, and came back unless still there */
             fprintf(stderr, "checkpointing_same %s %s: saved out %llu, in %llu, hits %llu, ring %llu B\n",
                     runs[k].model, runs[k].mp, (unsigned long long)st.saved_out_bytes,

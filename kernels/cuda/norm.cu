@@ -8,11 +8,13 @@
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* V consecutive elements (V = 1 or 4) at p + i. */
+/* V consecutive elements (V = 1, 4 or 8) at p + i. */
 template <int V, typename T>
 GHC_D void ld_v(const T *p, int64_t i, float v[V])
 {
-    if constexpr (V == 4)
+    if constexpr (V == 8)
+        ghc_ld8(p, i, v);
+    else if constexpr (V == 4)
         ghc_ld4(p, i, v);
     else
         v[0] = ghc_ld(p, i);
@@ -21,28 +23,36 @@ GHC_D void ld_v(const T *p, int64_t i, float v[V])
 template <int V, typename T>
 GHC_D void st_v(T *p, int64_t i, const float v[V])
 {
-    if constexpr (V == 4)
+    if constexpr (V == 8)
+        ghc_st8(p, i, v);
+    else if constexpr (V == 4)
         ghc_st4(p, i, v);
     else
         ghc_st(p, i, v[0]);
 }
 
-/* V values to / from the row cache in shared memory at element j (4-aligned when V = 4). */
+/* V values to / from the row cache in shared memory at element j (V-aligned when V > 1). */
 template <int V>
 GHC_D void cache_st(float *c, int64_t j, const float v[V])
 {
-    if constexpr (V == 4)
-        *(float4 *)(c + j) = make_float4(v[0], v[1], v[2], v[3]);
-    else
+    if constexpr (V > 1) {
+#pragma unroll
+        for (int u = 0; u < V; u += 4)
+            *(float4 *)(c + j + u) = make_float4(v[u], v[u + 1], v[u + 2], v[u + 3]);
+    } else {
         c[j] = v[0];
+    }
 }
 
 template <int V>
 GHC_D void cache_ld(const float *c, int64_t j, float v[V])
 {
-    if constexpr (V == 4) {
-        float4 q = *(const float4 *)(c + j);
-        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    if constexpr (V > 1) {
+#pragma unroll
+        for (int u = 0; u < V; u += 4) {
+            float4 q = *(const float4 *)(c + j + u);
+            v[u] = q.x; v[u + 1] = q.y; v[u + 2] = q.z; v[u + 3] = q.w;
+        }
     } else {
         v[0] = c[j];
     }
@@ -105,10 +115,15 @@ static size_t cache_bytes(int64_t floats)
     return b <= 48 * 1024 ? b : 0;
 }
 
-/* 4-wide when D is a multiple of 4 and every row pointer is 4-element aligned. */
+/* n-wide when D is a multiple of n and every row pointer is n-element aligned. */
+static bool rows_vec(int n, int64_t D, const void *a, size_t sa, const void *b, size_t sb, const void *c, size_t sc)
+{
+    return D % n == 0 && ghc_k_aligned(a, sa, n) && ghc_k_aligned(b, sb, n) && ghc_k_aligned(c, sc, n);
+}
+
 static bool rows_vec4(int64_t D, const void *a, size_t sa, const void *b, size_t sb, const void *c, size_t sc)
 {
-    return D % 4 == 0 && ghc_k_aligned(a, sa, 4) && ghc_k_aligned(b, sb, 4) && ghc_k_aligned(c, sc, 4);
+    return rows_vec(4, D, a, sa, b, sb, c, sc);
 }
 
 /* V values of a small operand from element i (V = 4: i and the pointer 4-element aligned). */
@@ -343,7 +358,7 @@ extern "C" int ghc_k_layernorm_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, con
 
 /* RoPE fused into RMSNorm (ghc_op_rmsnorm_rope_*): row r is token r % L, its D values heads of
  * Dh; cs the angles' table [L, Dh] (k_rope_table: cos, sin of each pair), NULL: plain RMSNorm.
- * Only with V = 4, where a thread holds both values of its two pairs. */
+ * Only with V = 4 or 8 (Dh a multiple of V), where a thread holds both values of its pairs. */
 struct rope_geo {
     const float *cs;
     int64_t      L;
@@ -359,24 +374,37 @@ static __global__ void k_rope_table(float *cs, int64_t L, int64_t hh, int64_t ww
         ghc_rope_angle(cs + 2 * i, (int)(i % P), Dh, i / P, hh, ww, false);
 }
 
-/* The pairs of v (V = 4 values from element j0, rounded to T's precision as the unfused ops
- * pass them through memory) rotated by token row % L's angles (sgn -1: backwards), each result
- * rounded likewise. */
+/* The pairs of v (V = 4 or 8 values from element j0, rounded to T's precision as the unfused
+ * ops pass them through memory) rotated by token row % L's angles (sgn -1: backwards), each
+ * result rounded likewise. */
 template <typename T, int V>
 GHC_D void rope_pairs(float v[V], const rope_geo &g, int64_t row, int64_t j0, float sgn)
 {
-    if constexpr (V == 4) {
-        const int64_t p2 = (j0 % g.Dh);   /* 2 p of the first pair: a multiple of 4 */
-        const float4 c = *(const float4 *)(g.cs + (row % g.L) * g.Dh + p2);
-        const float cv[4] = { c.x, sgn * c.y, c.z, sgn * c.w };
+    if constexpr (V > 1) {
+        const float *cs = g.cs + (row % g.L) * g.Dh + j0 % g.Dh;   /* 2 p of the first pair: a multiple of V */
 #pragma unroll
-        for (int u = 0; u < V; u += 2) {
-            float a = ghc_round_to(v[u], (const T *)0), b = ghc_round_to(v[u + 1], (const T *)0);
-            ghc_rope_rotate(a, b, cv[u], cv[u + 1]);
-            v[u] = ghc_round_to(a, (const T *)0);
-            v[u + 1] = ghc_round_to(b, (const T *)0);
+        for (int u4 = 0; u4 < V; u4 += 4) {
+            const float4 c = *(const float4 *)(cs + u4);
+            const float cv[4] = { c.x, sgn * c.y, c.z, sgn * c.w };
+#pragma unroll
+            for (int u = 0; u < 4; u += 2) {
+                float a = ghc_round_to(v[u4 + u], (const T *)0), b = ghc_round_to(v[u4 + u + 1], (const T *)0);
+                ghc_rope_rotate(a, b, cv[u], cv[u + 1]);
+                v[u4 + u] = ghc_round_to(a, (const T *)0);
+                v[u4 + u + 1] = ghc_round_to(b, (const T *)0);
+            }
         }
     }
+}
+
+/* The width of a norm's accesses: 8 where x has 2-byte elements (one 16-byte load of it) and
+ * D, the pointers and the RoPE's head (Dh, 0: none) allow, else 4 where they allow, else 1. */
+static int rows_width(size_t x_size, int64_t D, int Dh, const void *a, size_t sa, const void *b, size_t sb,
+                      const void *c, size_t sc)
+{
+    if (x_size == 2 && rows_vec(8, D, a, sa, b, sb, c, sc) && Dh % 8 == 0)
+        return 8;
+    return rows_vec4(D, a, sa, b, sb, c, sc) && Dh % 4 == 0 ? 4 : 1;
 }
 
 /* y = cast_y(x rstd) * weight, rstd = (mean(x^2) + eps)^-1/2; with g.cs the RoPE of y. */
@@ -432,15 +460,17 @@ static int rms_fwd(ghc_tensor_t *y, ghc_tensor_t *rstd, const ghc_tensor_t *x, c
         using TX = decltype(tx);
         return ghc_k_dispatch(ghc_tensor_dtype(y), [&](auto ty) {
             using TY = decltype(ty);
-            bool v4 = rows_vec4(D, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
-            if (g.cs && !v4)
+            const int vw = rows_width(sizeof(TX), D, g.cs ? g.Dh : 0, xp, sizeof(TX), yp, sizeof(TY), NULL, 1);
+            if (g.cs && vw == 1)
                 return -1;
-            int threads = row_threads(v4 ? D / 4 : D);
+            int threads = row_threads(D / vw);
             auto go = [&](auto kernel) {
                 kernel<<<(unsigned)rows, threads, smem, s>>>((TY *)yp, rs, (const TX *)xp, w, D, eps, g);
                 return (int)cudaGetLastError();
             };
-            if (v4)
+            if (vw == 8)
+                return smem ? go(k_rms_fwd<TX, TY, 8, true>) : go(k_rms_fwd<TX, TY, 8, false>);
+            if (vw == 4)
                 return smem ? go(k_rms_fwd<TX, TY, 4, true>) : go(k_rms_fwd<TX, TY, 4, false>);
             return smem ? go(k_rms_fwd<TX, TY, 1, true>) : go(k_rms_fwd<TX, TY, 1, false>);
         });
@@ -571,16 +601,19 @@ static int rms_bwd(ghc_tensor_t *dx, const ghc_tensor_t *dy, const ghc_tensor_t 
             using TDY = decltype(tdy);
             return ghc_k_dispatch(ghc_tensor_dtype(dx), [&](auto tdx) {
                 using TDX = decltype(tdx);
-                bool v4 = rows_vec4(D, xp, sizeof(TX), dyp, sizeof(TDY), dxp, sizeof(TDX));
-                if (rg.cs && !v4)
+                const int vw = rows_width(sizeof(TX), D, rg.cs ? rg.Dh : 0, xp, sizeof(TX), dyp, sizeof(TDY), dxp,
+                                          sizeof(TDX));
+                if (rg.cs && vw == 1)
                     return -1;
-                int threads = row_threads(v4 ? D / 4 : D);
+                int threads = row_threads(D / vw);
                 auto go = [&](auto kernel) {
                     kernel<<<(unsigned)rows, threads, smem, s>>>((TDX *)dxp, (const TDY *)dyp, (const TX *)xp, rs, w, D,
                                                                  rg);
                     return (int)cudaGetLastError();
                 };
-                if (v4)
+                if (vw == 8)
+                    return smem ? go(k_rms_bwd<TX, TDY, TDX, 8, true>) : go(k_rms_bwd<TX, TDY, TDX, 8, false>);
+                if (vw == 4)
                     return smem ? go(k_rms_bwd<TX, TDY, TDX, 4, true>) : go(k_rms_bwd<TX, TDY, TDX, 4, false>);
                 return smem ? go(k_rms_bwd<TX, TDY, TDX, 1, true>) : go(k_rms_bwd<TX, TDY, TDX, 1, false>);
             });

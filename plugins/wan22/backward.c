@@ -220,9 +220,11 @@ static int block_backward(struct wan22 *m, const struct wan22_block_w *bw, int32
     TRY(ghc_op_attention_bwd(g->dq4, g->dk4, g->dv4, g->cD4, a->q4, a->k4, a->v4, a->o, a->lse, scale, stream));
     /* the f32 gradients of q, k and v before their norms, one after the other in dy (free
      * since SA_O's backward): each linear's backward is queued before the next overwrites it */
-    TRY(ghc_op_rmsnorm_rope_bwd(g->dy, g->dq, a->qp, a->rq, bw->norm_q, m->d.heads, s->f, s->h, s->w, stream));
+    TRY(ghc_op_rmsnorm_rope_bwd(g->dy, g->dq, a->qb ? a->qb : a->qp, a->rq, bw->norm_q, m->d.heads, s->f, s->h, s->w,
+                                stream));
     TRY(LBWD(WAN22_SA_Q, g->du, a->u, a->up, g->dy, g->cD, g->gD, false));
-    TRY(ghc_op_rmsnorm_rope_bwd(g->dy, g->dk, a->kp, a->rk, bw->norm_k, m->d.heads, s->f, s->h, s->w, stream));
+    TRY(ghc_op_rmsnorm_rope_bwd(g->dy, g->dk, a->kb ? a->kb : a->kp, a->rk, bw->norm_k, m->d.heads, s->f, s->h, s->w,
+                                stream));
     TRY(LBWD(WAN22_SA_K, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));
     TRY(ghc_op_cast(g->dy, g->dv, 1.0f, NULL, stream));
     TRY(LBWD(WAN22_SA_V, g->du, a->u, a->up, g->dy, g->cD, g->gD, true));
@@ -289,7 +291,7 @@ int wan22_backward(struct wan22 *m, int32_t expert, const ghc_tensor_t *dout, gh
         rc = 0;
         if (wan22_recomputed(m, i)) {   /* recompute the activations (not the output: unused) */
             ghc_linears_recompute(m->lin, true);   /* the same inputs as in this step's forward (model.h, concat_forward) */
-            rc = wan22_block_forward(m, bw, (int32_t)i, v->x, NULL, a, v->o != NULL, stream);
+            rc = wan22_block_forward(m, bw, (int32_t)i, v->x, NULL, a, v, stream);
             ghc_linears_recompute(m->lin, false);
         }
         if (rc == 0)

@@ -328,11 +328,12 @@ static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
 /* ---- activations (bytes for B samples of L tokens) -------------------------------------------- */
 
 /* One block's kept activations (forward.c act_alloc); ffn: with the FFN's h1 (a block whose
- * backward reads them kept; the recomputed blocks' slot has none). */
-static uint64_t act_block(const struct est_model *m, uint64_t B, uint64_t L, bool ffn)
+ * backward reads them kept; the recomputed blocks' slot has none); qkv: "block_qkv" (q's and
+ * k's products in the GEMM dtype, not f32). */
+static uint64_t act_block(const struct est_model *m, uint64_t B, uint64_t L, bool ffn, bool qkv)
 {
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn, H = (uint64_t)m->heads, b = (uint64_t)m->base;
-    uint64_t per_token = 20 * D + 9 * b * D + (ffn ? 4 * F : 0) + b * F + 24 + 12 + 8 * H;
+    uint64_t per_token = (qkv ? 12 * D + 11 * b * D : 20 * D + 9 * b * D) + (ffn ? 4 * F : 0) + b * F + 24 + 12 + 8 * H;
     uint64_t ctx = WAN22_TEXT_LEN * (8 * D + 4 + 2 * b * D);
     return B * (L * per_token + ctx + 6 * 4 * D);
 }
@@ -365,32 +366,37 @@ static uint64_t act_grad(const struct est_model *m, uint64_t B, uint64_t L)
 
 /* ---- the member ------------------------------------------------------------------------------- */
 
-/* One checkpointing mode's figures (struct ghc_model_mode): ck 0 off, 1 "block", 2 "block_attn";
- * every k: block i recomputed iff i % k == 0. */
+/* One checkpointing mode's figures (struct ghc_model_mode): ck 0 off, 1 "block", 2 "block_attn",
+ * 3 "block_qkv"; every k: block i recomputed iff i % k == 0. */
 static void est_mode(const struct est_model *m, uint64_t B, uint64_t L, int ck, uint64_t every,
                      struct ghc_model_mode *out)
 {
     const uint64_t N = (uint64_t)m->layers, D = (uint64_t)m->dim;
     uint64_t n_rec = (N + every - 1) / every, slots_ck = 1 + N - n_rec;
-    uint64_t blk = act_block(m, B, L, true), resid = B * L * D * 4, state = act_state(m, B, L);
+    uint64_t blk = act_block(m, B, L, true, ck == 3), resid = B * L * D * 4, state = act_state(m, B, L);
     /* the recomputed blocks' slot: no h1, the FFN's chunk scratch (st.fh1) instead */
-    uint64_t rec = act_block(m, B, L, false) + ffn_rows(m, B * L) * (uint64_t)m->ffn * 4;
-    /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn */
-    uint64_t attn = ck == 2 ? B * L * D * (uint64_t)m->base + B * (uint64_t)m->heads * L * 4 : 0;
+    uint64_t rec = act_block(m, B, L, false, ck == 3) + ffn_rows(m, B * L) * (uint64_t)m->ffn * 4;
+    /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn
+     * and block_qkv; with block_qkv also q, k and v in the GEMM dtype */
+    uint64_t attn = ck >= 2 ? B * L * D * (uint64_t)m->base + B * (uint64_t)m->heads * L * 4 : 0;
+    if (ck == 3)
+        attn += 3 * B * L * D * (uint64_t)m->base;
     out->activations = ck ? rec + (slots_ck - 1) * blk + (N + 1) * resid + state + n_rec * attn
                           : N * blk + (N + 1) * resid + state;
-    /* saved-activation units: each block's input, with block_attn the recomputed blocks'
-     * attention output too (stream.c) */
+    /* saved-activation units: each block's input, with block_attn (block_qkv) the recomputed
+     * blocks' attention output (and q, k, v) too (stream.c) */
     out->saved = N * resid + n_rec * attn;
     out->saved_unit = resid + attn;
 }
 
 /* The FLOPs of a training step of B samples of L tokens (forward, recomputation, backward) and
- * of its forward, with checkpointing ck (0 off, 1 block, 2 block_attn) every k-th block. Per
+ * of its forward, with checkpointing ck (0 off, 1 block, 2 block_attn, 3 block_qkv) every k-th
+ * block. Per
  * block: the self-attention's q, k, v, o and the cross-attention's q, o over L rows, its k, v
  * over the text's rows, the FFN; the two attention products; a linear's backward is twice its
  * forward, an attention's 2.5 times (dQ, dK, dV, and the product recomputed). block_attn
- * recomputes all but the self-attention's products (their output is kept). */
+ * recomputes all but the self-attention's products (their output is kept), block_qkv also all
+ * but the q, k and v products. */
 static void est_flops(const struct est_model *m, double B, double L, int ck, uint64_t every, double *fwd,
                       double *step)
 {
@@ -399,12 +405,13 @@ static void est_flops(const struct est_model *m, double B, double L, int ck, uin
     const double self = B * 4 * L * L * D, cross = B * 4 * L * T * D;
     const double n_rec = ck ? (double)(((uint64_t)m->layers + every - 1) / every) : 0;
     *fwd = N * (lin + self + cross);
-    *step = *fwd + N * (2 * lin + 2.5 * (self + cross)) + n_rec * (lin + cross + (ck == 2 ? 0 : self));
+    const double qkv = ck == 3 ? B * 2 * L * D * D * 3 : 0;
+    *step = *fwd + N * (2 * lin + 2.5 * (self + cross)) + n_rec * (lin - qkv + cross + (ck >= 2 ? 0 : self));
 }
 
 int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t tokens, struct ghc_model_memory *out)
 {
-    static const char *const ckpts[] = { "off", "block", "block_attn", NULL };
+    static const char *const ckpts[] = { "off", "block", "block_attn", "block_qkv", NULL };
     int rc, ck = 1;
     struct est_model m = { 0 };
     int64_t every = 1;
@@ -440,14 +447,16 @@ int wan22_estimate(ghc_core_t *core, ghc_cfg_t *cfg, int64_t batch, int64_t toke
     };
     est_flops(&m, (double)B, (double)L, ck, (uint64_t)every, &r.flops_forward, &r.flops_step);
     snprintf(r.checkpointing, sizeof(r.checkpointing), "%s",
-             ck == 2 ? "per block, attention kept" : ck ? "per block" : "off");
+             ck == 3 ? "per block, attention and its q, k, v kept" : ck == 2 ? "per block, attention kept"
+             : ck   ? "per block"
+                    : "off");
     snprintf(r.summary, sizeof(r.summary), "dim %lld, ffn %lld, %lld blocks, %s weights", (long long)m.dim,
              (long long)m.ffn, (long long)m.layers, m.block_elem == 1 ? "fp8 block" : m.base == 2 ? "bf16" : "f32");
     snprintf(r.dims_from, sizeof(r.dims_from), "%s", m.dims_from);
-    /* the modes for a plan search: off, block_attn and block as configured (every k), and with
-     * k > 1 both every block; most memory first */
-    static const struct { int ck; bool every1; } cand[] = { { 0, true }, { 2, false }, { 1, false },
-                                                            { 2, true }, { 1, true } };
+    /* the modes for a plan search: off, block_qkv, block_attn and block as configured (every
+     * k), and with k > 1 all three every block; most memory first */
+    static const struct { int ck; bool every1; } cand[] = { { 0, true }, { 3, false }, { 2, false }, { 1, false },
+                                                            { 3, true }, { 2, true }, { 1, true } };
     struct est_tag { int ck; int64_t every; } tag[GHC_MODEL_MEMORY_MODES];
     int n = 0;
     for (size_t c = 0; c < sizeof(cand) / sizeof(cand[0]); c++) {

@@ -83,8 +83,8 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L,
     TRY(mk(m, &a->st3, f, SH(B * L, 2)));
     TRY(mk(m, &a->st2, f, SH(B * L, 2)));
     TRY(mkpad(m, &a->up, &a->u, b, B, L, D, 3 * P));
-    TRY(mk(m, &a->qp, f, SH(B, L, D)));
-    TRY(mk(m, &a->kp, f, SH(B, L, D)));
+    TRY(mk(m, m->ckpt_qkv ? &a->qb : &a->qp, m->ckpt_qkv ? b : f, SH(B, L, D)));
+    TRY(mk(m, m->ckpt_qkv ? &a->kb : &a->kp, m->ckpt_qkv ? b : f, SH(B, L, D)));
     TRY(mk(m, &a->rq, f, SH(B * L)));
     TRY(mk(m, &a->rk, f, SH(B * L)));
     TRY(mk(m, &a->q, b, SH(B, L, D)));
@@ -169,6 +169,10 @@ static int units_alloc(struct wan22 *m, int64_t B, int64_t L)
             at += align256((size_t)(B * L * (D + P)) * ghc_dtype_size(m->base));
             u->off_lse = at;
             at += align256((size_t)(B * H * L) * sizeof(float));
+            if (m->ckpt_qkv) {
+                u->off_qkv = at;
+                at += 3 * align256((size_t)(B * L * D) * ghc_dtype_size(m->base));
+            }
         }
         u->bytes = at;
         if (!(u->home = wan22_tensor(m, GHC_DTYPE_F32, 1, (const int64_t[]){ (int64_t)(at / sizeof(float)) },
@@ -380,7 +384,7 @@ out:
 }
 
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
-                        ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept, void *stream)
+                        ghc_tensor_t *xo, struct wan22_act *a, const struct wan22_uview *kept, void *stream)
 {
     int rc = 0;
     struct wan22_state *s = &m->st;
@@ -397,15 +401,34 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
     }
     /* self-attention */
     TRY(ghc_op_layernorm_fwd(a->u, a->st1, x, NULL, NULL, a->m[0], a->m[1], WAN22_EPS, stream));
-    TRY(BLIN(WAN22_SA_Q, a->qp, a->u, a->up));
-    TRY(ghc_op_rmsnorm_rope_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
-    TRY(BLIN(WAN22_SA_K, a->kp, a->u, a->up));
-    TRY(ghc_op_rmsnorm_rope_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
+    if (a->qb) {   /* block_qkv: q and k rounded to base before their norms, as the unit keeps them */
+        if (kept && kept->qb) {   /* the products are kept: only their adapters' spare columns again */
+            for (int j = WAN22_SA_Q; j <= WAN22_SA_V; j++) {
+                struct ghc_linear lin = { .target = t0 + j, .w = bw->w[j], .w_scale = bw->wscale[j] };
+                wan22_linear_room(m, t0 + j, &lin);
+                TRY(ghc_linear_restore(m->lin, &lin, a->u, a->up, stream));
+            }
+        } else {
+            TRY(BLIN(WAN22_SA_Q, s->y, a->u, a->up));
+            TRY(ghc_op_cast(a->qb, s->y, 1.0f, NULL, stream));
+            TRY(BLIN(WAN22_SA_K, s->y, a->u, a->up));
+            TRY(ghc_op_cast(a->kb, s->y, 1.0f, NULL, stream));
+        }
+        TRY(ghc_op_rmsnorm_rope_fwd(a->q, a->rq, a->qb, bw->norm_q, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
+        TRY(ghc_op_rmsnorm_rope_fwd(a->k, a->rk, a->kb, bw->norm_k, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
+    } else {
+        TRY(BLIN(WAN22_SA_Q, a->qp, a->u, a->up));
+        TRY(ghc_op_rmsnorm_rope_fwd(a->q, a->rq, a->qp, bw->norm_q, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
+        TRY(BLIN(WAN22_SA_K, a->kp, a->u, a->up));
+        TRY(ghc_op_rmsnorm_rope_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
+    }
     /* f32 and a cast: a bf16 output with the bias takes cuBLASLt a separate epilogue pass, slower
      * (H200, 32760 tokens: 2.76 ms against 2.58) */
-    TRY(BLIN(WAN22_SA_V, s->y, a->u, a->up));
-    TRY(ghc_op_cast(a->v, s->y, 1.0f, NULL, stream));
-    if (!attn_kept)   /* deterministic: a kept o and lse are the bits this would write */
+    if (!(kept && kept->qb)) {
+        TRY(BLIN(WAN22_SA_V, s->y, a->u, a->up));
+        TRY(ghc_op_cast(a->v, s->y, 1.0f, NULL, stream));
+    }
+    if (!(kept && kept->o))   /* deterministic: a kept o and lse are the bits this would write */
         TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
     TRY(BLIN(WAN22_SA_O, s->y, a->o, a->op));
     TRY(ghc_op_gated_residual_to(a->x1, x, s->y, a->m[2], stream));
@@ -661,7 +684,7 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
             a = wan22_unit_act(m, a, vi, &atmp);   /* block_attn: o and lse written into unit i */
         }
         TRY(wan22_block_map(m, &w->blocks[i], &mapped, &bw));
-        rc = wan22_block_forward(m, bw, (int32_t)i, xi, xo, a, false, stream);
+        rc = wan22_block_forward(m, bw, (int32_t)i, xi, xo, a, NULL, stream);
         wan22_block_unmap(&w->blocks[i], bw == &mapped ? &mapped : NULL);
         TRY(rc);
         if (keep)

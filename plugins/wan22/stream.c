@@ -109,6 +109,10 @@ void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp
 
 static void uview_clear(struct wan22_uview *v)
 {
+    ghc_tensor_free(v->v4);
+    ghc_tensor_free(v->v);
+    ghc_tensor_free(v->kb);
+    ghc_tensor_free(v->qb);
     ghc_tensor_free(v->o);   /* a view of op, or op's place when there are no spare columns */
     ghc_tensor_free(v->op);
     ghc_tensor_free(v->lse);
@@ -142,6 +146,16 @@ int wan22_unit_begin(struct wan22 *m, int64_t i, bool write, struct wan22_uview 
                                        (char *)at + u->off_lse)))
             goto fail;
     }
+    if (u->off_qkv) {
+        const size_t each = (ghc_tensor_numel(v->x) * ghc_dtype_size(m->base) + 255) / 256 * 256;
+        char *q = (char *)at + u->off_qkv;
+        const int64_t sh[3] = { B, L, D };
+        if (!(v->qb = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, q)) ||
+            !(v->kb = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, q + each)) ||
+            !(v->v = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, q + 2 * each)) ||
+            !(v->v4 = ghc_tensor_wrap(m->core, m->base, 4, (const int64_t[]){ B, L, H, D / H }, dev, q + 2 * each)))
+            goto fail;
+    }
     return 0;
 fail:
     rc = ghc_error_code(m->core) < 0 ? ghc_error_code(m->core) : GHC_ENOMEM;
@@ -168,5 +182,11 @@ struct wan22_act *wan22_unit_act(struct wan22 *m, struct wan22_act *a, const str
     tmp->o = v->o;
     tmp->op = v->op;
     tmp->lse = v->lse;
+    if (v->qb) {
+        tmp->qb = v->qb;
+        tmp->kb = v->kb;
+        tmp->v = v->v;
+        tmp->v4 = v->v4;
+    }
     return tmp;
 }

@@ -47,9 +47,11 @@ static const struct ghc_cfg_key wan22_keys[] = {
     /* -1 = CPU, 0.. = CUDA */
     { "device", GHC_CFG_INT, "(0 with CUDA device memory, else -1)", "-1 to 1023", NULL },
     /* "block_attn": as "block", and a recomputed block's self-attention output and lse are
-     * kept (saved activations) so that the recomputation skips the attention forward */
-    { "checkpointing", GHC_CFG_STRING, "block", "off, block, block_attn", NULL },
-    /* k, with "block" or "block_attn": block i is recomputed in backward iff i % k == 0, the
+     * kept (saved activations) so that the recomputation skips the attention forward;
+     * "block_qkv": its q, k and v products' outputs too (q's and k's rounded to the GEMM dtype
+     * before their norms), so that it skips those three products */
+    { "checkpointing", GHC_CFG_STRING, "block", "off, block, block_attn, block_qkv", NULL },
+    /* k, with "block", "block_attn" or "block_qkv": block i is recomputed in backward iff i % k == 0, the
      * others keep their activations; k = 1 is every block */
     { "checkpoint_every", GHC_CFG_INT, "1", "1 to 1000", NULL },
     /* a randomly initialised model instead */
@@ -176,7 +178,7 @@ static void wan22_free(void *self)
 static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
 {
     static const char *const dtypes[] = { "bf16", "f32", "fp8", NULL };
-    static const char *const ckpts[] = { "off", "block", "block_attn", NULL };
+    static const char *const ckpts[] = { "off", "block", "block_attn", "block_qkv", NULL };
     int rc, dt, ck, nlist = 0;
     bool given[3] = { false, false, false };
     int64_t heads, device, every, n_random = 1, seed = 0;
@@ -202,7 +204,8 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
     if (m->fp8)
         m->pad = 0;   /* e4m3 block linears are dequantised per GEMM: no spare room (doc/wan22.md) */
     m->ckpt = ck >= 1;
-    m->ckpt_attn = ck == 2;
+    m->ckpt_attn = ck >= 2;
+    m->ckpt_qkv = ck == 3;
     m->ckpt_every = (int)every;
     if (m->fp8_gemm && !m->fp8) {
         rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'fp8_gemm' needs dtype = \"fp8\" (e4m3 block linears), "
@@ -210,8 +213,8 @@ static int wan22_init(ghc_core_t *core, ghc_cfg_t *cfg, void **self)
         goto fail;
     }
     if (!m->ckpt && every != 1) {
-        rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'checkpoint_every' needs checkpointing = \"block\" or "
-                           "\"block_attn\"", ghc_cfg_where(cfg, "checkpoint_every"));
+        rc = ghc_error_set(core, GHC_ECONFIG, "%s: wan22: 'checkpoint_every' needs checkpointing = \"block\", "
+                           "\"block_attn\" or \"block_qkv\"", ghc_cfg_where(cfg, "checkpoint_every"));
         goto fail;
     }
     if (ghc_cfg_has(cfg, "device")) {

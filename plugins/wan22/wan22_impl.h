@@ -123,7 +123,10 @@ struct wan22_act {
                                            * when the model keeps spare columns, see wan22_pad_x) */
     ghc_tensor_t *up, *cp, *u2p, *op, *ocp, *gp;   /* u, c, u2, o, oc and g with their spare
                                            * columns (K-concatenation), or NULL */
-    ghc_tensor_t *qp, *kp;                /* q, k linear outputs [B, L, D] f32 (v's: st.y) */
+    ghc_tensor_t *qp, *kp;                /* q, k linear outputs [B, L, D] f32 (v's: st.y); NULL
+                                           * with "block_qkv", which keeps qb and kb instead */
+    ghc_tensor_t *qb, *kb;                /* "block_qkv": q, k linear outputs rounded to base
+                                           * [B, L, D], the norms' inputs; else NULL */
     ghc_tensor_t *rq, *rk;                /* RMSNorm rstd [B L] f32 */
     ghc_tensor_t *q, *k, *v, *o;          /* [B, L, D] base (q, k after RoPE) */
     ghc_tensor_t *q4, *k4, *v4;           /* views [B, L, H, Dh] */
@@ -164,12 +167,15 @@ struct wan22_grad {
 
 /* What block i's backward needs from its forward, in one allocation of role GHC_ROLE_SAVED (the
  * policy decides where it lives, mempolicy.h): the block's input x [B, L, D] f32 and, with
- * checkpointing "block_attn" for a recomputed block, its self-attention output with the spare
- * columns after it (op, [B, L, D + pad] base; o without them) and log-sum-exp [B, H, L] f32. */
+ * checkpointing "block_attn" or "block_qkv" for a recomputed block, its self-attention output
+ * with the spare columns after it (op, [B, L, D + pad] base; o without them) and log-sum-exp
+ * [B, H, L] f32; with "block_qkv" also its q and k linears' outputs before their norms and v,
+ * each [B, L, D] base. */
 struct wan22_unit {
     ghc_tensor_t *home;                   /* [bytes / 4] f32, role saved */
     size_t        bytes;
     size_t        off_o, off_lse;         /* byte offsets; 0: no attention output kept */
+    size_t        off_qkv;                /* qb, kb and v from here, each 256-byte aligned; 0: none */
 };
 
 /* A unit's tensors at the address saved_begin gave (wrappers), between wan22_unit_begin and
@@ -180,6 +186,7 @@ struct wan22_uview {
     void         *at;
     ghc_tensor_t *x;
     ghc_tensor_t *op, *o, *lse;           /* with off_o; op NULL when the model keeps no spare columns */
+    ghc_tensor_t *qb, *kb, *v, *v4;       /* with off_qkv (v4: v's [B, L, H, Dh] view) */
 };
 
 /* Everything one forward leaves for the backward. */
@@ -234,8 +241,12 @@ struct wan22 {
                                            * input cast with scale 1 (saturating) into st.xq */
     int                     device;       /* GHC_DEVICE_CPU or a CUDA ordinal */
     bool                    ckpt;         /* gradient checkpointing per block */
-    bool                    ckpt_attn;    /* "block_attn": a recomputed block's self-attention output
-                                           * and lse are kept (saved) and not recomputed */
+    bool                    ckpt_attn;    /* "block_attn" and "block_qkv": a recomputed block's
+                                           * self-attention output and lse are kept (saved) and
+                                           * not recomputed */
+    bool                    ckpt_qkv;     /* "block_qkv": its q, k and v linears' outputs too (the
+                                           * recomputation skips those products); every block
+                                           * rounds q's and k's to base before their norms */
     int                     ckpt_every;   /* k: with ckpt, block i is recomputed iff i % k == 0 */
     int64_t                 ffn_chunk;    /* the FFN runs on at most this many of the batch's B L
                                            * tokens at once (key ffn_chunk): its [rows, F] tensors
@@ -390,11 +401,13 @@ int wan22_forward(struct wan22 *m, int32_t expert, const struct ghc_model_batch 
                   bool keep, void *stream);
 /* One block's forward from x (f32 [B, L, D]) into xo, filling `a`. xo NULL: not the output (the
  * recomputation before the backward, which needs only `a`: it stops at the FFN's input u2, the
- * backward runs the FFN chunk by chunk); attn_kept: a->o and a->lse hold this block's
- * self-attention output already (restored), which is then not computed. */
+ * backward runs the FFN chunk by chunk). kept: the unit of that recomputation (NULL in a
+ * forward): what it keeps (wan22_unit_act put it in `a`) is not computed again: with o, the
+ * self-attention's output and lse; with qb, the q, k and v products (their adapters' spare
+ * columns are written again). */
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block,
-                        const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a, bool attn_kept,
-                        void *stream);
+                        const ghc_tensor_t *x, ghc_tensor_t *xo, struct wan22_act *a,
+                        const struct wan22_uview *kept, void *stream);
 /* One FFN chunk: rows [r0, r0 + n) of the batch's B L tokens, as [1, n, cols] views of the
  * slot's u2 and g (with their spare columns: u2p, gp, or NULL), its h1 (the slot's, or the
  * first n rows of st.fh1) and st.y. */
@@ -442,8 +455,8 @@ void wan22_block_unmap(const struct wan22_block_w *bw, struct wan22_block_w *tmp
  * no-op for a closed v). Returns 0 or GHC_E*. */
 int  wan22_unit_begin(struct wan22 *m, int64_t i, bool write, struct wan22_uview *v, void *stream);
 int  wan22_unit_end(struct wan22 *m, struct wan22_uview *v, void *stream);
-/* Block i's activations with unit view v's kept attention output in place of slot a's (into
- * *tmp), or a itself when the unit keeps none. */
+/* Block i's activations with unit view v's kept attention output (and q, k, v) in place of slot
+ * a's (into *tmp), or a itself when the unit keeps none. */
 struct wan22_act *wan22_unit_act(struct wan22 *m, struct wan22_act *a, const struct wan22_uview *v,
                                  struct wan22_act *tmp);
 
