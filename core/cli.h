@@ -20,6 +20,8 @@ struct ghc_estimate_opts {
     int64_t tokens;      /* tokens per sample (default 32760: 480x832x81) */
     bool    adapters;    /* count adapters, grads and optimizer state */
     double  device_gib;  /* the card's memory in GiB for a verdict and a plan; 0: unknown, none */
+    double  host_gib;    /* plan = "auto" only: the host memory a plan may take (host and pinned
+                          * roles); 0: not checked */
 };
 struct ghc_estimate {
     uint64_t role[GHC_ROLE_COUNT];
@@ -59,18 +61,23 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
  * under the compute; a configured gh200_uvm or other policy is kept), the model's
  * checkpointing and checkpoint_every. A plan's step time is predicted from the model's FLOPs
  * and the copies it needs at the card's measured speeds; of the plans within GHC_PLAN_AUTO_TIE
- * of the fastest, the smallest on the card. */
+ * of the fastest, the smallest on the card. A plan also fits the host's memory: what it keeps
+ * there (pinned weights, saved activations) within GHC_PLAN_AUTO_HOST of it. */
 struct ghc_plan_opts {
     int64_t batch;       /* samples per micro-batch; 0: data.batch_size */
     int64_t tokens;      /* tokens per sample; 0: the dataset's largest (its headers) */
     double  device_gib;  /* the card's free memory; 0: the model's device asked (CUDA) */
     double  flops;       /* the card's bf16 FLOP/s and host-to-device bytes/s; 0: measured on */
     double  h2d;         /* the model's device (ghc_op_device_speed), else GHC_PLAN_AUTO_* */
+    double  host_gib;    /* the host's memory; 0: this machine's (GHC_PLAN_AUTO_HOST of it) */
 };
 /* The speeds assumed where none can be measured (no GPU here): an H100's bf16 products, a
  * PCIe 4 x16 link from pinned memory. */
 #define GHC_PLAN_AUTO_FLOPS 700e12
 #define GHC_PLAN_AUTO_H2D   25e9
+/* The share of the host's memory a plan may take in pinned weights and saved activations (the
+ * rest is for the system, the data loader and the process's own). */
+#define GHC_PLAN_AUTO_HOST  0.85
 /* Plans whose predicted step times are within this share of the fastest count as equally
  * fast: the one with the smallest device total wins. */
 #define GHC_PLAN_AUTO_TIE   0.02

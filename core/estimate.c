@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <gh200core/gh200core.h>
 #include <gh200core/dataset.h>
@@ -290,7 +291,7 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
  * resident blocks; the model's checkpointing and k. */
 struct auto_plan {
     const char *policy;         /* "device", "offload", or the configured policy (kept) */
-    const char *ckpt;           /* "off", "block_attn", "block" */
+    const char *ckpt;           /* "off", "block_qkv", "block_attn", "block" */
     int64_t     every, resident;
 };
 
@@ -322,7 +323,8 @@ static int auto_set(ghc_core_t *core, const struct auto_plan *p, const char *con
                                         : ghc_cfg_set_int(model, "checkpoint_every", p->every);
 }
 
-/* Whether plan p fits o's card (set into the configuration, estimated). */
+/* Whether plan p fits o's card, and its host memory where eo->host_gib says it (set into the
+ * configuration, estimated). */
 static int auto_try(ghc_core_t *core, struct auto_plan *p, bool ck_keys, const char *configured, int device,
                     const struct ghc_estimate_opts *eo, struct ghc_estimate *e)
 {
@@ -331,7 +333,9 @@ static int auto_try(ghc_core_t *core, struct auto_plan *p, bool ck_keys, const c
     int rc = auto_set(core, p, configured, device, false);
     if (rc == 0)
         rc = ghc_cli_estimate(core, eo, e, NULL);
-    return rc < 0 ? rc : e->fits == 1;
+    if (rc < 0)
+        return rc;
+    return e->fits == 1 && (eo->host_gib <= 0 || (double)(e->at[AT_HOST] + e->at[AT_PINNED]) <= eo->host_gib * GIB);
 }
 
 /* A plan's step time (s) at `flops` FLOP/s and `h2d` bytes/s each way between host and card:
@@ -355,6 +359,7 @@ static double auto_time(const struct ghc_estimate *e, double flops, double h2d)
  * smallest on the card. */
 #define AUTO_PLANS_MAX 64
 struct auto_pick {
+    const char         *dev_pol;   /* the device policy, or the configured one kept */
     int                 n;
     struct auto_plan    plan[AUTO_PLANS_MAX];
     struct ghc_estimate e[AUTO_PLANS_MAX];
@@ -397,6 +402,25 @@ static int auto_choose(const struct auto_pick *pk)
             (c < 0 || (fastest > 0 && pk->e[i].device_total < pk->e[c].device_total)))
             c = i;
     return c;
+}
+
+/* The device policy (or the configured one kept) with checkpointing ck every k-th block: the
+ * fewest recomputed blocks that fit, kept in pk. 1 one fits, 0 none, or GHC_E*. */
+static int auto_every(ghc_core_t *core, const char *ck, int64_t blocks, bool ck_keys, const char *configured,
+                      int device, const struct ghc_estimate_opts *eo, double flops, double h2d,
+                      struct auto_pick *pk)
+{
+    int fit = 0;
+    int64_t last_rec = 0;
+    for (int64_t k = blocks; fit == 0 && k >= 1; k--) {
+        int64_t rec = (blocks + k - 1) / k;   /* blocks recomputed with every k */
+        if (rec == last_rec)
+            continue;
+        last_rec = rec;
+        struct auto_plan p = { .policy = pk->dev_pol, .ckpt = ck, .every = k };
+        fit = auto_add(core, &p, ck_keys, configured, device, eo, flops, h2d, pk);
+    }
+    return fit;
 }
 
 /* The streaming policy with checkpointing ck: the most resident blocks that fit (the estimate
@@ -511,16 +535,19 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
         return rc;
     if (tokens <= 0 && (rc = auto_tokens(core, mm.patch, &tokens)) < 0)
         return rc;
-    /* the candidates: the device policy with no recomputation, then every k-th block recomputed
-     * with the attention kept (the fewest recomputed that fit); the streaming policy (offload,
-     * saved activations on the host) with the attention kept; block checkpointing (the
-     * attention recomputed too) on the device, and streamed. A configured gh200_uvm (or another
-     * policy of its own) is kept throughout. */
+    /* the candidates: the device policy with no recomputation, else every k-th block recomputed
+     * with the attention kept, and with the attention and its q, k, v kept (block_qkv, where the
+     * model has it; the fewest recomputed that fit, each); the streaming policy (offload, saved
+     * activations on the host) with both; block checkpointing (the attention recomputed too) on
+     * the device, and streamed. A configured gh200_uvm (or another policy of its own) is kept
+     * throughout. */
     uint64_t blocks = mm.blocks > 0 ? (uint64_t)mm.blocks : mm.block ? mm.weights / mm.block : 1;
     /* the model's checkpointing keys, where its modes say it has them (wan22's) */
-    bool ck_keys = false;
-    for (int m = 0; m < mm.n_modes; m++)
+    bool ck_keys = false, ck_qkv = false;
+    for (int m = 0; m < mm.n_modes; m++) {
         ck_keys = ck_keys || strstr(mm.modes[m].set, "checkpointing=block_attn") != NULL;
+        ck_qkv = ck_qkv || strstr(mm.modes[m].set, "checkpointing=block_qkv") != NULL;
+    }
     if (!ck_keys)
         blocks = 1;
     bool keep_policy = strcmp(conf, "device") != 0 && strcmp(conf, "offload") != 0;
@@ -539,23 +566,29 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
     }
     flops = flops > 0 ? flops : GHC_PLAN_AUTO_FLOPS;
     h2d = h2d > 0 ? h2d : GHC_PLAN_AUTO_H2D;
-    /* a plan fits when its estimate leaves GHC_PLAN_AUTO_HEADROOM of the card free */
+    /* a plan fits when its estimate leaves GHC_PLAN_AUTO_HEADROOM of the card free, and what it
+     * keeps on the host takes at most GHC_PLAN_AUTO_HOST of the host's memory */
+    double host = o->host_gib;
+    if (host <= 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        host = pages > 0 && psize > 0 ? (double)pages * (double)psize / GIB : 0;
+    }
     struct ghc_estimate_opts eo = { .batch = batch, .tokens = tokens, .adapters = true,
-                                    .device_gib = gib * (1.0 - GHC_PLAN_AUTO_HEADROOM) };
+                                    .device_gib = gib * (1.0 - GHC_PLAN_AUTO_HEADROOM),
+                                    .host_gib = host * GHC_PLAN_AUTO_HOST };
     struct auto_pick *pk = calloc(1, sizeof(*pk));
     if (!pk)
         return ghc_error_set(core, GHC_ENOMEM, "plan: auto: out of memory");
+    pk->dev_pol = dev_pol;
     struct auto_plan p = { .policy = dev_pol, .ckpt = "off", .every = 1 };
     int fit = auto_add(core, &p, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
-    int64_t last_rec = 0;
-    for (int64_t k = (int64_t)blocks; fit == 0 && k >= 1; k--) {
-        int64_t rec = ((int64_t)blocks + k - 1) / k;   /* blocks recomputed with every k */
-        if (rec == last_rec)
-            continue;
-        last_rec = rec;
-        p = (struct auto_plan){ .policy = dev_pol, .ckpt = "block_attn", .every = k };
-        fit = auto_add(core, &p, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
-    }
+    const bool off_fits = fit == 1;   /* then no plan of the device policy recomputes */
+    if (fit == 0)
+        fit = auto_every(core, "block_attn", (int64_t)blocks, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
+    if (fit >= 0 && ck_qkv && !off_fits)
+        fit = auto_every(core, "block_qkv", (int64_t)blocks, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
+    if (fit >= 0 && !keep_policy && ck_qkv)
+        fit = auto_stream(core, "block_qkv", (int64_t)blocks, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
     if (fit >= 0 && !keep_policy)
         fit = auto_stream(core, "block_attn", (int64_t)blocks, ck_keys, conf, (int)device, &eo, flops, h2d, pk);
     if (fit >= 0) {

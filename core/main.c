@@ -64,9 +64,12 @@ static const char usage_text[] =
     "       gh200core diag [--json FILE] [--oversubscription-scale X] [--skip-allocation]\n"
     "                                          GPU, platform, managed memory and bandwidth checks\n"
     "       gh200core estimate -c FILE [--batch N] [--tokens N] [--device-memory GIB]\n"
+    "                          [--host-memory GIB]\n"
     "                                          memory by role and location, before loading;\n"
     "                                          with the card's GiB: whether it fits, and if not\n"
-    "                                          the --set arguments of a plan that does\n"
+    "                                          the --set arguments of a plan that does; with\n"
+    "                                          plan = \"auto\", the plan for that card and host\n"
+    "                                          (default: this machine's memory)\n"
     "       gh200core merge --base CKPT --adapter FILE --out OUT.safetensors\n"
     "                       [--multiplier M] [--dtype keep|bf16|f16|f32]\n"
     "                       [--network NAME] [--model NAME]\n"
@@ -113,6 +116,7 @@ struct cli {
     const char  *json;
     struct ghc_probe_opts probe;
     struct ghc_estimate_opts est;
+    double       host_gib;   /* estimate --host-memory (plan = "auto"); 0: this machine's */
     const char  *config;
     const char **sets;
     int          n_sets;
@@ -631,6 +635,7 @@ int main(int argc, char **argv)
         { "device-memory", required_argument, NULL, 1013 },
         { "overwrite", no_argument, NULL, 1014 },
         { "nproc", required_argument, NULL, 1015 },
+        { "host-memory", required_argument, NULL, 1016 },
         { NULL, 0, NULL, 0 },
     };
     struct cli cli = { .probe = { .struct_size = sizeof(struct ghc_probe_opts), .oversubscription_scale = 0.25 },
@@ -678,13 +683,14 @@ int main(int argc, char **argv)
         case 1002:
         case 1004:
         case 1005:
-        case 1013: {
+        case 1013:
+        case 1016: {
             char *end;
             double v = strtod(optarg, &end);
             if (*end || !(v > 0) || v > 1e12) {
                 fprintf(stderr, "gh200core: error: --%s '%s': expected a number > 0\n",
                         opt == 1002 ? "oversubscription-scale" : opt == 1004 ? "batch" :
-                        opt == 1005 ? "tokens" : "device-memory", optarg);
+                        opt == 1005 ? "tokens" : opt == 1013 ? "device-memory" : "host-memory", optarg);
                 status = EXIT_USAGE;
                 goto out;
             }
@@ -692,6 +698,8 @@ int main(int argc, char **argv)
                 cli.probe.oversubscription_scale = v;
             else if (opt == 1013)
                 cli.est.device_gib = v;
+            else if (opt == 1016)
+                cli.host_gib = v;
             else
                 *(opt == 1004 ? &cli.est.batch : &cli.est.tokens) = (int64_t)v;
             break;
@@ -868,7 +876,7 @@ int main(int argc, char **argv)
         /* plan = "auto": the plan the trainer would take for these tokens and this card */
         struct ghc_plan_opts po = { .batch = cli.est.batch > 0 ? cli.est.batch : 1,
                                     .tokens = cli.est.tokens > 0 ? cli.est.tokens : 32760,
-                                    .device_gib = cli.est.device_gib };
+                                    .device_gib = cli.est.device_gib, .host_gib = cli.host_gib };
         char chosen[512];
         int rc = ghc_cli_plan_auto(core, &po, chosen, sizeof(chosen));
         if (rc == 0 && *chosen)

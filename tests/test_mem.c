@@ -881,14 +881,15 @@ START_TEST(plan_auto)
     char chosen[512];
     /* 4096 tokens, one expert, 79.6 GiB */
     ghc_core_t *core = auto_core("");
-    struct ghc_plan_opts o = { .batch = 1, .tokens = 4096, .device_gib = 79.6 };
+    struct ghc_plan_opts o = { .batch = 1, .tokens = 4096, .device_gib = 79.6, .host_gib = 480 };
     ck_assert_msg(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
     printf("plan_auto: %s\n", chosen);
     ck_assert_str_eq(cfg_str(core, "mempolicy", "plugin"), "device");
     ck_assert_msg(!ghc_cfg_has(ghc_config_section(core, "mempolicy"), "saved"), "the offload keys stayed");
-    ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block_attn");
+    /* q, k and v kept: fewer FLOPs a recomputed block than block_attn's, at more memory */
+    ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block_qkv");
     int64_t k = cfg_int(core, "model", "checkpoint_every");
-    ck_assert_msg(k > 1 && k < 40 && strstr(chosen, "mempolicy device") && strstr(chosen, "block_attn every"), "%s",
+    ck_assert_msg(k > 1 && k < 40 && strstr(chosen, "mempolicy device") && strstr(chosen, "block_qkv every"), "%s",
                   chosen);
     ck_assert(fits_with(core, 4096, 79.6, "model", "checkpoint_every", k));
     int64_t rec = (40 + k - 1) / k, k2 = 40 / (rec - 1);   /* one block fewer recomputed */
@@ -903,16 +904,36 @@ START_TEST(plan_auto)
     ghc_cfg_t *rnd;
     ck_assert_int_eq(ghc_cfg_set_group(ghc_config_section(core, "model"), "random", &rnd), 0);
     ck_assert_int_eq(ghc_cfg_set_int(rnd, "experts", 2), 0);
-    o = (struct ghc_plan_opts){ .batch = 1, .tokens = 32760, .device_gib = 79.6, .flops = 700e12, .h2d = 25e9 };
+    o = (struct ghc_plan_opts){ .batch = 1, .tokens = 32760, .device_gib = 79.6, .flops = 700e12, .h2d = 25e9,
+                                .host_gib = 480 };
     ck_assert_msg(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)) == 0, "%s", ghc_error_message(core));
     printf("plan_auto: %s\n", chosen);
     ck_assert_str_eq(cfg_str(core, "mempolicy", "plugin"), "offload");
     ck_assert_str_eq(cfg_str(core, "mempolicy", "saved"), "host");
     ck_assert_int_eq(cfg_int(core, "mempolicy", "ring"), 3);   /* the configured policy's own keys stay */
+    /* block_qkv would copy 75 GiB of saved units out and in: more than PCIe 4 hides */
     ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block_attn");
     ck_assert_msg(cfg_int(core, "mempolicy", "resident") == 0 && strstr(chosen, "a step about") &&
                   strstr(chosen, "(given)"), "%s", chosen);
     ghc_core_free(core);
+    /* one expert at 32760 tokens over PCIe 5 (55 GB/s), and the host's memory: block_qkv's saved
+     * units (75 GiB) and the pinned weights (27 GiB) within 85% of a 125 GiB host; on 96 GiB only block_attn's (40 GiB);
+     * on 64 GiB block's (27 GiB); on 40 GiB no offload plan: the device policy with block
+     * checkpointing (the card holds its saved block inputs) */
+    static const struct { double host; const char *policy, *ck; } hosts[] = {
+        { 125, "offload", "block_qkv" }, { 96, "offload", "block_attn" }, { 64, "offload", "block" },
+        { 40, "device", "block" } };
+    for (size_t h = 0; h < sizeof(hosts) / sizeof(hosts[0]); h++) {
+        core = auto_core("");
+        struct ghc_plan_opts oh = { .batch = 1, .tokens = 32760, .device_gib = 79.6, .flops = 700e12, .h2d = 55e9,
+                                    .host_gib = hosts[h].host };
+        ck_assert_int_eq(ghc_cli_plan_auto(core, &oh, chosen, sizeof(chosen)), 0);
+        printf("plan_auto: host %.0f GiB: %s\n", hosts[h].host, chosen);
+        ck_assert_msg(strcmp(cfg_str(core, "mempolicy", "plugin"), hosts[h].policy) == 0 &&
+                      strcmp(cfg_str(core, "model", "checkpointing"), hosts[h].ck) == 0 && !strstr(chosen, "does not fit"),
+                      "host %.0f GiB: %s", hosts[h].host, chosen);
+        ghc_core_free(core);
+    }
     /* 4096 tokens on 20 GiB, where no device plan fits: a block's compute is shorter than its
      * copy, each resident block saves time: the most resident blocks that fit (the device
      * ring's 3 blocks beside them) */
@@ -932,14 +953,17 @@ START_TEST(plan_auto)
     ck_assert_msg(strstr(chosen, "does not fit") && strstr(chosen, "0 resident"), "%s", chosen);
     ck_assert_str_eq(cfg_str(core, "model", "checkpointing"), "block");
     ghc_core_free(core);
-    /* one expert at 32760 tokens on 139.3 GiB: the device policy fits but is no faster than
-     * offload with nothing resident, which takes far less of the card */
+    /* one expert at 32760 tokens on 139.3 GiB over PCIe 5: the device policy fits (block_qkv,
+     * every block) but is no faster than offload with nothing resident, whose copies hide under
+     * the compute and which takes far less of the card */
     core = auto_core("");
     ck_assert_int_eq(ghc_cfg_set_string(ghc_config_section(core, "mempolicy"), "plugin", "device"), 0);
-    o = (struct ghc_plan_opts){ .batch = 1, .tokens = 32760, .device_gib = 139.3, .flops = 700e12, .h2d = 25e9 };
+    o = (struct ghc_plan_opts){ .batch = 1, .tokens = 32760, .device_gib = 139.3, .flops = 700e12, .h2d = 55e9,
+                                .host_gib = 480 };
     ck_assert_int_eq(ghc_cli_plan_auto(core, &o, chosen, sizeof(chosen)), 0);
     printf("plan_auto: %s\n", chosen);
-    ck_assert_msg(strstr(chosen, "mempolicy offload") && cfg_int(core, "mempolicy", "resident") == 0, "%s", chosen);
+    ck_assert_msg(strstr(chosen, "mempolicy offload") && cfg_int(core, "mempolicy", "resident") == 0 &&
+                  strcmp(cfg_str(core, "model", "checkpointing"), "block_qkv") == 0, "%s", chosen);
     ck_assert(fits_with(core, 32760, 139.3 * 0.99, "mempolicy", "resident", 0));
     ck_assert_int_eq(ghc_cfg_set_string(ghc_config_section(core, "mempolicy"), "plugin", "device"), 0);
     ck_assert(fits_with(core, 32760, 139.3, "model", "checkpoint_every", 1));   /* device fits too */
@@ -1010,8 +1034,9 @@ START_TEST(estimate_plan)
              "--set 'model.checkpoints=[\"%s/Wan2.2-T2V-A14B/high_noise_model/i.safetensors.index.json\", "
              "\"%s/Wan2.2-T2V-A14B/low_noise_model/i.safetensors.index.json\"]'", tu_env("GHC_CLI"),
              tu_env("GHC_BUILD_PLUGINS"), tu_env("GHC_TOP_SRCDIR"), dir, dir);
-    /* as shipped (plan = "auto"): the plan the trainer would take on an 80 GiB card first */
-    snprintf(cmd, sizeof(cmd), "%s --device-memory 80", base);
+    /* as shipped (plan = "auto"): the plan the trainer would take on an 80 GiB card of a host
+     * of 480 GiB first (on this machine's memory it could be another) */
+    snprintf(cmd, sizeof(cmd), "%s --device-memory 80 --host-memory 480", base);
     ck_assert_msg(tu_run(cmd, &out) == 0, "%s", out);
     ck_assert_msg(strstr(out, "plan: auto for 1 x 32760 tokens, 80.0 GiB free on cuda:0: mempolicy offload, saved on "
                               "the host, ") && strstr(out, "resident blocks, checkpointing block_attn") &&
@@ -1033,7 +1058,7 @@ START_TEST(estimate_plan)
     /* changes that do not fit, the plan named, and the plan's arguments fit */
     static const struct { const char *set, *plan; } cases[] = {
         { "--set mempolicy.plugin=device", "--set mempolicy.plugin=offload" },
-        { "--set model.checkpointing=off", "--set model.checkpointing=block_attn" },
+        { "--set model.checkpointing=off", "--set model.checkpointing=block_qkv" },
         { "--set model.checkpointing=block_attn --set mempolicy.saved=device", "--set mempolicy.saved=host" },
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
