@@ -79,3 +79,6 @@ bench_bench_media_SOURCES = bench/bench_media.c
 bench_bench_media_LDADD = libgh200core_train.la libgh200core.la
 EXTRA_DIST += bench/bench_media.c
 # ---- end bench_media ----
+
+# ---- prepare.sh: a whole `gh200core prepare` on the GPU; ffmpeg_min.sh: FFmpeg for a machine without it ----
+EXTRA_DIST += bench/prepare.sh bench/ffmpeg_min.sh

@@ -16,7 +16,9 @@
  * with "disable_cache" or "refresh_each_epoch" the augmented clips are not encoded here but
  * listed in the manifest ("aug") with one text cache per clip, for the dataset to encode
  * when training (data_aug.c).
- * The next media file is hashed and decoded on a thread while one is encoded. */
+ * The next media files are hashed and decoded on threads while one is encoded; the last line
+ * says where the time of the files encoded went (encoding, waiting for their decoding, loading
+ * the encoders), so a run tells whether the encoders or the decoding limited it. */
 #include <config.h>
 
 #include <errno.h>
@@ -202,6 +204,9 @@ struct prep {
     uint64_t               seed;            /* the data seed: random crops */
     struct ghc_prepare_stats *st;
     char                   enc_fp[8192];    /* the encoder sections' fingerprint */
+    /* seconds of the files encoded, on the encoding thread (doc/prepare.md, "Decoding beside
+     * encoding"): in job_encode, in job_wait for their reading, loading the encoders */
+    double                 encode_s, wait_s, load_s;
 };
 
 /* The reading of one media file, done on a thread of its own while the file before it is
@@ -571,7 +576,14 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             double tk = ghc_progress_now();
             int64_t before = st.encoded;
             job_wait(cur);
-            rc = job_encode(&p, cur);
+            double tw = ghc_progress_now();
+            /* the encoders load on demand, with the first file to encode: timed apart */
+            if (cur->rc == 0 && !cur->current && (!ghc_vae_get(core) || !ghc_text_encoder_get(core)))
+                rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
+            double tl = ghc_progress_now();
+            if (rc == 0)
+                rc = job_encode(&p, cur);
+            double te = ghc_progress_now();
             const char *name = cur->it->name;
             if (rc == 0 && k + ahead < n) {
                 cur->it = ghc_media_list_at(list, k + ahead);
@@ -579,9 +591,12 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             }
             st.files++;
             if (rc == 0 && st.encoded > before) {
-                double el = ghc_progress_now() - t0, per = el / (double)st.files;
+                double per = (ghc_progress_now() - t0) / (double)st.files;
+                p.wait_s += tw - tk;
+                p.load_s += tl - tw;
+                p.encode_s += te - tl;
                 ghc_log(core, GHC_LOG_INFO, "prepare: [%lld/%lld] %s: encoded in %.2f s; ETA %.0f s", (long long)(k + 1),
-                        (long long)n, name, ghc_progress_now() - tk, per * (double)(n - k - 1));
+                        (long long)n, name, te - tk, per * (double)(n - k - 1));
             }
         }
         for (int k = 0; k < ahead; k++)
@@ -615,8 +630,9 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
     st.seconds = ghc_progress_now() - t0;
     if (rc == 0 && st.files)
         ghc_log(core, GHC_LOG_INFO, "prepare: %lld media files: %lld encoded (%lld clips), %lld up to date, %lld "
-                "skipped as bad, in %.1f s", (long long)st.files, (long long)st.encoded, (long long)st.clips,
-                (long long)st.up_to_date, (long long)st.skipped, st.seconds);
+                "skipped as bad, in %.1f s (encoding %.1f s, waiting for decoding %.1f s, loading the encoders %.1f s)",
+                (long long)st.files, (long long)st.encoded, (long long)st.clips, (long long)st.up_to_date,
+                (long long)st.skipped, st.seconds, p.encode_s, p.wait_s, p.load_s);
     if (out)
         *out = st;
     return rc;

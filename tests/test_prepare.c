@@ -1,8 +1,9 @@
 /* test_prepare.c: `gh200core prepare` (doc/prepare.md) through the CLI, with the `wanvae` and
  * `umt5` plugins at small random sizes, on media written at test time (tests/media_write.h): a
  * video and an image with captions become clips of latents and text embeddings of the right
- * shapes; a second run encodes nothing; an edited caption re-encodes that file only; a
- * removed clip length removes its files; a lost manifest (a killed run) re-encodes; a corrupt
+ * shapes; the last line's times (encoding, waiting for decoding, loading) add up; a second run
+ * encodes nothing; an edited caption re-encodes that file only; a removed clip length removes
+ * its files; a lost manifest (a killed run) re-encodes; a corrupt
  * file stops the run naming it, or is skipped with skip_bad_samples; a training run then reads
  * the caches (and runs prepare first itself). musubi_cache: musubi-tuner's files beside ours
  * (names, keys, metadata, the same bytes), kept by the manifest, read once beside ours and
@@ -113,6 +114,28 @@ static unsigned long long inode_of(const char *dir, const char *file)
 
 #ifdef GHC_HAVE_FFMPEG
 
+/* The last line's times (doc/prepare.md, "Progress"): "in T s (encoding E s, waiting for decoding
+ * W s, loading the encoders L s)", each >= 0 and E + W + L <= T (each printed to 0.1 s: up to
+ * 0.2 s of rounding); the files' own lines, "encoded in X s" (to 0.01 s), add up to E + W + L. */
+static void check_times(const char *out)
+{
+    const char *line = strstr(out, " skipped as bad, in ");
+    double t, e, w, l, files = 0;
+    int n = 0;
+    ck_assert_msg(line && sscanf(line, " skipped as bad, in %lf s (encoding %lf s, waiting for decoding %lf s, "
+                                       "loading the encoders %lf s)", &t, &e, &w, &l) == 4, "no times in:\n%s", out);
+    ck_assert_msg(e >= 0 && w >= 0 && l >= 0 && e + w + l <= t + 0.2 + 1e-9, "times %g %g %g of %g in:\n%s", e, w, l, t,
+                  out);
+    for (const char *at = out; (at = strstr(at, ": encoded in ")); at++, n++) {
+        double x;
+        ck_assert_int_eq(sscanf(at, ": encoded in %lf s", &x), 1);
+        files += x;
+    }
+    double d = files - (e + w + l);
+    ck_assert_msg(n > 0 && (d < 0 ? -d : d) <= 0.15 + 0.005 * n + 1e-9, "the %d files' times add up to %g, not %g + %g "
+                  "+ %g, in:\n%s", n, files, e, w, l, out);
+}
+
 /* In folder clips, at the bucket's size (48 x 32): a.mkv, 9 frames of the test pattern, and
  * b.png, its frame 3, with their captions. */
 static void write_ab(const char *clips)
@@ -139,6 +162,7 @@ START_TEST(prepare_media_to_caches)
     /* first run: a.mkv's clips of 1 and 5 frames (head), b.png's image */
     ck_assert_msg(cli(dir, &out, "prepare -c train.cfg") == 0, "%s", out);
     ck_assert_msg(strstr(out, "prepare: 2 media files: 2 encoded (3 clips), 0 up to date, 0 skipped as bad"), "%s", out);
+    check_times(out);
     free(out);
     ck_assert_str_eq(shape_of(clips, "a_00000-005.latent.safetensors", "latent"), "[16, 2, 4, 6] BF16");
     ck_assert_str_eq(shape_of(clips, "a_00000-001.latent.safetensors", "latent"), "[16, 1, 4, 6] BF16");
@@ -151,6 +175,8 @@ START_TEST(prepare_media_to_caches)
     /* nothing changed: nothing encoded */
     ck_assert_msg(cli(dir, &out, "prepare -c train.cfg") == 0, "%s", out);
     ck_assert_msg(strstr(out, "2 media files: 0 encoded (0 clips), 2 up to date"), "%s", out);
+    /* only the files encoded count: none */
+    ck_assert_msg(strstr(out, "(encoding 0.0 s, waiting for decoding 0.0 s, loading the encoders 0.0 s)"), "%s", out);
     free(out);
     /* an edited caption: that file again */
     free(tu_write(clips, "b.txt", "a blue cube on a table"));
@@ -236,6 +262,7 @@ START_TEST(prepare_read_ahead)
         ck_assert_msg(cli(dir, &out, args) == 0, "%s", out);
         unsetenv("GHC_PREPARE_AHEAD");
         ck_assert_msg(strstr(out, "7 media files: 7 encoded"), "%s", out);
+        check_times(out);
         const char *at = out;
         for (int k = 0; k < n; k++) {   /* [k+1/7] m<k>: the folder's order */
             char want[64];
