@@ -25,6 +25,7 @@ struct ghc_linears {
     struct ghc_adapter_plan *plan;   /* [n] */
     int32_t                *rank;    /* [n] the rank each target concatenates with (0: none) */
     ghc_tensor_t           *scratch; /* dequantised or folded weight, max_weight elements of base */
+    ghc_tensor_t           *bias16;  /* an f32 bias rounded to bf16 for a bf16 output (grown as needed) */
 };
 
 static unsigned linear_ways = GHC_LINEAR_ALL;
@@ -66,6 +67,7 @@ void ghc_linears_free(ghc_linears_t *l)
     if (!l)
         return;
     ghc_tensor_free(l->scratch);
+    ghc_tensor_free(l->bias16);
     free(l->plan);
     free(l->rank);
     free(l);
@@ -181,11 +183,55 @@ static const ghc_tensor_t *gemm_weight(ghc_linears_t *l, int32_t t, const ghc_te
     return *folded ? wf : w;
 }
 
+/* The bias the GEMM writing y takes: b itself, or for a bf16 y and an f32 b, b rounded to bf16
+ * into bias16 (*own, a view of it), cast on the stream in every call (the weights, and so the
+ * bias at an address, may change between calls: the offload policy streams each block's into
+ * the same buffers). cuBLASLt fuses only a bias of C's dtype; the others take a pass of their
+ * own after the product. The scratch grows at most a few times a run, after the stream's work
+ * that may still read it. */
+static int gemm_bias(ghc_linears_t *l, const ghc_tensor_t *b, const ghc_tensor_t *y, const ghc_tensor_t **bias,
+                     ghc_tensor_t **own, void *stream)
+{
+    *bias = b;
+    *own = NULL;
+    if (!b || ghc_tensor_dtype(y) != GHC_DTYPE_BF16 || ghc_tensor_dtype(b) != GHC_DTYPE_F32)
+        return 0;
+    int64_t n = ghc_tensor_numel(b);
+    int rc;
+    if (!l->bias16 || ghc_tensor_numel(l->bias16) < n) {
+        if (l->bias16 && (rc = ghc_op_sync(l->core, l->device, stream)) < 0)
+            return rc;
+        ghc_tensor_free(l->bias16);
+        if (!(l->bias16 = ghc_tensor_init(l->core, GHC_DTYPE_BF16, 1, &n, l->device, GHC_ROLE_WORKSPACE)))
+            return nomem(l);
+    }
+    if (!(*own = ghc_tensor_wrap(l->core, GHC_DTYPE_BF16, ghc_tensor_ndim(b), ghc_tensor_shape(b), l->device,
+                                 ghc_tensor_data(l->bias16))))
+        return nomem(l);
+    *bias = *own;
+    return ghc_op_cast(*own, b, 1.0f, NULL, stream);
+}
+
 /* ---- forward ----------------------------------------------------------------------------------- */
 
-/* y = [x | H] [W | B]^T + b. Returns 1 when done, 0 when the hook had nothing this step. */
-static int concat_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y, const ghc_tensor_t *x,
-                          ghc_tensor_t *xp, const struct ghc_gemm *g, void *stream)
+/* The product that writes all of y: with gelu and a bias (beta 0), also gelu_tanh(y) into gelu in
+ * its epilogue (*fused = true). */
+static int gemm_all(ghc_tensor_t *y, ghc_tensor_t *gelu, const ghc_tensor_t *a, const ghc_tensor_t *b,
+                    const struct ghc_gemm *g, bool *fused, void *stream)
+{
+    if (!gelu || !g->bias || g->beta != 0.0f)
+        return ghc_op_gemm(y, a, b, g, stream);
+    struct ghc_gemm f = *g;
+    f.epilogue = GHC_EPI_BIAS_GELU;
+    f.pre_gelu = y;
+    *fused = true;
+    return ghc_op_gemm(gelu, a, b, &f, stream);
+}
+
+/* y = [x | H] [W | B]^T + b (gelu: see gemm_all). Returns 1 when done, 0 when the hook had
+ * nothing this step. */
+static int concat_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y, ghc_tensor_t *gelu,
+                          const ghc_tensor_t *x, ghc_tensor_t *xp, const struct ghc_gemm *g, bool *fused, void *stream)
 {
     const int32_t r = l->rank[lin->target];
     const int64_t off = lin->spare_col;
@@ -193,7 +239,7 @@ static int concat_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_te
     ghc_tensor_t *xa = ghc_tensor_view_cols(xp, 0, off + r), *wa = wsub(l, lin->w, 0, lin->out, 0, off + r);
     int rc = !h || !wc || !xa || !wa ? nomem(l)
                                      : l->hook.concat_forward(l->hook.user, lin->target, x, h, wc, l->again, stream);
-    if (rc == 1 && (rc = ghc_op_gemm(y, xa, wa, g, stream)) == 0)
+    if (rc == 1 && (rc = gemm_all(y, gelu, xa, wa, g, fused, stream)) == 0)
         rc = 1;
     ghc_tensor_free(h);
     ghc_tensor_free(wc);
@@ -226,26 +272,32 @@ static int check_linear(ghc_linears_t *l, const struct ghc_linear *lin)
     return 0;
 }
 
-int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y, const ghc_tensor_t *x,
-                       ghc_tensor_t *xp, void *stream)
+/* ghc_linear_forward into y, and with gelu (ghc_linear_forward_gelu; y its pre) gelu_tanh(y)
+ * into gelu where one product writes all of y (*fused; the caller applies it otherwise). */
+static int forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y, ghc_tensor_t *gelu,
+                   const ghc_tensor_t *x, ghc_tensor_t *xp, bool *fused, void *stream)
 {
     int rc = check_linear(l, lin);
     if (rc < 0)
         return rc;
     const int32_t t = lin->target;
     const bool adapted = t >= 0 && l->has_hook && l->plan[t].adapted;
-    struct ghc_gemm g = { .trans_b = true, .epilogue = lin->b ? GHC_EPI_BIAS : GHC_EPI_NONE, .bias = lin->b };
-    ghc_tensor_t *wv = NULL, *own = NULL, *xq = NULL;
+    ghc_tensor_t *wv = NULL, *own = NULL, *xq = NULL, *b16 = NULL;
+    struct ghc_gemm g = { .trans_b = true, .epilogue = lin->b ? GHC_EPI_BIAS : GHC_EPI_NONE };
+    if ((rc = gemm_bias(l, lin->b, y, &g.bias, &b16, stream)) < 0)
+        goto out;
     const ghc_tensor_t *w = lin->w;
     int folded = 0, done = 0;
     bool asked = false;   /* the adapter was asked to write its part before the GEMM */
     if (adapted && xp && has_room(l, lin)) {
-        if ((rc = concat_forward(l, lin, y, x, xp, &g, stream)) != 0)
-            return rc < 0 ? rc : 0;
+        if ((rc = concat_forward(l, lin, y, gelu, x, xp, &g, fused, stream)) != 0)
+            goto out;
     }
     if (ghc_tensor_dim(w, 0) != lin->out || ghc_tensor_dim(w, 1) != lin->in) {   /* the linear within its room */
-        if (!(wv = wsub(l, w, 0, lin->out, 0, lin->in)))
-            return nomem(l);
+        if (!(wv = wsub(l, w, 0, lin->out, 0, lin->in))) {
+            rc = nomem(l);
+            goto out;
+        }
         w = wv;
     }
     if (lin->x_e4m3 && ghc_tensor_dtype(w) == GHC_DTYPE_F8_E4M3) {
@@ -277,7 +329,9 @@ int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tenso
                 goto out;
             g.beta = done == 1 ? 1.0f : 0.0f;
         }
-        rc = ghc_op_gemm(y, x, wd, &g, stream);
+        /* nothing added after: the product writes all of y where the hook wrote nothing first */
+        rc = adapted && !folded && !asked ? ghc_op_gemm(y, x, wd, &g, stream)
+                                          : gemm_all(y, gelu, x, wd, &g, fused, stream);
     }
     if (rc == 0 && adapted && !folded && !asked)   /* y += the adapter's part */
         rc = l->hook.forward(l->hook.user, t, x, y, false, stream);
@@ -285,7 +339,32 @@ out:
     ghc_tensor_free(xq);
     ghc_tensor_free(own);
     ghc_tensor_free(wv);
+    ghc_tensor_free(b16);
     return rc < 0 ? rc : 0;
+}
+
+int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y, const ghc_tensor_t *x,
+                       ghc_tensor_t *xp, void *stream)
+{
+    bool fused = false;
+    return forward(l, lin, y, NULL, x, xp, &fused, stream);
+}
+
+int ghc_linear_forward_gelu(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *g, ghc_tensor_t *pre,
+                            const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream)
+{
+    const enum ghc_dtype dt = g && pre ? ghc_tensor_dtype(pre) : GHC_DTYPE_F32;
+    if (!g || !pre || ghc_tensor_dtype(g) != dt || (dt != GHC_DTYPE_F32 && dt != GHC_DTYPE_BF16) ||
+        !ghc_tensor_same_shape(g, pre) || ghc_tensor_row_stride(pre) != ghc_tensor_dim(pre, -1)) {
+        char bg[160], bp[160];
+        return ghc_error_set(l->core, GHC_EINVAL, "linear: ghc_linear_forward_gelu: g %s and pre %s (expected tensors "
+                             "of one shape, both f32 or both bf16, pre dense)",
+                             g ? ghc_tensor_describe(g, bg, sizeof(bg)) : "NULL",
+                             pre ? ghc_tensor_describe(pre, bp, sizeof(bp)) : "NULL");
+    }
+    bool fused = false;
+    int rc = forward(l, lin, pre, g, x, xp, &fused, stream);
+    return rc < 0 || fused ? rc : ghc_op_gelu_tanh(g, pre, stream);
 }
 
 int ghc_linear_restore(ghc_linears_t *l, const struct ghc_linear *lin, const ghc_tensor_t *x, ghc_tensor_t *xp,

@@ -414,13 +414,11 @@ int ghc_op_gemm(ghc_tensor_t *c_, const ghc_tensor_t *a, const ghc_tensor_t *b,
     bool fp8 = ghc_tensor_dtype(a) == GHC_DTYPE_F8_E4M3;
     const ghc_tensor_t *ops3[3] = { a, b, c_ };
     static const char *const names3[3] = { "a", "b", "c" };
-    for (int k = 0; k < 3; k++) {   /* column views: bf16 or f32; C only without an epilogue */
+    for (int k = 0; k < 3; k++) {   /* column views: bf16 or f32 (C with any epilogue since API 20) */
         if (dense(ops3[k]))
             continue;
         if (fp8)
             return bad(&c, names3[k], ops3[k], "a dense tensor (gemm takes column views only in bf16 or f32)");
-        if (k == 2 && args->epilogue != GHC_EPI_NONE)
-            return bad(&c, names3[k], ops3[k], "a dense tensor (gemm writes a column view C only without an epilogue)");
     }
     if (!fp8 && ((args->scale_a != 0.0f && args->scale_a != 1.0f) || (args->scale_b != 0.0f && args->scale_b != 1.0f)))
         return bad(&c, "a", a, "F8_E4M3 operands for scale_a = %g, scale_b = %g (scales apply to fp8 only)",

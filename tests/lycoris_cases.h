@@ -8,9 +8,11 @@
  *     loaded through the network gives the fixture's prediction and gradients, on a random
  *     loaded through the network gives the fixture's prediction and gradients, on a random
  *     model the adapter gradients match central finite differences of the loss, and the ways
- *     the core may take (linear.h, forced with ghc_linear_ways) agree with each other.
+ *     the core may take (linear.h, forced with ghc_linear_ways) agree with each other;
+ *   - ghc_linear_forward_gelu in each way against ghc_linear_forward and the GELU op, and a bf16
+ *     output's bias rounded to bf16 (linear.h, API 20).
  * Header-only like optim_cases.h: static functions and Check tests, one copy per suite; the
- * suites add the tests (golden, golden_bf16_input, wan22_*) to their own test cases. */
+ * suites add the tests (golden, golden_bf16_input, wan22_*, linear_*) to their own test cases. */
 #ifndef GHC_TEST_LYCORIS_CASES_H
 #define GHC_TEST_LYCORIS_CASES_H
 
@@ -903,6 +905,266 @@ START_TEST(wan22_finite_differences)
         "algo = \"loha\"; rank = 6; alpha = 3.0;",   /* materialised on the 64 x 64 linears, Khatri-Rao on ffn */
     };
     fd_check(cfgs[_i]);
+}
+END_TEST
+
+/* ---- ghc_linear_forward_gelu and a bf16 output's bias (linear.h, API 20) ------------------------ */
+
+/* An f32 host tensor of normal values (seeded), times scale. */
+static ghc_tensor_t *lg_randn(ghc_core_t *core, int ndim, const int64_t *shape, uint64_t seed, float scale)
+{
+    ghc_tensor_t *h = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_F32, ndim, shape);
+    ok(core, ghc_op_rand_normal(h, &(struct ghc_rng){ seed, 0 }, NULL));
+    ok(core, ghc_op_scale(h, h, scale, NULL));
+    return h;
+}
+
+/* The elements where a and b (any dtype and device, same numel) differ. */
+static int64_t lg_ndiff(ghc_core_t *core, const ghc_tensor_t *a, const ghc_tensor_t *b)
+{
+    ck_assert_int_eq(ghc_tensor_numel(a), ghc_tensor_numel(b));
+    ghc_tensor_t *ha = on(core, a, GHC_DEVICE_CPU, GHC_DTYPE_F32), *hb = on(core, b, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    const float *pa = ghc_tensor_cdata(ha), *pb = ghc_tensor_cdata(hb);
+    int64_t n = 0;
+    for (int64_t i = 0; i < ghc_tensor_numel(a); i++)
+        n += pa[i] != pb[i];
+    ghc_tensor_free(ha);
+    ghc_tensor_free(hb);
+    return n;
+}
+
+/* rel_err of got against ref on any device and dtype. */
+static double lg_rel(ghc_core_t *core, const ghc_tensor_t *got, const ghc_tensor_t *ref)
+{
+    ghc_tensor_t *h = on(core, ref, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+    double e = rel_err(core, got, h);
+    ghc_tensor_free(h);
+    return e;
+}
+
+/* One linear [out 48, in 64] of the one_target shape, as a model keeping 8 spare rows and columns
+ * stores it: LG_IN + 8 columns of the input, LG_OUT + 8 rows of the weight (zero outside the
+ * linear). B samples of LG_ROWS rows. */
+enum { LG_B = 2, LG_ROWS = 40, LG_IN = 64, LG_OUT = 48, LG_PAD = 8 };
+
+struct lg_case {
+    const char *what, *cfg;
+    int32_t     target;   /* 0: one_target's adapter; -1: none */
+    unsigned    ways;     /* ghc_linear_ways when the hook is installed */
+    bool        xp;       /* the call gives xp (K-concatenation where the plan has it) */
+    bool        bias;
+    bool        fused;    /* one product writes all of pre: g from the GEMM's epilogue */
+    int         cat, fwd, fwd_write;   /* the targets that K-concatenate (ghc_linears_set_hook); the
+                                        * hook's calls per forward that did the work: concat_forward,
+                                        * forward, forward writing */
+};
+
+static const struct lg_case lg_cases[] = {
+    { "no adapter", "algo = \"lora\"; rank = 4;", -1, GHC_LINEAR_FOLD | GHC_LINEAR_WRITE, true, true, true, 0, 0, 0 },
+    { "K-concatenated LoRA", "algo = \"lora\"; rank = 4; alpha = 2.0;", 0, GHC_LINEAR_ALL, true, true, true, 1, 0, 0 },
+    { "K-concatenated LoRA, no bias", "algo = \"lora\"; rank = 4; alpha = 2.0;", 0, GHC_LINEAR_ALL, true, false, false,
+      1, 0, 0 },
+    { "folded LoRA", "algo = \"lora\"; rank = 4; alpha = 2.0; fold = true;", 0, GHC_LINEAR_ALL, true, true, true, 0, 0,
+      0 },
+    { "LoRA written first", "algo = \"lora\"; rank = 4; alpha = 2.0;", 0, GHC_LINEAR_FOLD | GHC_LINEAR_WRITE, true,
+      true, false, 0, 1, 1 },
+    { "LoRA added after", "algo = \"lora\"; rank = 4; alpha = 2.0;", 0, GHC_LINEAR_FOLD, true, true, false, 0, 1, 0 },
+};
+#define N_LG_CASES (int)(sizeof(lg_cases) / sizeof(lg_cases[0]))
+
+/* ghc_linear_forward_gelu against ghc_linear_forward then ghc_op_gelu_tanh, for each way the core
+ * takes, in f32 and bf16, with the hook's calls counted (the same in both). CPU: pre has the bits
+ * of ghc_linear_forward's y; g those of ghc_op_gelu_tanh(pre) in f32 and wherever a pass of its own
+ * applies the GELU; where the GEMM's epilogue does (fused) in bf16, g is the GELU of the unrounded
+ * sum: the bits of ghc_op_gelu_tanh of the f32 y (its bias given in bf16's values, as the bf16
+ * call rounds it) rounded to bf16, and differs from the GELU of the rounded pre somewhere. GPU
+ * (cuBLASLt's epilogue GELU and bias, another algorithm than the plain product's): within
+ * rounding. */
+START_TEST(linear_gelu)
+{
+    const struct lg_case *c = &lg_cases[_i];
+    const bool cpu = dev == GHC_DEVICE_CPU;
+    ghc_core_t *core = core_with(c->cfg, NULL);
+    ghc_network_t *net = ghc_network_get(core);
+    ok(core, ghc_network_attach(net, 0, &one_target, 1));
+    struct ghc_param *ps;
+    int32_t np;
+    ok(core, ghc_network_params(net, 0, &ps, &np));
+    for (int32_t k = 0; k < np; k++) {   /* off the zero-delta init */
+        ghc_tensor_t *h = lg_randn(core, ghc_tensor_ndim(ps[k].value), ghc_tensor_shape(ps[k].value), 40 + (uint64_t)k,
+                                   0.3f);
+        ok(core, ghc_op_copy(ps[k].value, h, NULL));
+        ok(core, ghc_op_sync(core, dev, NULL));
+        ghc_tensor_free(h);
+    }
+    ok(core, ghc_network_begin_step(net, 1));
+    struct ghc_adapter_hook hook;
+    ok(core, ghc_network_hook(net, 0, &hook));
+    real_hook = hook;
+    hook.forward = count_fwd;
+    hook.backward = count_bwd;
+    hook.concat_forward = count_cat_fwd;
+    hook.concat_backward = count_cat_bwd;
+
+    /* host values: x [B, rows, in], the weight's linear part, the bias (and in bf16's values) */
+    const int64_t xs[3] = { LG_B, LG_ROWS, LG_IN }, ws[2] = { LG_OUT, LG_IN }, bs[1] = { LG_OUT };
+    ghc_tensor_t *xh = lg_randn(core, 3, xs, 1, 1.0f), *wh = lg_randn(core, 2, ws, 2, 0.2f);
+    ghc_tensor_t *bh = lg_randn(core, 1, bs, 3, 0.5f), *b16h = mk(core, GHC_DEVICE_CPU, GHC_DTYPE_BF16, 1, bs);
+    ok(core, ghc_op_cast(b16h, bh, 1.0f, NULL, NULL));
+    ghc_tensor_t *b = on(core, bh, dev, GHC_DTYPE_F32), *b16 = on(core, b16h, dev, GHC_DTYPE_F32);
+    for (int d = 0; d < 2; d++) {
+        const enum ghc_dtype dt = d ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+        const char *dn = ghc_dtype_name(dt);
+        ghc_linears_t *l = ghc_linears_new(core, dev, dt, 1, (int64_t)1 << 16);
+        ck_assert_ptr_nonnull(l);
+        ghc_linear_ways(c->ways);
+        int rc = ghc_linears_set_hook(l, &hook, (const int64_t[]){ LG_PAD });
+        ghc_linear_ways(GHC_LINEAR_ALL);
+        ck_assert_int_eq(rc, c->cat);
+        /* xp = [x | 8 zero columns], the weight [W | 0 ; 0] in its room */
+        ghc_tensor_t *xp = mk(core, dev, dt, 3, (const int64_t[]){ LG_B, LG_ROWS, LG_IN + LG_PAD });
+        ghc_tensor_t *w = mk(core, dev, dt, 2, (const int64_t[]){ LG_OUT + LG_PAD, LG_IN + LG_PAD });
+        ok(core, ghc_op_fill(xp, 0.0, NULL));
+        ok(core, ghc_op_fill(w, 0.0, NULL));
+        ghc_tensor_t *x = ghc_tensor_view_cols(xp, 0, LG_IN), *xd = on(core, xh, dev, dt), *wd = on(core, wh, dev, dt);
+        ghc_tensor_t *wrows = ghc_tensor_wrap(core, dt, 2, (const int64_t[]){ LG_OUT, LG_IN + LG_PAD }, dev,
+                                              ghc_tensor_data(w));
+        ghc_tensor_t *wv = ghc_tensor_view_cols(wrows, 0, LG_IN);
+        ck_assert(x && wrows && wv);
+        ok(core, ghc_op_copy(x, xd, NULL));
+        ok(core, ghc_op_copy(wv, wd, NULL));
+        struct ghc_linear lin = { .target = c->target, .w = w, .w_scale = 1.0f, .b = c->bias ? b : NULL,
+                                  .out = LG_OUT, .in = LG_IN, .spare_col = LG_IN, .spare = LG_PAD };
+        const int64_t ys[3] = { LG_B, LG_ROWS, LG_OUT };
+        ghc_tensor_t *y = mk(core, dev, dt, 3, ys), *gy = mk(core, dev, dt, 3, ys);
+        /* g: a column view, as a model's next linear input with spare columns (gw, 3 elsewhere) */
+        ghc_tensor_t *pre = mk(core, dev, dt, 3, ys), *gw = mk(core, dev, dt, 3, (const int64_t[]){ LG_B, LG_ROWS,
+                                                                                                 LG_OUT + LG_PAD });
+        ghc_tensor_t *g = ghc_tensor_view_cols(gw, 0, LG_OUT);
+        ck_assert_ptr_nonnull(g);
+        ok(core, ghc_op_fill(gw, 3.0, NULL));
+        int counts[2][3];
+        for (int pass = 0; pass < 2; pass++) {   /* the linear and a GELU pass, then in one call */
+            n_fwd = n_fwd_write = n_cat_fwd = 0;
+            if (pass == 0) {
+                ok(core, ghc_linear_forward(l, &lin, y, x, c->xp ? xp : NULL, NULL));
+                ok(core, ghc_op_gelu_tanh(gy, y, NULL));
+            } else {
+                ok(core, ghc_linear_forward_gelu(l, &lin, g, pre, x, c->xp ? xp : NULL, NULL));
+            }
+            counts[pass][0] = n_cat_fwd, counts[pass][1] = n_fwd, counts[pass][2] = n_fwd_write;
+        }
+        printf("linear_gelu (%s, %s): hook calls concat %d, forward %d (%d writing)\n", c->what, dn, counts[1][0],
+               counts[1][1], counts[1][2]);
+        for (int pass = 0; pass < 2; pass++) {
+            ck_assert_int_eq(counts[pass][0], c->cat);
+            ck_assert_int_eq(counts[pass][1], c->fwd);
+            ck_assert_int_eq(counts[pass][2], c->fwd_write);
+        }
+        ghc_tensor_t *gwh = on(core, gw, GHC_DEVICE_CPU, GHC_DTYPE_F32);
+        for (int64_t i = 0; i < ghc_tensor_numel(gwh); i++)
+            if (i % (LG_OUT + LG_PAD) >= LG_OUT)
+                ck_assert_msg(((const float *)ghc_tensor_cdata(gwh))[i] == 3.0f, "%s, %s: g's spare column written",
+                              c->what, dn);
+        ghc_tensor_free(gwh);
+        const double tol = d ? 1e-2 : 1e-5;
+        double e_pre = lg_rel(core, pre, y), e_g = lg_rel(core, g, gy);
+        printf("linear_gelu (%s, %s): pre rel err %.3g, g rel err %.3g\n", c->what, dn, e_pre, e_g);
+        ck_assert_msg(e_pre <= (cpu ? 0.0 : tol), "%s, %s: pre rel err %g", c->what, dn, e_pre);
+        if (cpu)
+            ck_assert_int_eq(lg_ndiff(core, pre, y), 0);
+        if (cpu && (!c->fused || !d)) {
+            ck_assert_int_eq(lg_ndiff(core, g, gy), 0);
+        } else if (cpu) {   /* bf16, fused: the GELU of the unrounded sum */
+            lin.b = b16;
+            ghc_tensor_t *y32 = mk(core, dev, GHC_DTYPE_F32, 3, ys), *gr = mk(core, dev, dt, 3, ys);
+            ok(core, ghc_linear_forward(l, &lin, y32, x, c->xp ? xp : NULL, NULL));
+            ok(core, ghc_op_gelu_tanh(gr, y32, NULL));
+            const int64_t moved = lg_ndiff(core, g, gy);
+            printf("linear_gelu (%s, %s): the epilogue's GELU differs from the GELU of the rounded pre in %lld of "
+                   "%lld\n", c->what, dn, (long long)moved, (long long)ghc_tensor_numel(g));
+            ck_assert_int_eq(lg_ndiff(core, g, gr), 0);
+            ck_assert_int_gt(moved, 0);
+            ghc_tensor_free(y32);
+            ghc_tensor_free(gr);
+        } else {
+            ck_assert_msg(e_g < tol, "%s, %s: g rel err %g", c->what, dn, e_g);
+        }
+        ghc_tensor_t *all[] = { xp, w, x, xd, wd, wrows, wv, y, gy, pre, g, gw };
+        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+            ghc_tensor_free(all[k]);
+        ghc_linears_free(l);
+    }
+    ghc_tensor_t *all[] = { xh, wh, bh, b16h, b, b16 };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    ghc_core_free(core);
+}
+END_TEST
+
+/* A bf16 y with an f32 bias (linear.h, since API 20): the product with the bias rounded to bf16
+ * (the CPU reference GEMM adds the bias it is given, widened to f32, to the f32 sum and rounds
+ * once; it differs from the product with the f32 bias somewhere), whichever bias came before it
+ * (a new bias at the same address, a longer one: the bf16 copy is made each call); an f32 y
+ * takes the f32 bias, bits unchanged. GPU: cuBLASLt's fused bias of C's dtype. */
+START_TEST(linear_bf16_bias)
+{
+    const bool cpu = dev == GHC_DEVICE_CPU;
+    ghc_core_t *core = core_with("", NULL);
+    ghc_linears_t *l = ghc_linears_new(core, dev, GHC_DTYPE_BF16, 0, 0);
+    ck_assert_ptr_nonnull(l);
+    const int64_t xs[3] = { LG_B, LG_ROWS, LG_IN }, ws[2] = { LG_OUT, LG_IN }, bs[1] = { LG_OUT };
+    const int64_t ys[3] = { LG_B, LG_ROWS, LG_OUT };
+    ghc_tensor_t *xh = lg_randn(core, 3, xs, 11, 1.0f), *wh = lg_randn(core, 2, ws, 12, 0.2f);
+    ghc_tensor_t *x = on(core, xh, dev, GHC_DTYPE_BF16), *w = on(core, wh, dev, GHC_DTYPE_BF16);
+    ghc_tensor_t *b = mk(core, dev, GHC_DTYPE_F32, 1, bs), *b16 = mk(core, dev, GHC_DTYPE_BF16, 1, bs);
+    ghc_tensor_t *y = mk(core, dev, GHC_DTYPE_BF16, 3, ys), *ref = mk(core, dev, GHC_DTYPE_BF16, 3, ys);
+    ghc_tensor_t *unr = mk(core, dev, GHC_DTYPE_BF16, 3, ys);
+    ghc_tensor_t *x2 = ghc_tensor_wrap(core, GHC_DTYPE_BF16, 2, (const int64_t[]){ LG_B * LG_ROWS, LG_IN }, dev,
+                                       ghc_tensor_data(x));
+    ghc_tensor_t *bshort = ghc_tensor_wrap(core, GHC_DTYPE_F32, 1, (const int64_t[]){ 16 }, dev, ghc_tensor_data(b));
+    ghc_tensor_t *ys16 = mk(core, dev, GHC_DTYPE_BF16, 3, (const int64_t[]){ LG_B, LG_ROWS, 16 });
+    ck_assert(x2 && bshort);
+    struct ghc_linear lin = { .target = -1, .w = w, .w_scale = 1.0f, .b = b, .out = LG_OUT, .in = LG_IN };
+    struct ghc_linear lshort = { .target = -1, .w = w, .w_scale = 1.0f, .b = bshort, .out = 16, .in = LG_IN };
+    for (int round = 0; round < 2; round++) {   /* a second bias at the same address */
+        ghc_tensor_t *bh = lg_randn(core, 1, bs, 13 + (uint64_t)round, 0.7f);
+        ok(core, ghc_op_copy(b, bh, NULL));
+        ok(core, ghc_op_cast(b16, b, 1.0f, NULL, NULL));
+        if (round == 0)   /* a shorter bias first: the copy grows for the longer one */
+            ok(core, ghc_linear_forward(l, &lshort, ys16, x, NULL, NULL));
+        ok(core, ghc_linear_forward(l, &lin, y, x, NULL, NULL));
+        ok(core, ghc_op_gemm(ref, x, w, &(struct ghc_gemm){ .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = b16 },
+                             NULL));
+        ok(core, ghc_op_gemm(unr, x, w, &(struct ghc_gemm){ .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = b },
+                             NULL));
+        const int64_t nd = lg_ndiff(core, y, ref), nu = lg_ndiff(core, y, unr);
+        const double e = lg_rel(core, y, ref);
+        printf("linear_bf16_bias (bias %d): against the bf16 bias %lld differ (rel err %.3g), against the f32 bias "
+               "%lld of %lld\n", round, (long long)nd, e, (long long)nu, (long long)ghc_tensor_numel(y));
+        if (cpu) {
+            ck_assert_int_eq(nd, 0);
+            ck_assert_int_gt(nu, 0);
+        } else {
+            ck_assert_msg(e < 1e-2, "bf16 y against the product with the bf16 bias: rel err %g", e);
+        }
+        ghc_tensor_free(bh);
+    }
+    /* f32 y: the f32 bias as given */
+    ghc_tensor_t *y32 = mk(core, dev, GHC_DTYPE_F32, 3, ys), *r32 = mk(core, dev, GHC_DTYPE_F32, 3, ys);
+    ok(core, ghc_linear_forward(l, &lin, y32, x, NULL, NULL));
+    ok(core, ghc_op_gemm(r32, x, w, &(struct ghc_gemm){ .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = b }, NULL));
+    const double e32 = lg_rel(core, y32, r32);
+    printf("linear_bf16_bias: f32 y against the product with the f32 bias: rel err %.3g\n", e32);
+    if (cpu)
+        ck_assert_int_eq(lg_ndiff(core, y32, r32), 0);
+    else
+        ck_assert_msg(e32 < 1e-5, "f32 y: rel err %g", e32);
+    ghc_tensor_t *all[] = { xh, wh, x, w, b, b16, y, ref, unr, x2, bshort, ys16, y32, r32 };
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+        ghc_tensor_free(all[k]);
+    ghc_linears_free(l);
+    ghc_core_free(core);
 }
 END_TEST
 

@@ -283,6 +283,53 @@ START_TEST(gemm_column_views)
 }
 END_TEST
 
+/* An epilogue into a column view C (since API 20): A [40, 64] B^T [48, 64] + bias (then GELU, with
+ * a dense pre_gelu) into columns 8..55 of [40, 64], the bias in C's dtype (cuBLASLt's fused
+ * epilogue, C's rows ldc apart) and in the other (the product, then our epilogue kernel over
+ * the view). Against the CPU on the same views; C's other columns keep their bits. */
+START_TEST(gemm_view_c_epilogues)
+{
+    const enum ghc_dtype dts[] = { GHC_DTYPE_F32, GHC_DTYPE_BF16 };
+    for (int d = 0; d < 2; d++)
+        for (int e = 0; e < 4; e++) {
+            const enum ghc_dtype dt = dts[d], other = dt == GHC_DTYPE_F32 ? GHC_DTYPE_BF16 : GHC_DTYPE_F32;
+            const bool gelu = e >= 2, native = e % 2 == 0;
+            ghc_tensor_t *a = CPU(dt, 40, 64), *b = CPU(dt, 48, 64), *xc = CPU(dt, 40, 64);
+            ghc_tensor_t *bias = CPU(native ? dt : other, 48), *pre = CPU(dt, 40, 48);
+            fill_rand(a, 1.0f);
+            fill_rand(b, 1.0f);
+            fill_rand(xc, 1.0f);
+            fill_rand(bias, 1.0f);
+            ghc_tensor_t *ga = up(a), *gb = up(b), *gc = up(xc), *gbias = up(bias), *gpre = GPU(dt, 40, 48);
+            poison(gpre);
+            ghc_tensor_t *vc = ghc_tensor_view_cols(xc, 8, 48), *vg = ghc_tensor_view_cols(gc, 8, 48);
+            ck_assert(vc && vg);
+            struct ghc_gemm g = { .trans_b = true, .epilogue = gelu ? GHC_EPI_BIAS_GELU : GHC_EPI_BIAS, .bias = bias,
+                                  .pre_gelu = gelu ? pre : NULL };
+            ok(ghc_op_gemm(vc, a, b, &g, NULL));
+            g.bias = gbias;
+            g.pre_gelu = gelu ? gpre : NULL;
+            ok(ghc_op_gemm(vg, ga, gb, &g, NULL));
+            char w[128];
+            snprintf(w, sizeof(w), "gemm %s %s into a column view C (bias %s)", ghc_dtype_name(dt),
+                     gelu ? "BIAS_GELU + pre_gelu" : "BIAS", ghc_dtype_name(native ? dt : other));
+            expect_close(gc, xc, tol_of(dt), w);
+            if (gelu) {
+                char wp[160];
+                snprintf(wp, sizeof(wp), "%s pre_gelu", w);
+                expect_close(gpre, pre, tol_of(dt), wp);
+            }
+            ghc_tensor_t *hc = down(gc);   /* the columns outside the view: untouched */
+            for (int64_t i = 0; i < ghc_tensor_numel(hc); i++)
+                if (i % 64 < 8 || i % 64 >= 56)
+                    ck_assert_msg(getf(hc, i) == getf(xc, i), "%s: C[%lld] outside the view changed", w, (long long)i);
+            ghc_tensor_t *all[] = { a, b, xc, bias, pre, ga, gb, gc, gbias, gpre, vc, vg, hc };
+            for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+                ghc_tensor_free(all[k]);
+        }
+}
+END_TEST
+
 START_TEST(gemm_epilogues)
 {
     static ghc_tensor_t *want_pre = (ghc_tensor_t *)1;   /* a marker: "ask for pre_gelu" */
@@ -745,6 +792,7 @@ int main(void)
     tcase_add_test(tg, gemm_transposes);
     tcase_add_test(tg, gemm_batched);
     tcase_add_test(tg, gemm_column_views);
+    tcase_add_test(tg, gemm_view_c_epilogues);
     tcase_add_test(tg, gemm_epilogues);
     tcase_add_test(tg, gemm_fp8);
     tcase_add_test(tg, gemm_wan_shapes);

@@ -1154,6 +1154,8 @@ static Suite *lycoris_suite(void)
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     tcase_add_loop_test(tc, wan22_keep_h, 0, 2);
     tcase_add_loop_test(tc, wan22_concat, 0, (int)(sizeof(concat_cfgs) / sizeof(concat_cfgs[0])));
+    tcase_add_loop_test(tc, linear_gelu, 0, N_LG_CASES);
+    tcase_add_test(tc, linear_bf16_bias);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
 /* test_lycoris_cuda.c: the lycoris golden cases (f32 and bf16 input; DoRA included), the wan22
  * fixture LoRA, the finite-difference checks and the hook's parts before / after the model's
- * GEMMs of tests/lycoris_cases.h (which tests/test_lycoris.c runs on the CPU) on GPU 0,
+ * GEMMs, ghc_linear_forward_gelu (cuBLASLt's GELU epilogue) and a bf16 output's bias of
+ * tests/lycoris_cases.h (which tests/test_lycoris.c runs on the CPU) on GPU 0,
  * through the `device` memory policy: the same code path (the ops) with the CUDA kernels.
  * Exits 77 without a GPU. */
 #include <config.h>
@@ -24,6 +25,8 @@ int main(void)
     tcase_add_loop_test(tc, wan22_first_vs_after, 0, (int)(sizeof(first_cfgs) / sizeof(first_cfgs[0])));
     tcase_add_loop_test(tc, wan22_keep_h, 0, 2);
     tcase_add_loop_test(tc, wan22_concat, 0, (int)(sizeof(concat_cfgs) / sizeof(concat_cfgs[0])));
+    tcase_add_loop_test(tc, linear_gelu, 0, N_LG_CASES);
+    tcase_add_test(tc, linear_bf16_bias);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, true);
 }

@@ -536,11 +536,28 @@ START_TEST(gemm_column_views)
     OK(ghc_op_scale(T(F32, 4, 8), all, 2.0f, NULL));
     expect_einval(ghc_op_scale(T(F32, 4, 5), xv, 2.0f, NULL), "scale", "column views");
     struct ghc_gemm lin = { .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = bias };
-    ghc_tensor_t *yv = ghc_tensor_view_cols(T(F32, 4, 6), 1, 3);
+    ghc_tensor_t *yw = T(F32, 4, 6), *yv = ghc_tensor_view_cols(yw, 1, 3), *pre = T(F32, 4, 3), *g = T(F32, 4, 3);
     ck_assert(yv);
     pool[npool++] = yv;
     OK(ghc_op_gemm(y, xv, w, &lin, NULL));   /* a view A with an epilogue (since API 7) */
-    expect_einval(ghc_op_gemm(yv, xv, w, &lin, NULL), "gemm", "without an epilogue");
+    /* a view C with an epilogue (since API 20): the dense C's values, its other columns kept;
+     * pre_gelu dense */
+    struct ghc_gemm lg = { .trans_b = true, .epilogue = GHC_EPI_BIAS_GELU, .bias = bias, .pre_gelu = pre };
+    OK(ghc_op_gemm(g, xv, w, &(struct ghc_gemm){ .trans_b = true, .epilogue = GHC_EPI_BIAS_GELU, .bias = bias }, NULL));
+    for (int e = 0; e < 2; e++) {
+        OK(ghc_op_fill(yw, 7.0, NULL));
+        OK(ghc_op_fill(pre, 9.0, NULL));
+        OK(ghc_op_gemm(yv, xv, w, e ? &lg : &lin, NULL));
+        for (int64_t i = 0; i < 24; i++) {
+            const int64_t col = i % 6, row = i / 6;
+            double want = col >= 1 && col < 4 ? get(e ? g : y, row * 3 + col - 1) : 7.0;
+            ck_assert_msg(get(yw, i) == want, "epilogue %d: C parent [%lld]: %.9g, want %.9g", e, (long long)i,
+                          get(yw, i), want);
+        }
+    }
+    for (int64_t i = 0; i < 12; i++)
+        ck_assert_msg(get(pre, i) == get(y, i), "pre_gelu [%lld]: %.9g, want %.9g", (long long)i, get(pre, i),
+                      get(y, i));
     ck_assert_ptr_null(ghc_tensor_view_cols(x, 4, 5));
     ghc_error_clear(core);
     ck_assert_int_eq(ghc_tensor_reshape(xv, 1, (const int64_t[]){ 20 }), GHC_EINVAL);

@@ -1723,6 +1723,80 @@ START_TEST(bf16_cpu)
 }
 END_TEST
 
+/* ffn.0 and v in the GEMM dtype (bf16 on the CPU, checkpointing off: every block keeps its
+ * activations): a block's kept h1 and g are the bits of its ffn.0 product in f32 (the bias given
+ * in bf16's values) rounded to bf16, and of the GELU of that unrounded product rounded to bf16
+ * (ghc_linear_forward_gelu's fused epilogue, not the GELU of the rounded h1); v is the bf16
+ * product with the bias rounded to bf16 (ghc_op_gemm's bias in bf16, rounded once). */
+START_TEST(ffn_gelu_bf16)
+{
+    ghc_core_t *core = ghc_core_init();
+    struct wan22 m;
+    struct wan22_detected det;
+    struct fcase c;
+    direct_init(&m, core, false);
+    direct_base(&m, GHC_DTYPE_BF16);
+    ok(core, wan22_load(&m, fixture("weights_official.safetensors"), 2, &m.experts[0], GHC_ROLE_WEIGHTS, &det));
+    case_open(core, &c, GHC_DEVICE_CPU);
+    struct ghc_model_batch bt = batch_of(&c, true);
+    ghc_tensor_t *o = like(core, c.x700, GHC_DEVICE_CPU);
+    ok(core, wan22_forward(&m, 0, &bt, o, true, NULL));
+    ck_assert_ptr_null(m.st.fh1);   /* nothing recomputed: no chunk scratch */
+    const int64_t D = m.d.dim, F = m.d.ffn_dim;
+    int64_t moved = 0, total = 0;
+    for (int64_t i = 0; i < m.d.layers; i++) {
+        const struct wan22_block_w *bw = &m.experts[0].blocks[i];
+        struct wan22_act *a = &m.st.acts[wan22_act_slot(&m, i)];
+        ck_assert(a->h1 && ghc_tensor_dtype(a->h1) == GHC_DTYPE_BF16 && ghc_tensor_dtype(a->v) == GHC_DTYPE_BF16);
+        const int64_t BL = ghc_tensor_numel(a->u2) / D;
+        ghc_tensor_t *b16 = ghc_tensor_init(core, GHC_DTYPE_BF16, 1, &F, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *bq = ghc_tensor_init(core, GHC_DTYPE_F32, 1, &F, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *pre = mk(core, GHC_DEVICE_CPU, 3, (const int64_t[]){ 1, BL, F });
+        ghc_tensor_t *h = ghc_tensor_init(core, GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, BL, F }, GHC_DEVICE_CPU,
+                                          GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *gr = ghc_tensor_init(core, GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, BL, F }, GHC_DEVICE_CPU,
+                                           GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *gh = ghc_tensor_init(core, GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, BL, F }, GHC_DEVICE_CPU,
+                                           GHC_ROLE_WORKSPACE);
+        ck_assert(b16 && bq && h && gr && gh);
+        ok(core, ghc_op_cast(b16, bw->b[WAN22_FFN_0], 1.0f, NULL, NULL));
+        ok(core, ghc_op_cast(bq, b16, 1.0f, NULL, NULL));
+        struct ghc_linear lin = { .target = -1, .w = bw->w[WAN22_FFN_0], .w_scale = 1.0f, .b = bq, .out = F, .in = D };
+        ok(core, ghc_linear_forward(m.lin, &lin, pre, a->u2, NULL, NULL));   /* f32: the bias as given */
+        ok(core, ghc_op_cast(h, pre, 1.0f, NULL, NULL));
+        ok(core, ghc_op_gelu_tanh(gr, pre, NULL));
+        ok(core, ghc_op_gelu_tanh(gh, a->h1, NULL));
+        ck_assert_msg(memcmp(ghc_tensor_cdata(h), ghc_tensor_cdata(a->h1), ghc_tensor_nbytes(h)) == 0,
+                      "block %lld: h1", (long long)i);
+        ck_assert_msg(memcmp(ghc_tensor_cdata(gr), ghc_tensor_cdata(a->g), ghc_tensor_nbytes(gr)) == 0,
+                      "block %lld: g", (long long)i);
+        for (int64_t k = 0; k < ghc_tensor_numel(gh); k++)
+            moved += ((const uint16_t *)ghc_tensor_cdata(gh))[k] != ((const uint16_t *)ghc_tensor_cdata(a->g))[k];
+        total += ghc_tensor_numel(gh);
+        /* v: the bf16 product with the bias in bf16 */
+        ghc_tensor_t *vb = ghc_tensor_init(core, GHC_DTYPE_BF16, 1, &D, GHC_DEVICE_CPU, GHC_ROLE_WORKSPACE);
+        ghc_tensor_t *v = ghc_tensor_init(core, GHC_DTYPE_BF16, 3, (const int64_t[]){ 1, BL, D }, GHC_DEVICE_CPU,
+                                          GHC_ROLE_WORKSPACE);
+        ck_assert(vb && v);
+        ok(core, ghc_op_cast(vb, bw->b[WAN22_SA_V], 1.0f, NULL, NULL));
+        ok(core, ghc_op_gemm(v, a->u, bw->w[WAN22_SA_V],
+                             &(struct ghc_gemm){ .trans_b = true, .epilogue = GHC_EPI_BIAS, .bias = vb }, NULL));
+        ck_assert_msg(memcmp(ghc_tensor_cdata(v), ghc_tensor_cdata(a->v), ghc_tensor_nbytes(v)) == 0, "block %lld: v",
+                      (long long)i);
+        ghc_tensor_t *all[] = { b16, bq, pre, h, gr, gh, vb, v };
+        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+            ghc_tensor_free(all[k]);
+    }
+    printf("ffn_gelu_bf16: the fused GELU differs from the GELU of the rounded h1 in %lld of %lld\n",
+           (long long)moved, (long long)total);
+    ck_assert_int_gt(moved, 0);
+    ghc_tensor_free(o);
+    case_close(&c);
+    direct_free(&m);
+    ghc_core_free(core);
+}
+END_TEST
+
 /* ---- GPU ---------------------------------------------------------------------------------------- */
 
 START_TEST(gpu_bf16)
@@ -1790,6 +1864,7 @@ int main(void)
     tcase_add_test(tc, fp8_gemm_checks);
     tcase_add_test(tc, fp8_scaled_file);
     tcase_add_test(tc, bf16_cpu);
+    tcase_add_test(tc, ffn_gelu_bf16);
     suite_add_tcase(s, tc);
     if (have_gpu) {
         tc = tcase_create("gpu");

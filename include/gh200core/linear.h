@@ -77,9 +77,21 @@ GHC_API void ghc_linears_recompute(ghc_linears_t *l, bool again);
  * finite, see struct ghc_linear.spare_col), or NULL (no K-concatenation in this call).
  * (since API 19) y may be bf16: where the call K-concatenates (or the target has no adapter) one
  * product writes all of it, rounded once; else the adapter's part is added after the product,
- * in y's precision (rounded twice). */
+ * in y's precision (rounded twice). (since API 20) With a bf16 y an f32 bias is rounded to bf16
+ * first (as PyTorch's bf16 modules hold it), so the GEMM adds it in its own epilogue; an f32 y
+ * takes the bias as given. */
 GHC_API int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y,
                                const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream);
+/* (since API 20) A linear and a GELU after it, the transformer FFN's first half: pre = x W^T + b
+ * and the adapter's part, exactly as ghc_linear_forward writes y (the same calls of the hook),
+ * and g = gelu_tanh(pre). g and pre: one shape, both f32 or both bf16; pre dense, g dense or a
+ * column view (e.g. the next linear's input with its spare columns). Where one product
+ * writes all of pre (the call K-concatenates, folds, or the target has no adapter; with a bias;
+ * not with x_e4m3; not where the adapter wrote its part first) g comes from that GEMM's epilogue,
+ * the GELU of the unrounded sum (GHC_EPI_BIAS_GELU with pre_gelu = pre); otherwise
+ * ghc_op_gelu_tanh(g, pre) after it. */
+GHC_API int ghc_linear_forward_gelu(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *g,
+                                    ghc_tensor_t *pre, const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream);
 /* Write again what the forward of `lin` left in xp's spare columns (K-concatenation's H), as a
  * recomputation of that forward (the hook's concat_forward with again): for a model whose xp is
  * shared by several linears' forwards (Wan's text context, one for every block), before the

@@ -114,8 +114,8 @@ struct ghc_gemm {
  * (a = x [M, in], b = W [out, in], trans_b = true, epilogue BIAS). A, B and C may be column
  * views (ghc_tensor_view_cols, since API 6: rows further apart than their length, e.g. a
  * K-concatenated [x | H] or a slice of a wider output) when they are f32 or bf16: A and B
- * with any epilogue (since API 7; API 6: NONE only), C only with the epilogue NONE (C's other
- * columns are left as they were); pre_gelu and bias are dense. */
+ * with any epilogue (since API 7; API 6: NONE only), C with any epilogue since API 20 (before:
+ * NONE only; C's other columns are left as they were); pre_gelu and bias are dense. */
 GHC_API int ghc_op_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b,
                         const struct ghc_gemm *args, void *stream);
 

@@ -101,8 +101,8 @@ int ghc_cpu_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tensor_t *b, 
                     if (bias)
                         v += GHC_CPU_GET(bias, n + j);
                     if (use_gelu) {
-                        if (args->pre_gelu)
-                            GHC_CPU_SET(args->pre_gelu, ic, v);
+                        if (args->pre_gelu)   /* dense, C a column view or not */
+                            GHC_CPU_SET(args->pre_gelu, (bi * M + m) * N + n + j, v);
                         v = gelu(v);
                     }
                     GHC_CPU_SET(c, ic, v);

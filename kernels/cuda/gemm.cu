@@ -166,23 +166,25 @@ __device__ __forceinline__ float gelu_tanh(float z)
     return 0.5f * z * (1.0f + tanhf(k * (z + 0.044715f * z * z * z)));
 }
 
-/* The unfused epilogue: c[r, j] (+ bias[j]) -> pre_gelu, then gelu. rows x n elements. */
+/* The unfused epilogue: c[r, j] (+ bias[j]) -> pre_gelu, then gelu. rows x n elements; c's rows
+ * ldc apart (a column view), pre's n. */
 template <typename TC, typename TB>
-__global__ void epilogue_kernel(TC *c, const TB *bias, TC *pre, int64_t total, int64_t n, bool gelu)
+__global__ void epilogue_kernel(TC *c, const TB *bias, TC *pre, int64_t total, int64_t n, int64_t ldc, bool gelu)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = load_f(c, i);
+        const int64_t ic = ldc == n ? i : i / n * ldc + i % n;
+        float v = load_f(c, ic);
         if (bias)
             v += load_f(bias, i % n);
         if (pre)
             store_f(pre, i, v);
-        store_f(c, i, gelu ? gelu_tanh(v) : v);
+        store_f(c, ic, gelu ? gelu_tanh(v) : v);
     }
 }
 
 template <typename TC>
 int launch_epilogue_tc(TC *c, const void *bias, enum ghc_dtype bias_dt, TC *pre, int64_t total, int64_t n,
-                       bool gelu, cudaStream_t st)
+                       int64_t ldc, bool gelu, cudaStream_t st)
 {
     int64_t blocks = (total + 255) / 256;
     if (blocks > 65536)
@@ -190,10 +192,10 @@ int launch_epilogue_tc(TC *c, const void *bias, enum ghc_dtype bias_dt, TC *pre,
     if (blocks < 1)
         return 0;
     if (!bias || bias_dt == GHC_DTYPE_F32)
-        epilogue_kernel<TC, float><<<(unsigned)blocks, 256, 0, st>>>(c, (const float *)bias, pre, total, n, gelu);
+        epilogue_kernel<TC, float><<<(unsigned)blocks, 256, 0, st>>>(c, (const float *)bias, pre, total, n, ldc, gelu);
     else
         epilogue_kernel<TC, __nv_bfloat16><<<(unsigned)blocks, 256, 0, st>>>(c, (const __nv_bfloat16 *)bias, pre,
-                                                                             total, n, gelu);
+                                                                             total, n, ldc, gelu);
     return (int)cudaGetLastError();
 }
 
@@ -262,9 +264,10 @@ int lt_matmul(ghc_core_t *core, int dev, cudaStream_t st, bool ta, bool tb, int6
     if (epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         LT(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
         LT(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        const int64_t stride_aux = n * aux_ld;   /* dense, C a column view or not */
         if (batch > 1)
-            LT(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &stride_c,
-                                              sizeof(stride_c)));
+            LT(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &stride_aux,
+                                              sizeof(stride_aux)));
     }
     /* op(A) is m x k, op(B) is k x n, C is m x n (column-major). */
     if ((rc = layout(core, &o.la, t_ab, ta ? k : m, ta ? m : k, lda, batch, stride_a)))
@@ -436,7 +439,7 @@ extern "C" int ghc_k_gemm(ghc_tensor_t *c, const ghc_tensor_t *a, const ghc_tens
         return rc;
     int64_t total = batch * M * N;
     if (dt_c == GHC_DTYPE_F32)
-        return launch_epilogue_tc((float *)ghc_tensor_data(c), bias, bias_dt, (float *)pre, total, N, gelu, st);
-    return launch_epilogue_tc((__nv_bfloat16 *)ghc_tensor_data(c), bias, bias_dt, (__nv_bfloat16 *)pre, total, N, gelu,
-                              st);
+        return launch_epilogue_tc((float *)ghc_tensor_data(c), bias, bias_dt, (float *)pre, total, N, rs_c, gelu, st);
+    return launch_epilogue_tc((__nv_bfloat16 *)ghc_tensor_data(c), bias, bias_dt, (__nv_bfloat16 *)pre, total, N, rs_c,
+                              gelu, st);
 }

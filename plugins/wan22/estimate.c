@@ -327,13 +327,13 @@ static int est_model_read(ghc_core_t *core, ghc_cfg_t *cfg, struct est_model *m)
 
 /* ---- activations (bytes for B samples of L tokens) -------------------------------------------- */
 
-/* One block's kept activations (forward.c act_alloc); ffn: with the FFN's h1 (a block whose
- * backward reads them kept; the recomputed blocks' slot has none); qkv: "block_qkv" (q's and
- * k's products in the GEMM dtype, not f32). */
+/* One block's kept activations (forward.c act_alloc); ffn: with the FFN's h1, in the GEMM dtype
+ * (a block whose backward reads them kept; the recomputed blocks' slot has none); qkv:
+ * "block_qkv" (q's and k's products in the GEMM dtype, not f32). */
 static uint64_t act_block(const struct est_model *m, uint64_t B, uint64_t L, bool ffn, bool qkv)
 {
     const uint64_t D = (uint64_t)m->dim, F = (uint64_t)m->ffn, H = (uint64_t)m->heads, b = (uint64_t)m->base;
-    uint64_t per_token = (qkv ? 12 * D + 11 * b * D : 20 * D + 9 * b * D) + (ffn ? 4 * F : 0) + b * F + 24 + 12 + 8 * H;
+    uint64_t per_token = (qkv ? 12 * D + 11 * b * D : 20 * D + 9 * b * D) + (ffn ? b * F : 0) + b * F + 24 + 12 + 8 * H;
     uint64_t ctx = WAN22_TEXT_LEN * (8 * D + 4 + 2 * b * D);
     return B * (L * per_token + ctx + 6 * 4 * D);
 }
@@ -374,8 +374,8 @@ static void est_mode(const struct est_model *m, uint64_t B, uint64_t L, int ck, 
     const uint64_t N = (uint64_t)m->layers, D = (uint64_t)m->dim;
     uint64_t n_rec = (N + every - 1) / every, slots_ck = 1 + N - n_rec;
     uint64_t blk = act_block(m, B, L, true, ck == 3), resid = B * L * D * 4, state = act_state(m, B, L);
-    /* the recomputed blocks' slot: no h1, the FFN's chunk scratch (st.fh1) instead */
-    uint64_t rec = act_block(m, B, L, false, ck == 3) + ffn_rows(m, B * L) * (uint64_t)m->ffn * 4;
+    /* the recomputed blocks' slot: no h1, the FFN's chunk scratch (st.fh1, GEMM dtype) instead */
+    uint64_t rec = act_block(m, B, L, false, ck == 3) + ffn_rows(m, B * L) * (uint64_t)m->ffn * (uint64_t)m->base;
     /* a recomputed block's kept attention output (o in the GEMM dtype) and lse, with block_attn
      * and block_qkv; with block_qkv also q, k and v in the GEMM dtype */
     uint64_t attn = ck >= 2 ? B * L * D * (uint64_t)m->base + B * (uint64_t)m->heads * L * 4 : 0;

@@ -7,7 +7,9 @@
  * Only the ops of ops.h compute, so the same code runs on the CPU and on a GPU. The residual
  * stream, norms, modulation, gates, time path and head are f32; block and text linears take
  * base-dtype operands (bf16 or f32) with f32 accumulation and write f32 outputs, which the
- * adapter hook sees and adds to; attention runs in the base dtype with f32 statistics.
+ * adapter hook sees and adds to, but for self-attention v (block_qkv: q and k too) and ffn.0
+ * (with its GELU, ghc_linear_forward_gelu), written in the base dtype; attention runs in the
+ * base dtype with f32 statistics.
  * Patchify (with the I2V channel concatenation) and unpatchify are the device ops
  * ghc_op_patchify / ghc_op_unpatchify (backward.c uses their _bwd ops), so they run where the
  * model runs without a host synchronisation; so are the f64 sinusoid
@@ -113,7 +115,7 @@ static int act_alloc(struct wan22 *m, struct wan22_act *a, int64_t B, int64_t L,
     TRY(mk(m, &a->lsec, f, SH(B, H, L)));
     TRY(mkpad(m, &a->u2p, &a->u2, b, B, L, D, P));
     if (ffn)
-        TRY(mk(m, &a->h1, f, SH(B, L, F)));
+        TRY(mk(m, &a->h1, b, SH(B, L, F)));
     TRY(mkpad(m, &a->gp, &a->g, b, B, L, F, P));
 out:
     return rc;
@@ -229,7 +231,7 @@ static int state_prepare(struct wan22 *m, int64_t B, int64_t L, bool keep)
         TRY(act_alloc(m, &s->acts[i], B, L, !(chunked && i == 0)));
     TRY(mk(m, &s->y, f, SH(B, L, D)));
     if (chunked)
-        TRY(mk(m, &s->fh1, f, SH(wan22_ffn_rows(m, B * L), m->d.ffn_dim)));
+        TRY(mk(m, &s->fh1, b, SH(wan22_ffn_rows(m, B * L), m->d.ffn_dim)));
     TRY(mk(m, &s->hshift, f, SH(B, D)));
     TRY(mk(m, &s->hscale, f, SH(B, D)));
     TRY(mk(m, &s->hst, f, SH(B * L, 2)));
@@ -307,18 +309,26 @@ int wan22_dev_done(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t **tmp, bool co
 
 /* ---- linears ---------------------------------------------------------------------------------- */
 
-/* y = x W^T + b (f32 out) and the adapter's part of `target` (-1: none), run by the core
- * (linear.h). A block linear's weight keeps spare room for K-concatenation (wan22_pad_cols);
- * xp is x with its spare columns (NULL: none). With fp8_gemm an e4m3 block weight multiplies x
- * cast to e4m3 in st.xq. */
-static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, ghc_tensor_t *xp,
-                    const ghc_tensor_t *w, float wscale, const ghc_tensor_t *b, void *stream)
+/* The linear y = x W^T + b of `target` (-1: none) as the core takes it (linear.h). A block
+ * linear's weight keeps spare room for K-concatenation (wan22_pad_cols). With fp8_gemm an e4m3
+ * block weight multiplies x cast to e4m3 in st.xq. */
+static struct ghc_linear lin_of(struct wan22 *m, int32_t target, const ghc_tensor_t *w, float wscale,
+                                const ghc_tensor_t *b)
 {
     struct ghc_linear lin = { .target = target, .w = w, .w_scale = wscale, .b = b,
                               .out = ghc_tensor_dim(w, 0), .in = ghc_tensor_dim(w, 1),
                               .x_e4m3 = m->fp8_gemm ? m->st.xq : NULL };
     if (target >= 0)
         wan22_linear_room(m, target, &lin);
+    return lin;
+}
+
+/* y = x W^T + b (f32, or base where the caller keeps it so) and the adapter's part of `target`,
+ * run by the core; xp is x with its spare columns (NULL: none). */
+static int linear_s(struct wan22 *m, int32_t target, ghc_tensor_t *y, const ghc_tensor_t *x, ghc_tensor_t *xp,
+                    const ghc_tensor_t *w, float wscale, const ghc_tensor_t *b, void *stream)
+{
+    struct ghc_linear lin = lin_of(m, target, w, wscale, b);
     return ghc_linear_forward(m->lin, &lin, y, x, xp, stream);
 }
 
@@ -375,12 +385,9 @@ void wan22_ffn_rows_free(struct wan22_ffn_rows *v)
 int wan22_ffn_hidden(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const struct wan22_ffn_rows *v,
                      void *stream)
 {
-    int rc = 0;
-    const int32_t t0 = block * WAN22_TARGETS;
-    TRY(BLIN(WAN22_FFN_0, v->h1, v->u2, v->u2p));
-    TRY(ghc_op_gelu_tanh(v->g, v->h1, stream));
-out:
-    return rc;
+    const int j = WAN22_FFN_0;   /* h1 and g in base; the GELU in the GEMM's epilogue where it can */
+    struct ghc_linear lin = lin_of(m, block * WAN22_TARGETS + j, bw->w[j], bw->wscale[j], bw->b[j]);
+    return ghc_linear_forward_gelu(m->lin, &lin, v->g, v->h1, v->u2, v->u2p, stream);
 }
 
 int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const ghc_tensor_t *x,
@@ -409,10 +416,8 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
                 TRY(ghc_linear_restore(m->lin, &lin, a->u, a->up, stream));
             }
         } else {
-            TRY(BLIN(WAN22_SA_Q, s->y, a->u, a->up));
-            TRY(ghc_op_cast(a->qb, s->y, 1.0f, NULL, stream));
-            TRY(BLIN(WAN22_SA_K, s->y, a->u, a->up));
-            TRY(ghc_op_cast(a->kb, s->y, 1.0f, NULL, stream));
+            TRY(BLIN(WAN22_SA_Q, a->qb, a->u, a->up));
+            TRY(BLIN(WAN22_SA_K, a->kb, a->u, a->up));
         }
         TRY(ghc_op_rmsnorm_rope_fwd(a->q, a->rq, a->qb, bw->norm_q, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
         TRY(ghc_op_rmsnorm_rope_fwd(a->k, a->rk, a->kb, bw->norm_k, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
@@ -422,12 +427,9 @@ int wan22_block_forward(struct wan22 *m, const struct wan22_block_w *bw, int32_t
         TRY(BLIN(WAN22_SA_K, a->kp, a->u, a->up));
         TRY(ghc_op_rmsnorm_rope_fwd(a->k, a->rk, a->kp, bw->norm_k, WAN22_EPS, m->d.heads, s->f, s->h, s->w, stream));
     }
-    /* f32 and a cast: a bf16 output with the bias takes cuBLASLt a separate epilogue pass, slower
-     * (H200, 32760 tokens: 2.76 ms against 2.58) */
-    if (!(kept && kept->qb)) {
-        TRY(BLIN(WAN22_SA_V, s->y, a->u, a->up));
-        TRY(ghc_op_cast(a->v, s->y, 1.0f, NULL, stream));
-    }
+    /* v straight in the base dtype (the bias rounded to it, fused in the GEMM: linear.h) */
+    if (!(kept && kept->qb))
+        TRY(BLIN(WAN22_SA_V, a->v, a->u, a->up));
     if (!(kept && kept->o))   /* deterministic: a kept o and lse are the bits this would write */
         TRY(ghc_op_attention_fwd(a->o, a->lse, a->q4, a->k4, a->v4, scale, stream));
     TRY(BLIN(WAN22_SA_O, s->y, a->o, a->op));

@@ -123,9 +123,9 @@ struct wan22_act {
                                            * when the model keeps spare columns, see wan22_pad_x) */
     ghc_tensor_t *up, *cp, *u2p, *op, *ocp, *gp;   /* u, c, u2, o, oc and g with their spare
                                            * columns (K-concatenation), or NULL */
-    ghc_tensor_t *qp, *kp;                /* q, k linear outputs [B, L, D] f32 (v's: st.y); NULL
-                                           * with "block_qkv", which keeps qb and kb instead */
-    ghc_tensor_t *qb, *kb;                /* "block_qkv": q, k linear outputs rounded to base
+    ghc_tensor_t *qp, *kp;                /* q, k linear outputs [B, L, D] f32 (v's: v, in base);
+                                           * NULL with "block_qkv", which keeps qb and kb instead */
+    ghc_tensor_t *qb, *kb;                /* "block_qkv": q, k linear outputs written in base
                                            * [B, L, D], the norms' inputs; else NULL */
     ghc_tensor_t *rq, *rk;                /* RMSNorm rstd [B L] f32 */
     ghc_tensor_t *q, *k, *v, *o;          /* [B, L, D] base (q, k after RoPE) */
@@ -138,7 +138,7 @@ struct wan22_act {
     ghc_tensor_t *vcp, *vc, *vc4;
     ghc_tensor_t *oc, *lsec;              /* cross-attention output base, lse [B, H, L] */
     ghc_tensor_t *u2;                     /* modulated LN2 [B, L, D] base */
-    ghc_tensor_t *h1;                     /* ffn.0 output (pre-GELU) [B, L, F] f32; NULL in the
+    ghc_tensor_t *h1;                     /* ffn.0 output (pre-GELU) [B, L, F] base; NULL in the
                                            * slot of the recomputed blocks (and of inference):
                                            * the FFN then runs chunk by chunk through st.fh1 */
     ghc_tensor_t *g;                      /* GELU output [B, L, F] base (whole in every slot: the
@@ -219,9 +219,9 @@ struct wan22_state {
     int               n_acts;
     ghc_tensor_t     *hshift, *hscale;    /* head modulation [B, D] f32 */
     ghc_tensor_t     *hst, *hn, *ho;      /* head LN stats, modulated LN f32, output [B, L, 4 C_out] */
-    ghc_tensor_t     *y;                  /* a linear's output before a residual, and v's before
-                                           * its cast [B, L, D] f32 (nothing backward reads) */
-    ghc_tensor_t     *fh1;                /* one FFN chunk's ffn.0 output [ffn_rows, F] f32, for
+    ghc_tensor_t     *y;                  /* a linear's output before a residual [B, L, D] f32
+                                           * (nothing backward reads) */
+    ghc_tensor_t     *fh1;                /* one FFN chunk's ffn.0 output [ffn_rows, F] base, for
                                            * the slots that keep no h1; or NULL */
     ghc_tensor_t     *xq;                 /* fp8_gemm: e4m3 scratch for a block linear's input,
                                            * the largest of [B, L, F], [B, L, D], [B, 512, D] */
@@ -421,7 +421,9 @@ void wan22_ffn_rows_free(struct wan22_ffn_rows *v);
  * p is). 0 or GHC_ENOMEM. */
 int  wan22_rows(struct wan22 *m, ghc_tensor_t *t, ghc_tensor_t *p, int64_t r0, int64_t n, ghc_tensor_t **vr,
                 ghc_tensor_t **pr);
-/* ffn.0 and the GELU of one chunk (v): h1 and g (the hook's forward of ffn.0 runs). */
+/* ffn.0 and the GELU of one chunk (v): h1 and g, both in base, through
+ * ghc_linear_forward_gelu (the GELU in the GEMM's epilogue where one product writes all of h1;
+ * the hook's forward of ffn.0 runs). */
 int  wan22_ffn_hidden(struct wan22 *m, const struct wan22_block_w *bw, int32_t block, const struct wan22_ffn_rows *v,
                       void *stream);
 /* Release the forward state and backward scratch. */
