@@ -100,6 +100,7 @@ struct data_aug {
     int64_t          cur_epoch, next_epoch;
     ghc_core_t      *enc_core;
     ghc_media_decoder_t *enc_dec;
+    bool             enc_gpu;    /* its VAE computes on a GPU: encoded on the run's thread */
     pthread_t        thread;
     bool             running;
     atomic_bool      stop, done;   /* asked to stop; next[] complete (or failed) */
@@ -334,6 +335,17 @@ static int enc_core_make(ghc_dataset_t *ds)
         return rc;
     }
     ds->aug->enc_core = c;
+    /* A VAE on a GPU shares the run's CUDA stream and the kernels' per-stream scratch and
+     * library handles, which one thread at a time may use: it encodes on the run's thread,
+     * between epochs, instead of beside the steps (found on an H200: NaN losses from epoch 1) */
+    int64_t dev = ghc_mem_default_device(c);
+    ghc_cfg_t *vs = ghc_config_section(c, "vae");
+    if (vs && ghc_cfg_has(vs, "device"))   /* the plugin's init took it: it reads */
+        (void)ghc_cfg_get_int(vs, "device", dev, GHC_DEVICE_CPU, 1023, &dev);
+    ds->aug->enc_gpu = dev != GHC_DEVICE_CPU;
+    if (ds->aug->enc_gpu)
+        ghc_log(core, GHC_LOG_INFO, "data: the augmented clips' VAE computes on cuda:%lld, as the run does: each "
+                "epoch's clips are encoded on the run's thread before the epoch, not beside the steps", (long long)dev);
     return 0;
 }
 
@@ -372,7 +384,8 @@ static void refresh_clear(struct data_aug *a, ghc_tensor_t **t)
     }
 }
 
-/* Start the encoding of `epoch` into next[] (inline when no thread can be made). */
+/* Start the encoding of `epoch` into next[]: on a thread, or inline (a VAE on a GPU; when no
+ * thread can be made). */
 static void refresh_start(struct data_aug *a, int64_t epoch)
 {
     refresh_clear(a, a->next);
@@ -380,7 +393,7 @@ static void refresh_start(struct data_aug *a, int64_t epoch)
     a->rc = 0;
     atomic_store(&a->stop, false);
     atomic_store(&a->done, false);
-    a->running = pthread_create(&a->thread, NULL, refresh_run, a) == 0;
+    a->running = !a->enc_gpu && pthread_create(&a->thread, NULL, refresh_run, a) == 0;
     if (!a->running)
         refresh_run(a);
 }

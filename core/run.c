@@ -188,6 +188,11 @@ static struct ghc_instance *on_demand(ghc_core_t *core, enum ghc_kind kind)
                       kind == GHC_KIND_VAE ? "wanvae" : "umt5");
         return NULL;
     }
+    /* outside a run (gh200core prepare) the memory policy the encoders allocate through,
+     * where the configuration names one: without it a GPU encoder would have no device memory */
+    ghc_cfg_t *mc = ghc_config_section(core, ghc_kind_name(GHC_KIND_MEMPOLICY));
+    if (!core->inst[GHC_KIND_MEMPOLICY] && mc && instance_create(core, GHC_KIND_MEMPOLICY, mc) < 0)
+        return NULL;
     return instance_create(core, kind, cfg) < 0 ? NULL : core->inst[kind];
 }
 

@@ -216,6 +216,26 @@ START_TEST(prepare_media_to_caches)
 }
 END_TEST
 
+/* `gh200core prepare` outside a training run: the encoders allocate through the configured
+ * memory policy (a GPU encoder needs one for device memory): a host policy limited to 1 MiB
+ * stops the run with its own error naming the encoders' roles, and nothing is served (no
+ * manifest). */
+START_TEST(prepare_memory_policy)
+{
+    char *dir = tu_tmpdir(), clips[4200], *out;
+    snprintf(clips, sizeof(clips), "%s/clips", dir);
+    ck_assert_int_eq(mkdir(clips, 0755), 0);
+    free(tu_write(dir, "train.cfg", cfg_text));
+    write_ab(clips);
+    ck_assert_int_ne(cli(dir, &out, "prepare -c train.cfg --set mempolicy.limit_mib=1"), 0);
+    ck_assert_msg(strstr(out, "would exceed limit_mib") && strstr(out, "encoder_"), "%s", out);
+    free(out);
+    ck_assert(!exists(clips, ".a.mkv.prepare.json") && !exists(clips, ".b.png.prepare.json"));
+    tu_rm_rf(dir);
+    free(dir);
+}
+END_TEST
+
 /* Files read ahead on several threads (GHC_PREPARE_AHEAD) give the bytes of two: the same
  * caches, encoded and logged in the folder's order. */
 static uint64_t file_hash(const char *dir, const char *name)
@@ -778,6 +798,7 @@ int main(void)
 #ifdef GHC_HAVE_FFMPEG
     tcase_add_test(tc, prepare_media_to_caches);
     tcase_add_test(tc, prepare_read_ahead);
+    tcase_add_test(tc, prepare_memory_policy);
     tcase_add_test(tc, prepare_musubi_layout);
     tcase_add_test(tc, prepare_flips);
     tcase_add_test(tc, prepare_random_crop);
