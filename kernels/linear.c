@@ -282,6 +282,19 @@ static int forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t 
         return rc;
     const int32_t t = lin->target;
     const bool adapted = t >= 0 && l->has_hook && l->plan[t].adapted;
+    if (adapted && ghc_tensor_dtype(y) == GHC_DTYPE_BF16 && !l->plan[t].fold && !(xp && has_room(l, lin))) {
+        /* the hook adds its part before or after the product: into an f32 y, then rounded once
+         * (its rank-r products into a bf16 y find no cuBLASLt algorithm on the GPU for small r) */
+        ghc_tensor_t *y32 = ghc_tensor_init(l->core, GHC_DTYPE_F32, ghc_tensor_ndim(y), ghc_tensor_shape(y),
+                                            ghc_tensor_device(y), GHC_ROLE_WORKSPACE);
+        bool unfused = false;
+        if (!y32)
+            return nomem(l);
+        if ((rc = forward(l, lin, y32, NULL, x, xp, &unfused, stream)) == 0)
+            rc = ghc_op_cast(y, y32, 1.0f, NULL, stream);
+        ghc_tensor_free(y32);
+        return rc < 0 ? rc : 0;
+    }
     ghc_tensor_t *wv = NULL, *own = NULL, *xq = NULL, *b16 = NULL;
     struct ghc_gemm g = { .trans_b = true, .epilogue = lin->b ? GHC_EPI_BIAS : GHC_EPI_NONE };
     if ((rc = gemm_bias(l, lin->b, y, &g.bias, &b16, stream)) < 0)
