@@ -75,11 +75,11 @@ GHC_API void ghc_linears_recompute(ghc_linears_t *l, bool again);
 /* y (f32, [B, rows, out]) = x W^T + b and the adapter's part. x: [B, rows, in] in the operand
  * dtype; xp: x with the spare columns after it (x a column view of xp; its columns past in
  * finite, see struct ghc_linear.spare_col), or NULL (no K-concatenation in this call).
- * (since API 19) y may be bf16: where the call K-concatenates (or the target has no adapter) one
- * product writes all of it, rounded once; else the adapter's part is added after the product,
- * in y's precision (rounded twice). (since API 20) With a bf16 y an f32 bias is rounded to bf16
- * first (as PyTorch's bf16 modules hold it), so the GEMM adds it in its own epilogue; an f32 y
- * takes the bias as given. */
+ * (since API 19) y may be bf16: where the call K-concatenates, folds (or the target has no
+ * adapter) one product writes all of it, rounded once; (since API 20) else the product and the
+ * adapter's part go into an f32 scratch like y, rounded once into y. (since API 20) Where one
+ * product writes a bf16 y, an f32 bias is rounded to bf16 first (as PyTorch's bf16 modules hold
+ * it), so the GEMM adds it in its own epilogue; an f32 y takes the bias as given. */
 GHC_API int ghc_linear_forward(ghc_linears_t *l, const struct ghc_linear *lin, ghc_tensor_t *y,
                                const ghc_tensor_t *x, ghc_tensor_t *xp, void *stream);
 /* (since API 20) A linear and a GELU after it, the transformer FFN's first half: pre = x W^T + b
