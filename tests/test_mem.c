@@ -896,8 +896,8 @@ START_TEST(plan_auto)
     int64_t rec = (40 + k - 1) / k, k2 = 40 / (rec - 1);   /* one block fewer recomputed */
     while ((40 + k2 - 1) / k2 != rec - 1)
         k2++;
-    ck_assert_msg(!fits_with(core, 4096, gib, "model", "checkpoint_every", k2), "every %lld fits too (chosen every %lld)", (long long)k2,
-                  (long long)k);
+    ck_assert_msg(!fits_with(core, 4096, gib, "model", "checkpoint_every", k2), "every %lld fits too (chosen every %lld)",
+                  (long long)k2, (long long)k);
     ghc_core_free(core);
     /* 32760 tokens, both experts, a PCIe 4 link (25 GB/s): a block's weights stream in under
      * its compute, so offload keeps no block resident (as fast, and the least on the card) */
@@ -918,9 +918,9 @@ START_TEST(plan_auto)
                   strstr(chosen, "(given)"), "%s", chosen);
     ghc_core_free(core);
     /* one expert at 32760 tokens over PCIe 5 (55 GB/s), and the host's memory: block_qkv's saved
-     * units (75 GiB) and the pinned weights (27 GiB) within 85% of a 125 GiB host; on 96 GiB only block_attn's (40 GiB);
-     * on 64 GiB block's (27 GiB); on 40 GiB no offload plan: the device policy with block
-     * checkpointing (the card holds its saved block inputs) */
+     * units (75 GiB) and the pinned weights (27 GiB) within 85% of a 125 GiB host; on 96 GiB only
+     * block_attn's (40 GiB); on 64 GiB block's (27 GiB); on 40 GiB no offload plan: the device
+     * policy with block checkpointing (the card holds its saved block inputs) */
     static const struct { double host; const char *policy, *ck; } hosts[] = {
         { 125, "offload", "block_qkv" }, { 96, "offload", "block_attn" }, { 64, "offload", "block" },
         { 40, "device", "block" } };
@@ -931,7 +931,8 @@ START_TEST(plan_auto)
         ck_assert_int_eq(ghc_cli_plan_auto(core, &oh, chosen, sizeof(chosen)), 0);
         printf("plan_auto: host %.0f GiB: %s\n", hosts[h].host, chosen);
         ck_assert_msg(strcmp(cfg_str(core, "mempolicy", "plugin"), hosts[h].policy) == 0 &&
-                      strcmp(cfg_str(core, "model", "checkpointing"), hosts[h].ck) == 0 && !strstr(chosen, "does not fit"),
+                      strcmp(cfg_str(core, "model", "checkpointing"), hosts[h].ck) == 0 &&
+                          !strstr(chosen, "does not fit"),
                       "host %.0f GiB: %s", hosts[h].host, chosen);
         ghc_core_free(core);
     }

@@ -1131,10 +1131,11 @@ static void step_snap_free(struct step_snap *s)
 /* checkpointing "off" (activations kept), "block" (every block recomputed), "block" with
  * checkpoint_every = 2 and 3 (blocks 0, 2 resp. block 0 of the 3 recomputed), "block_attn" (the
  * recomputation restores the self-attention output and lse instead of computing them) with
- * k = 1 and 2, "block_qkv" (and q, k and v: no q, k, v products in the recomputation; the CPU's
- * GEMM dtype is f32, so q's and k's rounding changes no bit), and the saved activations moved through the host policy's ring (copied home and
- * back; every buffer NaN-poisoned when handed out for writing and when its unit leaves it, or
- * kept for the turn-around blocks) give the same bits. */
+ * k = 1 and 2, "block_qkv" (and q, k and v: no q, k, v products in the recomputation; the
+ * CPU's GEMM dtype is f32, so q's and k's rounding changes no bit), and the saved activations
+ * moved through the host policy's ring (copied home and back; every buffer NaN-poisoned when
+ * handed out for writing and when its unit leaves it, or kept for the turn-around blocks) give
+ * the same bits. */
 START_TEST(checkpointing_same)
 {
     enum { RUNS = 14 };
