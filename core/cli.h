@@ -86,6 +86,10 @@ struct ghc_plan_opts {
 #define GHC_PLAN_AUTO_HEADROOM 0.03
 int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *chosen, size_t len);
 
+/* The host's physical memory in GiB (sysconf), 0 when the system does not say: diag's
+ * host_total and plan = "auto"'s host by default. */
+double ghc_cli_host_gib(void);
+
 /* `gh200core diag`: the machine probe of the gh200_uvm plugin, printed with pass/fail marks to
  * `out`, and as JSON to json_path when not NULL. *failed gets the number of failed checks. */
 int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *json_path, FILE *out, int *failed);

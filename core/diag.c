@@ -116,8 +116,7 @@ int ghc_cli_diag(ghc_core_t *core, const struct ghc_probe_opts *o, const char *j
     if (uname(&u) == 0)
         ghc_probe_add(&p, "env", "system", GHC_PROBE_INFO, NAN, "", "%s %s %s", u.sysname, u.release, u.machine);
     ghc_probe_add(&p, "env", "cpus", GHC_PROBE_INFO, (double)sysconf(_SC_NPROCESSORS_ONLN), "", NULL);
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    ghc_probe_add(&p, "memory", "host_total", GHC_PROBE_INFO, (double)pages * (double)psize / 1073741824.0, "GiB", NULL);
+    ghc_probe_add(&p, "memory", "host_total", GHC_PROBE_INFO, ghc_cli_host_gib(), "GiB", NULL);
     if (ghc_mem_probe(core, "gh200_uvm", o, &p) < 0)
         ghc_probe_add(&p, "gpu", "probe", GHC_PROBE_SKIP, NAN, "", "%s", ghc_error_message(core));
     explain_no_gpu(&p);

@@ -285,6 +285,12 @@ int ghc_cli_estimate(ghc_core_t *core, const struct ghc_estimate_opts *o, struct
     return 0;
 }
 
+double ghc_cli_host_gib(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psize > 0 ? (double)pages * (double)psize / GIB : 0.0;
+}
+
 /* ---- plan = "auto" ------------------------------------------------------------------------------ */
 
 /* A plan the trainer may take: the policy, where it keeps saved activations and offload's
@@ -568,11 +574,7 @@ int ghc_cli_plan_auto(ghc_core_t *core, const struct ghc_plan_opts *o, char *cho
     h2d = h2d > 0 ? h2d : GHC_PLAN_AUTO_H2D;
     /* a plan fits when its estimate leaves GHC_PLAN_AUTO_HEADROOM of the card free, and what it
      * keeps on the host takes at most GHC_PLAN_AUTO_HOST of the host's memory */
-    double host = o->host_gib;
-    if (host <= 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-        host = pages > 0 && psize > 0 ? (double)pages * (double)psize / GIB : 0;
-    }
+    double host = o->host_gib > 0 ? o->host_gib : ghc_cli_host_gib();
     struct ghc_estimate_opts eo = { .batch = batch, .tokens = tokens, .adapters = true,
                                     .device_gib = gib * (1.0 - GHC_PLAN_AUTO_HEADROOM),
                                     .host_gib = host * GHC_PLAN_AUTO_HOST };

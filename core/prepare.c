@@ -377,8 +377,10 @@ static int job_encode(struct prep *p, struct job *j)
     const struct ghc_media_frames *fr = &j->fr;
     char stem[4096];
     stem_of(it->name, stem, sizeof(stem));
+    const double tl = ghc_progress_now();   /* the encoders load on demand, with the first file encoded */
     ghc_vae_t *vae = ghc_vae_get(core);
     ghc_text_encoder_t *te = vae ? ghc_text_encoder_get(core) : NULL;
+    p->load_s += ghc_progress_now() - tl;
     if (!te)
         return ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
     ghc_tensor_t *text = NULL;
@@ -576,14 +578,9 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             double tk = ghc_progress_now();
             int64_t before = st.encoded;
             job_wait(cur);
-            double tw = ghc_progress_now();
-            /* the encoders load on demand, with the first file to encode: timed apart */
-            if (cur->rc == 0 && !cur->current && (!ghc_vae_get(core) || !ghc_text_encoder_get(core)))
-                rc = ghc_error_code(core) < 0 ? ghc_error_code(core) : GHC_ECONFIG;
-            double tl = ghc_progress_now();
-            if (rc == 0)
-                rc = job_encode(&p, cur);
-            double te = ghc_progress_now();
+            const double tw = ghc_progress_now(), load0 = p.load_s;
+            rc = job_encode(&p, cur);   /* adds the encoders' loading to p.load_s */
+            const double te = ghc_progress_now();
             const char *name = cur->it->name;
             if (rc == 0 && k + ahead < n) {
                 cur->it = ghc_media_list_at(list, k + ahead);
@@ -593,10 +590,11 @@ int ghc_prepare(ghc_core_t *core, bool force, struct ghc_prepare_stats *out)
             if (rc == 0 && st.encoded > before) {
                 double per = (ghc_progress_now() - t0) / (double)st.files;
                 p.wait_s += tw - tk;
-                p.load_s += tl - tw;
-                p.encode_s += te - tl;
+                p.encode_s += te - tw - (p.load_s - load0);
                 ghc_log(core, GHC_LOG_INFO, "prepare: [%lld/%lld] %s: encoded in %.2f s; ETA %.0f s", (long long)(k + 1),
                         (long long)n, name, te - tk, per * (double)(n - k - 1));
+            } else {
+                p.load_s = load0;   /* only the files encoded count */
             }
         }
         for (int k = 0; k < ahead; k++)

@@ -101,8 +101,10 @@ GHC_API int ghc_linear_restore(ghc_linears_t *l, const struct ghc_linear *lin, c
                                ghc_tensor_t *xp, void *stream);
 /* dx (f32, [B, rows, in]) = dy W (accumulate: +=) and the adapter's part, and the adapter's
  * parameter gradients. dx NULL: no input gradient (the adapter's gradients only). x and xp as
- * in the forward (xp holding the forward's H); dy f32. (since API 19) dx may be bf16, with
- * y's rule above (rounded once where the call K-concatenates).
+ * in the forward (xp holding the forward's H); dy f32. (since API 19) dx may be bf16: where the
+ * call K-concatenates one product writes it, rounded once; else the product writes it and the
+ * adapter's part is added in bf16 (rounded twice; unlike y, no f32 scratch: a caller with a
+ * small-rank adapter that does not K-concatenate passes an f32 dx, as wan22 does).
  * cast: a scratch like dy in the operand dtype, for dy cast to it where the GEMM operand is not
  *   f32: with dx, where the weight the dx GEMM takes is not f32 (a bf16 w, or an e4m3 or folded
  *   w in a scratch of dtype base bf16); without dx, where base is bf16. Otherwise (base f32 and

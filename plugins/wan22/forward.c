@@ -172,8 +172,11 @@ static int units_alloc(struct wan22 *m, int64_t B, int64_t L)
             u->off_lse = at;
             at += align256((size_t)(B * H * L) * sizeof(float));
             if (m->ckpt_qkv) {
-                u->off_qkv = at;
-                at += 3 * align256((size_t)(B * L * D) * ghc_dtype_size(m->base));
+                const size_t each = align256((size_t)(B * L * D) * ghc_dtype_size(m->base));
+                u->off_qb = at;
+                u->off_kb = at + each;
+                u->off_v = at + 2 * each;
+                at += 3 * each;
             }
         }
         u->bytes = at;

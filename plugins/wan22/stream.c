@@ -146,14 +146,13 @@ int wan22_unit_begin(struct wan22 *m, int64_t i, bool write, struct wan22_uview 
                                        (char *)at + u->off_lse)))
             goto fail;
     }
-    if (u->off_qkv) {
-        const size_t each = (ghc_tensor_numel(v->x) * ghc_dtype_size(m->base) + 255) / 256 * 256;
-        char *q = (char *)at + u->off_qkv;
+    if (u->off_qb) {
         const int64_t sh[3] = { B, L, D };
-        if (!(v->qb = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, q)) ||
-            !(v->kb = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, q + each)) ||
-            !(v->v = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, q + 2 * each)) ||
-            !(v->v4 = ghc_tensor_wrap(m->core, m->base, 4, (const int64_t[]){ B, L, H, D / H }, dev, q + 2 * each)))
+        char *vp = (char *)at + u->off_v;
+        if (!(v->qb = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, (char *)at + u->off_qb)) ||
+            !(v->kb = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, (char *)at + u->off_kb)) ||
+            !(v->v = ghc_tensor_wrap(m->core, m->base, 3, sh, dev, vp)) ||
+            !(v->v4 = ghc_tensor_wrap(m->core, m->base, 4, (const int64_t[]){ B, L, H, D / H }, dev, vp)))
             goto fail;
     }
     return 0;

@@ -175,7 +175,7 @@ struct wan22_unit {
     ghc_tensor_t *home;                   /* [bytes / 4] f32, role saved */
     size_t        bytes;
     size_t        off_o, off_lse;         /* byte offsets; 0: no attention output kept */
-    size_t        off_qkv;                /* qb, kb and v from here, each 256-byte aligned; 0: none */
+    size_t        off_qb, off_kb, off_v;  /* byte offsets; 0: no q, k, v kept */
 };
 
 /* A unit's tensors at the address saved_begin gave (wrappers), between wan22_unit_begin and
@@ -186,7 +186,7 @@ struct wan22_uview {
     void         *at;
     ghc_tensor_t *x;
     ghc_tensor_t *op, *o, *lse;           /* with off_o; op NULL when the model keeps no spare columns */
-    ghc_tensor_t *qb, *kb, *v, *v4;       /* with off_qkv (v4: v's [B, L, H, Dh] view) */
+    ghc_tensor_t *qb, *kb, *v, *v4;       /* with off_qb (v4: v's [B, L, H, Dh] view) */
 };
 
 /* Everything one forward leaves for the backward. */
